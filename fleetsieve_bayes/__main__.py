@@ -1,0 +1,5 @@
+import sys
+
+from fleetsieve_bayes.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""The ``fleetsieve-bayes`` command line.
+
+Each subcommand lives in its own module under :mod:`fleetsieve_bayes.commands`
+and exposes ``register(subparsers)`` (adds its parser and sets ``func``).
+Bad input raises :class:`~fleetsieve_bayes.errors.InputError`; here it becomes
+one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from fleetsieve_bayes.errors import InputError, MeasurementError
+
+# Subcommand modules, in the order `--help` lists them.
+_COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleetsieve-bayes",
+        description="Decision-critical profiling for SLO-aware LLM fleet configuration.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"fleetsieve_bayes.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"fleetsieve_bayes.commands.{name}":
+                continue  # not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (InputError, MeasurementError) as exc:
+        print(f"fleetsieve-bayes {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"fleetsieve-bayes {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

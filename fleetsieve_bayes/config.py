@@ -1,0 +1,307 @@
+"""Campaign files (TOML): loading and validation.
+
+A campaign names the fleet budget, the model family (prior card), the
+measurement backend, the stopping rule and the workload classes with their
+demand and SLO. See DESIGN.md for the contract; this module keeps it exactly
+and adds only optional keys. Every problem is reported as one
+:class:`~fleetsieve_bayes.errors.InputError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetsieve_bayes.errors import InputError
+
+__all__ = ["SLO", "Workload", "Measurement", "Campaign", "load_campaign", "parse_campaign"]
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-class service-level objective. A tail limit of ``None`` is not checked."""
+
+    success_min: float
+    ttft_p99_s: float | None = None
+    completion_p99_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload class: demand (req/s), SLO, and an optional critical floor."""
+
+    name: str
+    demand_rps: float
+    slo: SLO
+    critical: bool = False
+    floor: float = 1.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The ``[measurement]`` table: the backend name and its own keys.
+
+    ``options`` holds every key but ``backend``, verbatim; each backend
+    validates its own keys (the replay backend: ``table``). ``base_dir`` is the
+    campaign file's folder, against which relative paths resolve.
+    """
+
+    backend: str
+    options: dict[str, Any]
+    base_dir: Path
+
+    @property
+    def table(self) -> Path | None:
+        """The replay table's resolved path (``None`` for backends without one)."""
+        value = self.options.get("table")
+        return None if value is None else (self.base_dir / str(value)).resolve()
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A validated campaign file."""
+
+    name: str
+    path: Path
+    gpus: int
+    family: str
+    measurement: Measurement
+    workloads: tuple[Workload, ...]
+    epsilon: float = 0.05
+    credible_level: float = 0.9
+    max_rounds: int | None = None
+    inference: str = "default"
+    repeatability: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def workload_names(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self.workloads)
+
+    def scaled(self, demand_scale: float) -> Campaign:
+        """The same campaign with every class's demand multiplied by ``demand_scale``."""
+        from dataclasses import replace
+
+        return replace(
+            self,
+            workloads=tuple(replace(w, demand_rps=w.demand_rps * demand_scale) for w in self.workloads),
+        )
+
+
+# Allowed keys per section, so a typo is an error instead of a silent default.
+_TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
+_FLEET_KEYS = {"gpus"}
+_MODEL_KEYS = {"family", "inference", "repeatability"}
+_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
+_WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
+_SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
+# Keys of the replay backend; other backends validate their own.
+_REPLAY_KEYS = {"table"}
+
+
+class _Ctx:
+    """Formats one-line errors naming the file and the field."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, message: str) -> InputError:
+        return InputError(f"{self.path}: {where}: {message}")
+
+    def check_keys(self, where: str, table: dict[str, Any], allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, sorted(allowed), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.fail(
+                    where, f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}"
+                )
+
+    def table(self, where: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a table, got {type(value).__name__}")
+        return value
+
+    def string(self, where: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(where, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def number(
+        self,
+        where: str,
+        value: Any,
+        *,
+        lo: float | None = None,
+        hi: float | None = None,
+        lo_open: bool = False,
+        hi_open: bool = False,
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"expected a number, got {value!r}")
+        x = float(value)
+        if not math.isfinite(x):
+            raise self.fail(where, f"expected a finite number, got {value!r}")
+        if lo is not None and (x < lo or (lo_open and x == lo)):
+            raise self.fail(where, f"must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
+        if hi is not None and (x > hi or (hi_open and x == hi)):
+            raise self.fail(where, f"must be {'<' if hi_open else '<='} {hi:g}, got {value!r}")
+        return x
+
+    def integer(self, where: str, value: Any, *, lo: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected an integer, got {value!r}")
+        if value < lo:
+            raise self.fail(where, f"must be >= {lo}, got {value!r}")
+        return value
+
+    def boolean(self, where: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"expected true or false, got {value!r}")
+        return value
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and validate a campaign TOML file.
+
+    Raises:
+        InputError: one line naming the file and the offending field.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: campaign file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read campaign file: {exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    return parse_campaign(raw, path)
+
+
+def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
+    """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
+    ctx = _Ctx(path)
+    ctx.check_keys("top level", raw, _TOP_KEYS)
+    name = ctx.string("name", raw.get("name", path.stem))
+
+    fleet = ctx.table("[fleet]", raw.get("fleet", None) if "fleet" in raw else _missing(ctx, "[fleet]"))
+    ctx.check_keys("[fleet]", fleet, _FLEET_KEYS)
+    if "gpus" not in fleet:
+        raise ctx.fail("[fleet] gpus", "missing")
+    gpus = ctx.integer("[fleet] gpus", fleet["gpus"], lo=1)
+
+    model = ctx.table("[model]", raw.get("model", None) if "model" in raw else _missing(ctx, "[model]"))
+    ctx.check_keys("[model]", model, _MODEL_KEYS)
+    if "family" not in model:
+        raise ctx.fail("[model] family", "missing")
+    family = ctx.string("[model] family", model["family"])
+    inference = ctx.string("[model] inference", model.get("inference", "default"))
+    repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
+
+    meas = ctx.table(
+        "[measurement]", raw.get("measurement") if "measurement" in raw else _missing(ctx, "[measurement]")
+    )
+    if "backend" not in meas:
+        raise ctx.fail("[measurement] backend", "missing")
+    backend = ctx.string("[measurement] backend", meas["backend"])
+    options = {k: v for k, v in meas.items() if k != "backend"}
+    measurement = Measurement(backend=backend, options=options, base_dir=path.resolve().parent)
+    if backend == "replay":
+        ctx.check_keys("[measurement]", options, _REPLAY_KEYS)
+        if "table" not in options:
+            raise ctx.fail("[measurement] table", "missing (the replay backend needs a measured table)")
+        ctx.string("[measurement] table", options["table"])
+        table = measurement.table
+        assert table is not None
+        if not table.is_file():
+            raise ctx.fail("[measurement] table", f"file not found: {table}")
+
+    stopping = ctx.table("[stopping]", raw.get("stopping", {}))
+    ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
+    epsilon = ctx.number("[stopping] epsilon", stopping.get("epsilon", 0.05), lo=0.0, hi=1.0)
+    credible_level = ctx.number(
+        "[stopping] credible_level",
+        stopping.get("credible_level", 0.9),
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+    )
+    max_rounds = (
+        ctx.integer("[stopping] max_rounds", stopping["max_rounds"], lo=1)
+        if "max_rounds" in stopping
+        else None
+    )
+
+    raw_workloads = raw.get("workloads")
+    if raw_workloads is None:
+        raise ctx.fail("[[workloads]]", "missing: a campaign needs at least one workload class")
+    if not isinstance(raw_workloads, list) or not raw_workloads:
+        raise ctx.fail("[[workloads]]", "expected a non-empty array of tables")
+    workloads: list[Workload] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw_workloads):
+        where = f"[[workloads]] #{i + 1}"
+        item = ctx.table(where, item)
+        ctx.check_keys(where, item, _WORKLOAD_KEYS)
+        if "name" not in item:
+            raise ctx.fail(f"{where} name", "missing")
+        wname = ctx.string(f"{where} name", item["name"])
+        where = f"[[workloads]] {wname!r}"
+        if wname in seen:
+            raise ctx.fail(
+                f"{where} name", f"duplicate workload name (also workload #{seen[wname] + 1})"
+            )
+        seen[wname] = i
+        if "demand_rps" not in item:
+            raise ctx.fail(f"{where} demand_rps", "missing")
+        demand = ctx.number(f"{where} demand_rps", item["demand_rps"], lo=0.0, lo_open=True)
+        critical = ctx.boolean(f"{where} critical", item.get("critical", False))
+        floor = ctx.number(f"{where} floor", item.get("floor", 1.0), lo=0.0, hi=1.0)
+        if "slo" not in item:
+            raise ctx.fail(f"{where} slo", "missing")
+        slo_raw = ctx.table(f"{where} slo", item["slo"])
+        ctx.check_keys(f"{where} slo", slo_raw, _SLO_KEYS)
+        if "success_min" not in slo_raw:
+            raise ctx.fail(f"{where} slo.success_min", "missing")
+        slo = SLO(
+            success_min=ctx.number(f"{where} slo.success_min", slo_raw["success_min"], lo=0.0, hi=1.0),
+            ttft_p99_s=(
+                ctx.number(f"{where} slo.ttft_p99_s", slo_raw["ttft_p99_s"], lo=0.0, lo_open=True)
+                if "ttft_p99_s" in slo_raw
+                else None
+            ),
+            completion_p99_s=(
+                ctx.number(
+                    f"{where} slo.completion_p99_s", slo_raw["completion_p99_s"], lo=0.0, lo_open=True
+                )
+                if "completion_p99_s" in slo_raw
+                else None
+            ),
+        )
+        workloads.append(Workload(wname, demand, slo, critical, floor))
+
+    return Campaign(
+        name=name,
+        path=path.resolve(),
+        gpus=gpus,
+        family=family,
+        measurement=measurement,
+        workloads=tuple(workloads),
+        epsilon=epsilon,
+        credible_level=credible_level,
+        max_rounds=max_rounds,
+        inference=inference,
+        repeatability=repeatability,
+    )
+
+
+def _missing(ctx: _Ctx, where: str) -> Any:
+    raise ctx.fail(where, "missing section")
