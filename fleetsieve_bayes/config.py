@@ -191,13 +191,13 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     ctx.check_keys("top level", raw, _TOP_KEYS)
     name = ctx.string("name", raw.get("name", path.stem))
 
-    fleet = ctx.table("[fleet]", raw.get("fleet", None) if "fleet" in raw else _missing(ctx, "[fleet]"))
+    fleet = ctx.table("[fleet]", _section(ctx, raw, "fleet"))
     ctx.check_keys("[fleet]", fleet, _FLEET_KEYS)
     if "gpus" not in fleet:
         raise ctx.fail("[fleet] gpus", "missing")
     gpus = ctx.integer("[fleet] gpus", fleet["gpus"], lo=1)
 
-    model = ctx.table("[model]", raw.get("model", None) if "model" in raw else _missing(ctx, "[model]"))
+    model = ctx.table("[model]", _section(ctx, raw, "model"))
     ctx.check_keys("[model]", model, _MODEL_KEYS)
     if "family" not in model:
         raise ctx.fail("[model] family", "missing")
@@ -205,9 +205,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     inference = ctx.string("[model] inference", model.get("inference", "default"))
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
 
-    meas = ctx.table(
-        "[measurement]", raw.get("measurement") if "measurement" in raw else _missing(ctx, "[measurement]")
-    )
+    meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
     if "backend" not in meas:
         raise ctx.fail("[measurement] backend", "missing")
     backend = ctx.string("[measurement] backend", meas["backend"])
@@ -303,5 +301,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     )
 
 
-def _missing(ctx: _Ctx, where: str) -> Any:
-    raise ctx.fail(where, "missing section")
+def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:
+    """A required top-level section, or an error naming it."""
+    if name not in raw:
+        raise ctx.fail(f"[{name}]", "missing section")
+    return raw[name]
