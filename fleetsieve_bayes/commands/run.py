@@ -1,0 +1,59 @@
+"""``fleetsieve-bayes run CAMPAIGN.toml --out DIR [--strategy NAME] [--seed N] [--quiet]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fleetsieve_bayes.config import load_campaign
+
+STRATEGIES = (
+    "fleetsieve",
+    "random",
+    "grid",
+    "max-uncertainty",
+    "shared-uncertainty",
+    "targeted",
+    "voi",
+    "constrained-bo",
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run or resume a profiling campaign",
+        description="Run (or resume) a campaign and write DIR/result.json. Exit 0 for every "
+        "completed campaign, whatever its certificate.",
+    )
+    p.add_argument("campaign", type=Path, help="campaign TOML file")
+    p.add_argument("--out", type=Path, required=True, help="campaign directory (created; resumed if it exists)")
+    p.add_argument("--strategy", default="fleetsieve", choices=STRATEGIES, help="acquisition strategy")
+    p.add_argument("--seed", type=int, default=0, help="seed for every round's randomness")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print result.json to stdout at the end")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from fleetsieve_bayes.campaign import run_campaign
+    from fleetsieve_bayes.progress import make_progress
+
+    campaign = load_campaign(args.campaign)
+    quiet = args.quiet or args.json
+    with make_progress(quiet=quiet, stream=sys.stderr) as on_event:
+        outcome = run_campaign(campaign, args.out, strategy=args.strategy, seed=args.seed, on_event=on_event)
+    if args.json:
+        print(json.dumps(outcome.result, indent=2))
+    elif not args.quiet:
+        r = outcome.result
+        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds, {len(r['measured'])} cells measured")
+        for name, a in (r["allocation"] or {}).items():
+            if a["replicas"]:
+                print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
+            else:
+                print(f"  {name}: no replicas")
+        print(f"result: {Path(args.out) / 'result.json'}")
+    return 0
