@@ -1,0 +1,359 @@
+"""Exact lexicographic fleet allocation in JAX, batched over tables.
+
+The same problem as :mod:`fleetsieve_bayes.allocation_milp` (DESIGN.md, "The
+allocation problem (exact)"), solved by a fixed-shape combinatorial algorithm
+so that the acquisition kernel and the certificate can call it inside their own
+``jit``/``vmap`` on thousands of tables at once.
+
+Algorithm (all shapes fixed by the grid, the number of classes K and the GPU
+budget G; W = G + 1 budget levels ``w = 0..G``):
+
+* For class i given w GPUs, its best served rate is
+  ``cap_i[w] = max_q floor(w / tp_q) · c_q`` over its admissible cells q, and
+  its fulfillment ``r_i[w] = min(1, cap_i[w] / λ_i)``; both are nondecreasing
+  in w. Only the best capacity per (class, TP) matters, so cells are first
+  reduced by a segment max over (class, TP level) groups.
+* Stages 1–2: the optimal min-fulfillment t* is one of the values
+  ``r_i[w]``. For a threshold s the fewest GPUs class i needs is
+  ``need_i(s) = min{w : r_i[w] ≥ s − tol}`` (a searchsorted on the monotone
+  ``r_i``). t is feasible iff ``Σ_i need_i(max(t, L_i)) ≤ G`` with
+  ``L_i = δ_i`` for critical classes and 0 otherwise; the critical floors
+  are feasible iff t = 0 is. t* is the largest feasible candidate.
+* Stage 3: a (max, +) knapsack over classes, value ``min(λ_i, cap_i[w])``
+  allowed only where ``r_i[w] ≥ max(t*, L_i) − tol``; ``F[b]`` is the best
+  goodput with at most b GPUs, O(K·W²).
+* Stage 4: the smallest budget b with ``F[b] ≥ F[G] − tol·Σλ``; the
+  backtrack (``lax.scan``) recovers each class's GPUs ``w_i`` (smallest w
+  among exact ties).
+* Cell choice (shared with the MILP): for class i with ``w_i`` GPUs, the
+  lowest-index admissible cell whose served rate
+  ``min(λ_i, floor(w_i/tp_q)·c_q)`` is within ``tol·λ_i`` of the best; its
+  replicas are ``floor(w_i / tp_q)``.
+
+Tolerance: ``tol`` (default 1e-6, the MILP's) is absolute on fulfillment
+(a number in [0, 1]) and ``tol · Σ_i λ_i`` on goodput (req/s). Computation is
+in the values' dtype promoted to at least float32 (float32 by default, i.e. a
+relative rounding error ~1e-7 per operation, below ``tol``); results agree with
+the float64 MILP unless two genuinely different allocations differ by less
+than about ``tol`` in some stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fleetsieve_bayes.problem import ADMISSIBILITY_TOL, Allocation, AllocationProblem, CellGrid
+
+__all__ = [
+    "DEFAULT_TOL",
+    "JaxAllocation",
+    "JaxAllocator",
+    "JaxProblem",
+    "jax_problem",
+    "solve_jax_problem",
+    "make_jax_allocator",
+    "allocate_jax",
+]
+
+DEFAULT_TOL = 1e-6
+
+
+class JaxAllocation(NamedTuple):
+    """Result of the JAX allocator; every field has the leading batch shape ``(...)``.
+
+    Infeasible entries have ``cell == -1``, ``replicas == 0`` and zero
+    objectives. A feasible class that gets nothing also has ``cell == -1``.
+    """
+
+    feasible: jax.Array  # bool (...)
+    min_fulfillment: jax.Array  # float (...), min over all classes of served/demand
+    goodput: jax.Array  # float (...), Σ served, req/s
+    gpus_used: jax.Array  # int32 (...)
+    cell: jax.Array  # int32 (..., n_classes), grid cell index or -1
+    replicas: jax.Array  # int32 (..., n_classes)
+
+
+class JaxProblem(NamedTuple):
+    """The problem as (possibly padded) arrays; a pytree, so it can be traced.
+
+    Shapes: C cells, K classes, T TP levels. Padding cells have
+    ``cell_valid == False``; padding classes have ``class_valid == False``
+    (they count as fulfilled and serve nothing).
+    """
+
+    cell_class: jax.Array  # int32 (C,), class of each cell
+    cell_tp: jax.Array  # int32 (C,), TP of each cell (>= 1)
+    cell_group: jax.Array  # int32 (C,), class * T + index of its TP in tp_levels
+    cell_valid: jax.Array  # bool (C,)
+    tp_levels: jax.Array  # int32 (T,), distinct TPs (>= 1; padding repeats one)
+    demand: jax.Array  # float (K,), > 0 (1.0 for padding classes)
+    floor_req: jax.Array  # float (K,), δ_i where critical else 0
+    success_min: jax.Array  # float (K,)
+    ttft_max: jax.Array  # float (K,), +inf where unchecked
+    completion_max: jax.Array  # float (K,), +inf where unchecked
+    class_valid: jax.Array  # bool (K,)
+    gpus: jax.Array  # int32 (), budget G <= max_gpus
+
+
+class JaxAllocator(NamedTuple):
+    """A compiled-on-first-use allocator for one (grid, problem).
+
+    ``solve(values)`` maps ``values (..., n_cells, 4)`` (METRICS order) to a
+    :class:`JaxAllocation` with batch shape ``(...)``. It is ``jax.jit``-ed and
+    pure, so it can also be called inside another ``jit``/``vmap``.
+    """
+
+    solve: Callable[[jax.Array], JaxAllocation]
+    spec: JaxProblem
+    max_gpus: int
+    tol: float
+
+
+def jax_problem(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    *,
+    n_cells: int | None = None,
+    n_classes: int | None = None,
+    tp_levels: tuple[int, ...] | None = None,
+) -> JaxProblem:
+    """Arrays of ``(grid, problem)``, optionally padded to ``n_cells``/``n_classes``.
+
+    Padding lets instances of different sizes share one compiled function
+    (the shapes, not the values, decide compilation). ``tp_levels`` must
+    contain every TP of the grid (default: the grid's distinct TPs).
+    """
+    c, k = grid.n_cells, grid.n_classes
+    n_cells = c if n_cells is None else n_cells
+    n_classes = k if n_classes is None else n_classes
+    if n_cells < c or n_classes < k:
+        raise ValueError("padding sizes must be at least the problem's sizes")
+    levels = tuple(sorted({int(t) for t in grid.tp})) if tp_levels is None else tuple(tp_levels)
+    level_of = {t: j for j, t in enumerate(levels)}
+    n_t = len(levels)
+    cell_class = np.zeros(n_cells, np.int32)
+    cell_class[:c] = grid.workload_idx
+    cell_tp = np.full(n_cells, levels[0], np.int32)
+    cell_tp[:c] = grid.tp
+    cell_group = np.zeros(n_cells, np.int32)
+    cell_group[:c] = [
+        int(w) * n_t + level_of[int(t)] for w, t in zip(grid.workload_idx, grid.tp, strict=True)
+    ]
+    cell_valid = np.arange(n_cells) < c
+
+    def pad(a: np.ndarray, fill: float) -> np.ndarray:
+        out = np.full(n_classes, fill, np.float64)
+        out[:k] = a
+        return out
+
+    floor_req = np.where(problem.critical, problem.floor, 0.0)
+    return JaxProblem(
+        cell_class=jnp.asarray(cell_class),
+        cell_tp=jnp.asarray(cell_tp),
+        cell_group=jnp.asarray(cell_group),
+        cell_valid=jnp.asarray(cell_valid),
+        tp_levels=jnp.asarray(np.array(levels, np.int32)),
+        demand=jnp.asarray(pad(problem.demand, 1.0), jnp.float32),
+        floor_req=jnp.asarray(pad(floor_req, 0.0), jnp.float32),
+        success_min=jnp.asarray(pad(problem.success_min, 0.0), jnp.float32),
+        ttft_max=jnp.asarray(pad(problem.ttft_max, np.inf), jnp.float32),
+        completion_max=jnp.asarray(pad(problem.completion_max, np.inf), jnp.float32),
+        class_valid=jnp.asarray(np.arange(n_classes) < k),
+        gpus=jnp.asarray(problem.gpus, jnp.int32),
+    )
+
+
+def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -> JaxAllocation:
+    """One table: ``values (C, 4)`` → scalar/``(K,)`` :class:`JaxAllocation`."""
+    dt = jnp.result_type(values.dtype, jnp.float32)
+    values = values.astype(dt)
+    thr, ttft, comp, succ = values[:, 0], values[:, 1], values[:, 2], values[:, 3]
+    n_c = values.shape[0]
+    n_k = spec.demand.shape[0]
+    n_t = spec.tp_levels.shape[0]
+    kq = spec.cell_class
+    atol = ADMISSIBILITY_TOL
+    adm = (
+        spec.cell_valid
+        & (succ >= spec.success_min.astype(dt)[kq] - atol)
+        & (ttft <= spec.ttft_max.astype(dt)[kq] + atol)
+        & (comp <= spec.completion_max.astype(dt)[kq] + atol)
+        & (thr > 0)
+    )
+    lam = spec.demand.astype(dt)
+    valid_k = spec.class_valid
+
+    # Best capacity per (class, TP level): the only cells that can matter.
+    best_c = jax.ops.segment_max(jnp.where(adm, thr, 0.0), spec.cell_group, num_segments=n_k * n_t)
+    best_c = jnp.maximum(best_c, 0.0).reshape(n_k, n_t)  # empty segments are -inf
+    w = jnp.arange(max_gpus + 1, dtype=jnp.int32)
+    reps = (w[None, :] // spec.tp_levels[:, None]).astype(dt)  # (T, W)
+    cap = jnp.max(reps[None, :, :] * best_c[:, :, None], axis=1)  # (K, W)
+    served = jnp.where(valid_k[:, None], jnp.minimum(lam[:, None], cap), 0.0)  # (K, W)
+    r = jnp.where(valid_k[:, None], served / lam[:, None], 1.0)  # (K, W), nondecreasing in w
+
+    # Stages 1–2: largest feasible candidate threshold.
+    lo = jnp.where(valid_k, spec.floor_req.astype(dt), 0.0)  # (K,)
+    big = jnp.int32(max_gpus + 1)
+
+    def total_need(t: jax.Array) -> jax.Array:
+        s = jnp.maximum(t, lo) - tol  # (K,)
+        need = jax.vmap(lambda rk, sk: jnp.searchsorted(rk, sk, side="left"))(r, s)
+        return jnp.sum(jnp.minimum(need.astype(jnp.int32), big))
+
+    cand = jnp.concatenate([jnp.zeros((1,), dt), r.reshape(-1)])
+    cand_ok = jax.vmap(total_need)(cand) <= spec.gpus
+    feasible = jnp.any(cand_ok)
+    t_star = jnp.max(jnp.where(cand_ok, cand, -jnp.inf))
+
+    # Stage 3: (max, +) knapsack; F[b] = best goodput with at most b GPUs.
+    allowed = r >= (jnp.maximum(t_star, lo) - tol)[:, None]
+    val = jnp.where(allowed, served, -jnp.inf)  # (K, W)
+    diff = w[:, None] - w[None, :]  # (W, W): b - w
+    fits = diff >= 0
+    diff = jnp.maximum(diff, 0)
+
+    def dp_step(f_prev: jax.Array, v_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        m = jnp.where(fits, f_prev[diff] + v_k[None, :], -jnp.inf)  # (W budgets, W choices)
+        return jnp.max(m, axis=1), jnp.argmax(m, axis=1).astype(jnp.int32)
+
+    f_final, choice = jax.lax.scan(dp_step, jnp.zeros(max_gpus + 1, dt), val)  # (W,), (K, W)
+    g_star = f_final[jnp.clip(spec.gpus, 0, max_gpus)]
+    tol_g = tol * jnp.sum(jnp.where(valid_k, lam, 0.0))
+    # Stage 4: fewest GPUs that keep goodput within tolerance of the optimum.
+    good = (f_final >= g_star - tol_g) & (w <= spec.gpus)
+    b_star = jnp.argmax(good).astype(jnp.int32)
+
+    def back(b: jax.Array, choice_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        wk = choice_k[b]
+        return b - wk, wk
+
+    _, w_k = jax.lax.scan(back, b_star, choice, reverse=True)  # (K,)
+
+    cell, n_rep = _choose_cells(adm, thr, spec, lam, w_k, tol, n_c, n_k)
+    thr_cell = jnp.where(cell >= 0, thr[jnp.maximum(cell, 0)], 0.0)
+    tp_cell = jnp.where(cell >= 0, spec.cell_tp[jnp.maximum(cell, 0)], 0)
+    served_k = jnp.where(valid_k, jnp.minimum(lam, n_rep.astype(dt) * thr_cell), 0.0)
+    min_f = jnp.min(jnp.where(valid_k, served_k / lam, jnp.inf))
+    zero = jnp.zeros((), dt)
+    return JaxAllocation(
+        feasible=feasible,
+        min_fulfillment=jnp.where(feasible, min_f, zero),
+        goodput=jnp.where(feasible, jnp.sum(served_k), zero),
+        gpus_used=jnp.where(feasible, jnp.sum(n_rep * tp_cell), 0).astype(jnp.int32),
+        cell=jnp.where(feasible, cell, -1),
+        replicas=jnp.where(feasible, n_rep, 0),
+    )
+
+
+def _choose_cells(
+    adm: jax.Array,
+    thr: jax.Array,
+    spec: JaxProblem,
+    lam: jax.Array,
+    w_k: jax.Array,
+    tol: float,
+    n_c: int,
+    n_k: int,
+) -> tuple[jax.Array, jax.Array]:
+    """Canonical cell per class given its GPUs ``w_k (K,)``: lowest index within tol of the best.
+
+    Returns ``cell (K,)`` (-1 for none) and ``replicas (K,)``, int32.
+    """
+    kq = spec.cell_class
+    n_q = w_k[kq] // spec.cell_tp  # (C,)
+    s_q = jnp.where(adm, jnp.minimum(lam[kq], n_q.astype(thr.dtype) * thr), -jnp.inf)
+    best = jax.ops.segment_max(s_q, kq, num_segments=n_k)  # (K,)
+    ok = adm & (n_q > 0) & (s_q >= best[kq] - tol * lam[kq])
+    idx = jnp.where(ok, jnp.arange(n_c, dtype=jnp.int32), jnp.int32(n_c))
+    cell = jax.ops.segment_min(idx, kq, num_segments=n_k)
+    cell = jnp.where((cell >= n_c) | ~spec.class_valid, -1, cell).astype(jnp.int32)
+    n_rep = jnp.where(cell >= 0, w_k // spec.cell_tp[jnp.maximum(cell, 0)], 0).astype(jnp.int32)
+    return cell, n_rep
+
+
+def solve_jax_problem(
+    spec: JaxProblem, values: jax.Array, *, max_gpus: int, tol: float = DEFAULT_TOL
+) -> JaxAllocation:
+    """Solve every table of ``values (..., C, 4)`` for the (possibly padded) ``spec``.
+
+    Pure and traceable; ``max_gpus`` (static) must be ≥ ``spec.gpus``. Returns
+    a :class:`JaxAllocation` with batch shape ``(...)``.
+    """
+    batch = values.shape[:-2]
+    flat = values.reshape((-1,) + values.shape[-2:])
+    out = jax.vmap(lambda v: _solve_one(spec, v, max_gpus, tol))(flat)
+    return JaxAllocation(*(x.reshape(batch + x.shape[1:]) for x in out))
+
+
+def make_jax_allocator(
+    grid: CellGrid, problem: AllocationProblem, *, tol: float = DEFAULT_TOL
+) -> JaxAllocator:
+    """A jitted batched allocator for one (grid, problem).
+
+    ``solve(values)``: ``values (..., n_cells, 4)`` in METRICS order →
+    :class:`JaxAllocation` with batch shape ``(...)``, ``cell``/``replicas`` of
+    shape ``(..., n_classes)``. Compiles once per batch shape.
+    """
+    spec = jax_problem(grid, problem)
+    max_gpus = int(problem.gpus)
+
+    @jax.jit
+    def solve(values: jax.Array) -> JaxAllocation:
+        return solve_jax_problem(spec, values, max_gpus=max_gpus, tol=tol)
+
+    return JaxAllocator(solve=solve, spec=spec, max_gpus=max_gpus, tol=tol)
+
+
+def allocate_jax(
+    grid: CellGrid, values: np.ndarray, problem: AllocationProblem, *, tol: float = DEFAULT_TOL
+) -> Allocation:
+    """Solve one table ``values (n_cells, 4)`` with the JAX allocator; numpy in, :class:`Allocation` out.
+
+    Objectives are recomputed in float64 from the chosen cells and replicas.
+    """
+    out = make_jax_allocator(grid, problem, tol=tol).solve(jnp.asarray(values))
+    return allocation_from_choice(
+        grid,
+        np.asarray(values, np.float64),
+        problem,
+        np.asarray(out.cell),
+        np.asarray(out.replicas),
+        feasible=bool(out.feasible),
+    )
+
+
+def allocation_from_choice(
+    grid: CellGrid,
+    values: np.ndarray,
+    problem: AllocationProblem,
+    cell: np.ndarray,
+    replicas: np.ndarray,
+    *,
+    feasible: bool,
+) -> Allocation:
+    """An :class:`Allocation` from ``cell (K,)`` and ``replicas (K,)``, objectives in float64."""
+    k = grid.n_classes
+    if not feasible:
+        return Allocation(
+            "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0
+        )
+    cell = np.asarray(cell, np.int64)
+    replicas = np.where(cell >= 0, np.asarray(replicas, np.int64), 0)
+    thr = np.where(cell >= 0, values[np.maximum(cell, 0), 0], 0.0)
+    served = np.minimum(problem.demand, replicas * thr)
+    gpus = int(np.sum(np.where(cell >= 0, replicas * grid.tp[np.maximum(cell, 0)], 0)))
+    return Allocation(
+        status="feasible",
+        cell=np.where(replicas > 0, cell, -1),
+        replicas=replicas,
+        served=served,
+        min_fulfillment=float(np.min(served / problem.demand)),
+        goodput_rps=float(np.sum(served)),
+        gpus_used=gpus,
+    )
