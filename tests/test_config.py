@@ -1,0 +1,97 @@
+"""Campaign validation: every bad input is one line naming the file and the field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleetsieve_bayes.config import load_campaign
+from fleetsieve_bayes.errors import InputError
+
+GOOD = """
+name = "t"
+[fleet]
+gpus = 16
+[model]
+family = "dense-31b-fp8-h100"
+[measurement]
+backend = "replay"
+table = "grid.csv"
+[stopping]
+epsilon = 0.05
+credible_level = 0.9
+[[workloads]]
+name = "chat"
+demand_rps = 12.0
+slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
+[[workloads]]
+name = "code"
+demand_rps = 16.0
+critical = true
+floor = 0.5
+slo = { success_min = 0.99, ttft_p99_s = 5.0 }
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "grid.csv").write_text("workload,tp\n")
+    p = tmp_path / "c.toml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_good_campaign_parses(tmp_path: Path) -> None:
+    c = load_campaign(write(tmp_path, GOOD))
+    assert c.gpus == 16 and c.family == "dense-31b-fp8-h100"
+    assert c.workload_names == ("chat", "code")
+    assert c.workloads[0].slo.completion_p99_s == 30.0
+    assert c.workloads[1].slo.completion_p99_s is None
+    assert c.workloads[1].critical and c.workloads[1].floor == 0.5
+    assert c.measurement.table == (tmp_path / "grid.csv").resolve()
+    assert c.scaled(1.3).workloads[0].demand_rps == pytest.approx(15.6)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("gpus = 16", "gpu = 16", "[fleet]: unknown key 'gpu' (did you mean 'gpus'?)"),
+        ("gpus = 16", 'gpus = "16"', "[fleet] gpus: expected an integer"),
+        ("demand_rps = 12.0", "demand_rps = -1.0", "[[workloads]] 'chat' demand_rps: must be > 0"),
+        ("floor = 0.5", "floor = 1.5", "[[workloads]] 'code' floor: must be <= 1"),
+        ('table = "grid.csv"', 'table = "nope.csv"', "[measurement] table: file not found"),
+        ('name = "code"', 'name = "chat"', "[[workloads]] 'chat' name: duplicate workload name"),
+        ("epsilon = 0.05", "epsilon = 2", "[stopping] epsilon: must be <= 1"),
+        ("credible_level = 0.9", "credible_level = 1.0", "[stopping] credible_level: must be < 1"),
+        ("success_min = 0.99, ttft_p99_s = 2.0", "success_min = 0.99, ttft_p99 = 2.0", "unknown key 'ttft_p99'"),
+        ("critical = true", 'critical = "yes"', "critical: expected true or false"),
+        ('backend = "replay"', 'backend = "rep"', None),
+    ],
+)
+def test_bad_campaign_names_file_and_field(tmp_path: Path, old: str, new: str, message: str | None) -> None:
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    if message is None:  # unknown backend is caught when the backend is made
+        from fleetsieve_bayes.backends import make_backend
+
+        with pytest.raises(InputError, match="unknown backend 'rep'"):
+            make_backend(load_campaign(path), tmp_path)
+        return
+    with pytest.raises(InputError) as err:
+        load_campaign(path)
+    text = str(err.value)
+    assert str(path) in text
+    assert message in text
+    assert "\n" not in text
+
+
+def test_missing_sections_and_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="campaign file not found"):
+        load_campaign(tmp_path / "absent.toml")
+    with pytest.raises(InputError, match=r"\[fleet\]: missing section"):
+        load_campaign(write(tmp_path, GOOD.replace("[fleet]\ngpus = 16\n", "")))
+    with pytest.raises(InputError, match="not valid TOML"):
+        load_campaign(write(tmp_path, "name = = 1"))
+    with pytest.raises(InputError, match="workloads"):
+        load_campaign(write(tmp_path, GOOD.split("[[workloads]]")[0]))

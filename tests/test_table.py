@@ -1,0 +1,91 @@
+"""Measurement tables: validation names the row, CSV and Parquet round-trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.table import COLUMNS, gpu_seconds, read_table, write_table
+
+HEADER = ",".join(COLUMNS)
+ROW = "chat,4,C96,6.6,6.596,0.93,15.98,0.992,300"
+
+
+def test_shipped_grid_reads(shared_grid: Path) -> None:
+    df = read_table(shared_grid)
+    assert len(df) == 22
+    assert df["tp"].dtype == np.int64
+    assert df["calibration"].sum() == 4  # the code TP2 calibration cells
+    assert gpu_seconds(df) == 30600.0
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (ROW.replace("6.596", "abc"), "line 3, column 'throughput_rps': not a number"),
+        (ROW.replace("6.596", "nan"), "line 3, column 'throughput_rps': value is NaN"),
+        (ROW.replace("6.596", "-1"), "line 3, column 'throughput_rps': negative value"),
+        (ROW.replace("0.992", "1.2"), "line 3, column 'success_rate': success rate 1.2 outside [0, 1]"),
+        (ROW.replace(",4,", ",2.5,"), "line 3, column 'tp': tensor-parallel degree must be a positive integer"),
+        (ROW, "line 3: duplicate cell (workload=chat, tp=4, load=C96), first at line 2"),
+    ],
+)
+def test_bad_rows_are_named(tmp_path: Path, row: str, message: str) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(f"{HEADER}\n{ROW}\n{row}\n")
+    with pytest.raises(InputError) as err:
+        read_table(p)
+    assert str(p) in str(err.value) and message in str(err.value)
+
+
+def test_missing_column_and_file(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("workload,tp,load\nchat,4,C96\n")
+    with pytest.raises(InputError, match="missing column.*offered_rps"):
+        read_table(p)
+    with pytest.raises(InputError, match="not found"):
+        read_table(tmp_path / "none.csv")
+
+
+def test_infinite_tail_allowed_for_failed_cells(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(f"{HEADER},failure\nchat,8,C96,6.6,0,inf,inf,0,300,startup-oom\n")
+    df = read_table(p)
+    assert np.isinf(df["ttft_p99_s"][0]) and df["failure"][0] == "startup-oom"
+
+
+finite = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["chat", "code", "rank"]),
+            st.sampled_from([1, 2, 4, 8]),
+            st.sampled_from(["C8", "C16", "C32"]),
+            finite,
+            finite,
+            finite,
+            finite,
+            st.floats(0, 1),
+            st.floats(1, 600),
+        ),
+        min_size=1,
+        max_size=12,
+        unique_by=lambda r: r[:3],
+    ),
+    suffix=st.sampled_from([".csv", ".parquet"]),
+)
+def test_round_trip(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple], suffix: str) -> None:
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    path = tmp_path_factory.mktemp("rt") / f"t{suffix}"
+    write_table(df, path)
+    back = read_table(path)
+    pd.testing.assert_frame_equal(back[list(COLUMNS)], df.astype({"tp": np.int64}), check_dtype=False)
