@@ -99,8 +99,10 @@ _MODEL_KEYS = {"family", "inference", "repeatability"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
-# Keys of the replay backend; other backends validate their own.
-_REPLAY_KEYS = {"table"}
+# Keys of the replay backend (``delay_s``: wall seconds each replayed
+# measurement takes, to watch progress or rehearse interruptions); other
+# backends validate their own.
+_REPLAY_KEYS = {"table", "delay_s"}
 
 
 class _Ctx:
@@ -220,6 +222,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         assert table is not None
         if not table.is_file():
             raise ctx.fail("[measurement] table", f"file not found: {table}")
+        if "delay_s" in options:
+            ctx.number("[measurement] delay_s", options["delay_s"], lo=0.0)
 
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)

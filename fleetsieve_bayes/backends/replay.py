@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fleetsieve_bayes.backends import Backend
@@ -21,7 +22,11 @@ def make_replay_backend(campaign: Campaign) -> Backend:
         for r in df.to_dict(orient="records")
     }
 
+    delay_s = float(campaign.measurement.options.get("delay_s", 0.0))
+
     def measure(cell: int) -> dict[str, Any]:
+        if delay_s:
+            time.sleep(delay_s)
         return dict(rows[grid.key(cell)])
 
     return Backend(
