@@ -1,0 +1,105 @@
+"""``fleetsieve-bayes measure``: one cell against an already running server.
+
+Replays a trace open-loop (``--scale`` multiplies its arrival rate) for
+``--warmup`` + ``--duration`` seconds against an OpenAI-compatible endpoint
+and prints one measurement-table row (``--json``: as a JSON object). The
+measurement window is ``--duration`` seconds after the warm-up; the row's
+``duration_s`` is warm-up + window, the wall time the cell holds its GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync, summarize, write_records
+from fleetsieve_bayes.backends.server import probe
+from fleetsieve_bayes.backends.traces import read_trace, schedule
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.table import COLUMNS
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("measure", help="measure one cell against a running OpenAI-compatible server",
+                              description=__doc__)
+    p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="served model name (the request's `model` field)")
+    p.add_argument("--trace", required=True, type=Path, help="Azure or BurstGPT trace CSV")
+    p.add_argument("--trace-format", default="auto", choices=("auto", "azure", "burstgpt"))
+    p.add_argument("--scale", required=True, type=float, help="arrival-rate multiplier")
+    p.add_argument("--duration", required=True, type=float, help="measurement window (s) after the warm-up")
+    p.add_argument("--warmup", required=True, type=float, help="warm-up (s); its arrivals are excluded")
+    p.add_argument("--request-timeout", type=float, default=300.0, help="per-request timeout (s); counts as failure")
+    p.add_argument("--workload", default=None, help="workload label of the row (default: trace file stem)")
+    p.add_argument("--tp", type=int, default=1, help="TP label of the row")
+    p.add_argument("--load", default=None, help="load label of the row (default: x<scale>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-input-tokens", type=int, default=None)
+    p.add_argument("--max-output-tokens", type=int, default=None)
+    p.add_argument("--records", type=Path, default=None, help="write per-request records here (Parquet, new file)")
+    p.add_argument("--json", action="store_true", help="print the row as one JSON object")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("scale", "duration"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise InputError(f"--{name}: must be a positive number, got {v!r}")
+    if not (math.isfinite(args.warmup) and args.warmup >= 0):
+        raise InputError(f"--warmup: must be >= 0, got {args.warmup!r}")
+    if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
+        raise InputError(f"--request-timeout: must be a positive number, got {args.request_timeout!r}")
+    if args.tp < 1:
+        raise InputError(f"--tp: must be a positive integer, got {args.tp}")
+    if args.records is not None and args.records.exists():
+        raise InputError(f"--records {args.records}: file exists; raw records are never overwritten")
+    if not args.endpoint.startswith(("http://", "https://")):
+        raise InputError(f"--endpoint {args.endpoint!r}: expected an http:// or https:// URL")
+
+
+def health_ok(endpoint: str) -> bool:
+    """True if ``/health`` answers 200, or — for servers without it — ``/v1/models`` does."""
+    base = endpoint.rstrip("/")
+    base = base[: -len("/v1")] if base.endswith("/v1") else base
+    status = probe(base + "/health", timeout_s=5.0)
+    if status == 200:
+        return True
+    if status == 404:
+        return probe(base + "/v1/models", timeout_s=5.0) == 200
+    return False
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    trace = read_trace(args.trace, args.trace_format)
+    if not health_ok(args.endpoint):
+        raise InputError(f"--endpoint {args.endpoint}: server is not healthy (GET /health did not answer 200)")
+    horizon = args.warmup + args.duration
+    plan = schedule(trace, args.scale, horizon, max_input_tokens=args.max_input_tokens,
+                    max_output_tokens=args.max_output_tokens)
+    spec = LoadSpec(endpoint=args.endpoint, model=args.model, warmup_s=args.warmup,
+                    duration_s=args.duration, request_timeout_s=args.request_timeout, seed=args.seed)
+    records = run_cell_sync(spec, plan)
+    if args.records is not None:
+        write_records(records, args.records)
+    stats = summarize(records, args.warmup, args.duration)
+    row: dict[str, Any] = {
+        "workload": args.workload or args.trace.stem,
+        "tp": args.tp,
+        "load": args.load or f"x{args.scale:g}",
+        **{k: stats[k] for k in COLUMNS if k in stats},
+        "duration_s": horizon,
+        "seed": args.seed,
+        "failure": "",
+    }
+    row = {k: row[k] for k in (*COLUMNS, "seed", "failure")}
+    if args.json:
+        # inf tails (no request succeeded) are written as the JSON extension `Infinity`.
+        print(json.dumps(row))
+    else:
+        print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    return 0

@@ -1,0 +1,204 @@
+"""A fake OpenAI-compatible completions server that behaves like a serving engine under load.
+
+Run it as ``python -m fleetsieve_bayes.testing.fake_server --port P --slots N
+--token-delay S``. It serves ``GET /health`` (503 until ready, then 200),
+``GET /v1/models`` and ``POST /v1/completions`` (streaming SSE or not).
+
+Timing model (what tests compare measurements with): the engine has
+``slots`` sequence slots (``--max-num-seqs``); a request waits FIFO for a
+slot, then its k-th output token (k = 1..max_tokens) is emitted at
+``start + prefill + k × step`` where ``start`` is when it got its slot,
+``prefill = prefill_delay_per_token × prompt length`` and ``step`` the
+per-token delay. The step does not depend on how many slots are busy
+(continuous batching with a fixed step time), so at a prompt/output mix with
+mean service time ``S = prefill + L × step`` the capacity is ``slots / S``
+req/s, and beyond it a queue builds up and TTFT/completion tails grow.
+
+``--tp T`` makes tensor parallelism matter: the step is divided by
+``T ** tp_speedup`` and, with ``--tp-slots``, the slots are multiplied by T.
+
+Failure switches mimic vLLM's failure modes: ``--die-at-start`` (exit 1
+before serving), ``--oom-at-start`` (print a CUDA out-of-memory traceback,
+exit 1), ``--never-healthy`` (``/health`` stays 503), ``--die-after N`` (the
+process exits abruptly when request N+1 arrives, mid-stream for the
+in-flight ones), ``--spawn-worker`` (a child process in the same process
+group, like vLLM's workers), ``--ignore-sigterm`` (only SIGKILL stops it).
+It binds 127.0.0.1 by default and never talks to anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+OOM_MESSAGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free."
+)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_server", description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", default="fake-model", help="served model name (requests must match)")
+    p.add_argument("--slots", type=int, default=8, help="engine sequence slots (max concurrent sequences)")
+    p.add_argument("--token-delay", type=float, default=0.01, help="seconds per output token (decode step)")
+    p.add_argument("--prefill-delay-per-token", type=float, default=0.0, help="seconds per prompt token")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (see --tp-speedup, --tp-slots)")
+    p.add_argument("--tp-speedup", type=float, default=0.0, help="step is divided by tp ** this")
+    p.add_argument("--tp-slots", action="store_true", help="multiply the slots by tp (more KV cache)")
+    p.add_argument("--max-model-len", type=int, default=0, help="reject prompt+max_tokens above this (0: no limit)")
+    p.add_argument("--startup-delay", type=float, default=0.0, help="seconds of /health 503 before ready")
+    p.add_argument("--die-at-start", action="store_true")
+    p.add_argument("--oom-at-start", action="store_true")
+    p.add_argument("--never-healthy", action="store_true")
+    p.add_argument("--die-after", type=int, default=0, help="exit abruptly when request N+1 arrives (0: never)")
+    p.add_argument("--spawn-worker", action="store_true", help="start a child process in the same group")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    args, _unknown = p.parse_known_args(argv)  # tolerate vLLM-style extra args
+    return args
+
+
+class _State:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ready_at = time.monotonic() + args.startup_delay
+        self.step = args.token_delay / (args.tp ** args.tp_speedup)
+        self.n_slots = args.slots * (args.tp if args.tp_slots else 1)
+        self.slots = asyncio.Semaphore(self.n_slots)
+        self.received = 0
+        self.completed = 0
+        self.running = 0
+
+
+def _error(status: int, message: str) -> web.Response:
+    body = {"object": "error", "message": message, "type": "BadRequestError", "code": status}
+    return web.json_response(body, status=status)
+
+
+async def _sleep_until(t: float) -> None:
+    # Deadline-based sleeps, so per-token overheads do not accumulate.
+    delay = t - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def make_app(args: argparse.Namespace) -> web.Application:
+    state = _State(args)
+
+    async def health(_: web.Request) -> web.Response:
+        if args.never_healthy or time.monotonic() < state.ready_at:
+            return web.Response(status=503, text="engine not ready")
+        return web.Response(status=200)
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": args.model, "object": "model"}]})
+
+    async def metrics(_: web.Request) -> web.Response:
+        text = (
+            f"vllm:num_requests_running {state.running}\n"
+            f"vllm:request_success_total {state.completed}\n"
+        )
+        return web.Response(text=text)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        state.received += 1
+        if args.die_after and state.received > args.die_after:
+            os._exit(3)  # abrupt: in-flight streams break, like an engine crash
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "body is not JSON")
+        if body.get("model") != args.model:
+            return _error(404, f"The model `{body.get('model')}` does not exist.")
+        prompt = body.get("prompt", "")
+        n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        max_tokens = int(body.get("max_tokens") or 16)
+        if max_tokens < 1:
+            return _error(400, "max_tokens must be at least 1")
+        if args.max_model_len and n_in + max_tokens > args.max_model_len:
+            return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
+        stream = bool(body.get("stream", False))
+        loop = asyncio.get_running_loop()
+        created = int(time.time())
+        async with state.slots:
+            state.running += 1
+            try:
+                start = loop.time() + args.prefill_delay_per_token * n_in
+                resp: web.StreamResponse
+                if stream:
+                    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                    await resp.prepare(request)
+                for k in range(1, max_tokens + 1):
+                    await _sleep_until(start + k * state.step)
+                    if stream:
+                        chunk = {
+                            "id": f"cmpl-{state.received}",
+                            "object": "text_completion",
+                            "created": created,
+                            "model": args.model,
+                            "choices": [{"index": 0, "text": " tok", "logprobs": None,
+                                         "finish_reason": "length" if k == max_tokens else None}],
+                        }
+                        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                usage = {"prompt_tokens": n_in, "completion_tokens": max_tokens,
+                         "total_tokens": n_in + max_tokens}
+                state.completed += 1
+                if not stream:
+                    return web.json_response({
+                        "id": f"cmpl-{state.received}", "object": "text_completion",
+                        "created": created, "model": args.model,
+                        "choices": [{"index": 0, "text": " tok" * max_tokens, "finish_reason": "length"}],
+                        "usage": usage,
+                    })
+                final: dict[str, Any] = {"id": f"cmpl-{state.received}", "object": "text_completion",
+                                         "created": created, "model": args.model, "choices": [],
+                                         "usage": usage}
+                await resp.write(f"data: {json.dumps(final)}\n\n".encode())
+                await resp.write(b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            finally:
+                state.running -= 1
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.spawn_worker:
+        # Stays in our process group, like vLLM's tensor-parallel workers.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    print(f"fake server: loading model {args.model} (tp={args.tp})", flush=True)
+    if args.oom_at_start:
+        print(OOM_MESSAGE, file=sys.stderr, flush=True)
+        return 1
+    if args.die_at_start:
+        print("RuntimeError: Engine core initialization failed.", file=sys.stderr, flush=True)
+        return 1
+    print(f"fake server: listening on http://{args.host}:{args.port}", flush=True)
+    web.run_app(make_app(args), host=args.host, port=args.port, print=None,
+                handle_signals=not args.ignore_sigterm, access_log=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
