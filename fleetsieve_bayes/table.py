@@ -136,8 +136,15 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
                 raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
             vals.append(f)
         out[col] = np.asarray(vals, dtype=np.float64)
+    # A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
+    # every other row must have run for a positive time.
+    skipped = (
+        [str(v).strip().lower() not in ("", "nan", "none") for v in df["failure"]]
+        if "failure" in df.columns
+        else [False] * len(df)
+    )
     for i, d in enumerate(out["duration_s"]):
-        if d <= 0:
+        if d <= 0 and not (d == 0 and skipped[i]):
             raise InputError(f"{where(i, 'duration_s')}: duration must be positive, got {d:g}")
 
     if "calibration" in df.columns:
