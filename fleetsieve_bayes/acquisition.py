@@ -1,0 +1,455 @@
+"""The acquisition kernel: expected reduction of the allocation gap, in JAX.
+
+For every cell ``e`` of the grid at once (measured cells are masked, so the
+shapes — and the compiled kernel — stay fixed for a whole campaign):
+
+1. draw ``n_fantasies`` fantasy outcomes ``y_f`` of ``e`` from its posterior
+   predictive: a systematic sample of posterior draws ``d_f`` and one
+   observation per draw from :func:`fleetsieve_bayes.model.sample_obs`.
+   The draw indices and the random numbers are *common* to every candidate
+   (common random numbers), so score differences between cells are not
+   Monte-Carlo noise of independent fantasies;
+2. importance-reweight the posterior draws by each fantasy's likelihood
+   ``p(y_f | latent_d[e], noise_d)`` (the posterior after observing ``y_f``,
+   without refitting);
+3. recompute every cell's credible interval as *weighted* quantiles of its
+   draws (the draws of each cell/metric are sorted once per call — the order
+   does not depend on the weights — then weights are accumulated in that
+   order);
+4. rebuild the conservative table (low throughput, high tails, low success)
+   and the optimistic table (the reverse); measured cells, and the candidate
+   itself, collapse to their (fantasy) value ± the relative repeatability
+   band, exactly as :mod:`fleetsieve_bayes.bounds` does;
+5. solve both tables with the JAX allocator and evaluate the stage-wise gap of
+   :mod:`fleetsieve_bayes.certificate` (``stagewise_gap`` / ``scalar_gap``,
+   the very same functions the certificate uses);
+6. average over fantasies: ``score(e) = gap_now − E_f[gap(e, y_f)]``.
+
+``gap_now`` is computed by the same kernel with uniform weights, so the
+score is a difference of two numbers obtained with one quantile rule (the
+inverted empirical CDF) and one allocator.
+
+Effective sample size. When the measurement is far more precise than the
+posterior (the normal case for a cell that matters) the weights can collapse
+onto a handful of draws; quantiles of *other* cells computed from them would
+shrink spuriously and inflate the score. For every fantasy the kernel
+monitors the normalised ESS ``(Σw)²/(D·Σw²)``; when it falls below
+``ess_threshold`` the likelihood is *tempered*, ``w ∝ p(y|θ)^β`` with the
+largest ``β ∈ (0, 1]`` (bisection on log β) that restores the threshold.
+For Gaussian noise this is the same as widening the measurement noise by
+``1/√β`` — the documented approximation: the fantasy is treated as a noisier
+measurement, so the update of the *other* cells is under-, never
+over-stated (the candidate itself still collapses to its fantasy value).
+Such candidates are flagged (``fallback``); the campaign loop may respond by
+refitting with more draws. ``ess_min`` reports the *untempered* ESS.
+
+Big grids. The interval recomputation costs ``O(n_fantasies · n_related ·
+4 · n_draws)`` per candidate. By default every cell is recomputed (exact).
+With ``n_related=k`` only the ``k`` unmeasured cells whose draws are most
+correlated with the candidate's (mean |corr| of log-metrics over draws; the
+candidate itself always included) get reweighted intervals; the others keep
+their current intervals — an approximation that ignores weak, indirect
+updates. The candidate axis is processed in chunks (``lax.map`` with a
+batch size chosen from a memory budget), so memory stays bounded and time
+grows linearly in the number of candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fleetsieve_bayes.certificate import scalar_gap, stagewise_gap
+from fleetsieve_bayes.problem import AllocationProblem, CellGrid
+
+__all__ = [
+    "AcquisitionScores",
+    "Acquisition",
+    "make_acquisition",
+    "credible_quantiles",
+    "importance_weights",
+    "weighted_intervals",
+    "collapse_measured",
+    "bound_tables",
+    "conservative_value",
+    "fantasy_plan",
+    "fantasy_outcomes",
+    "select_cell",
+    "DEFAULT_ESS_THRESHOLD",
+]
+
+# Normalised ESS below which a fantasy's likelihood is tempered. With 1000
+# draws this keeps ≥ 50 effective draws, enough to place 5 %/95 % quantiles.
+DEFAULT_ESS_THRESHOLD = 0.05
+# Bisection steps on log2 β ∈ [-_LOG2_BETA_MIN, 0] for the tempering exponent.
+_N_BISECT = 14
+_LOG2_BETA_MIN = 30.0
+
+
+class AcquisitionScores(NamedTuple):
+    """Output of :func:`Acquisition.score`. Per-cell arrays have shape ``(n_cells,)``."""
+
+    score: jax.Array  # gap_now − expected_gap; −inf for measured cells
+    expected_gap: jax.Array  # E_f[scalar gap after measuring the cell]; nan for measured cells
+    gap_now: jax.Array  # () scalar gap of the current intervals
+    ess_min: jax.Array  # min over fantasies of the untempered normalised ESS, in (0, 1]
+    fallback: jax.Array  # bool: some fantasy of this cell needed tempering
+    expected_conservative: jax.Array  # E_f[conservative objective value after]; nan for measured
+    conservative_now: jax.Array  # () conservative objective value now
+
+
+class Acquisition(NamedTuple):
+    """The jitted kernel and its selection rule (see :func:`make_acquisition`)."""
+
+    score: Callable[..., AcquisitionScores]
+    select: Callable[[AcquisitionScores, np.ndarray], int]
+    n_fantasies: int
+    credible_level: float
+
+
+def credible_quantiles(level: float) -> tuple[float, float]:
+    """Lower/upper quantile levels of a central interval: 0.9 → (0.05, 0.95)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"credible_level must be in (0, 1), got {level}")
+    return (1.0 - level) / 2.0, (1.0 + level) / 2.0
+
+
+def importance_weights(
+    loglik: jax.Array, ess_threshold: float = DEFAULT_ESS_THRESHOLD
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Normalised importance weights with likelihood tempering when the ESS collapses.
+
+    Args:
+        loglik: ``(..., n_draws)`` log-likelihood of one fantasy under each draw.
+        ess_threshold: minimum normalised ESS; below it the likelihood is
+            tempered to ``β·loglik`` with the largest β (bisection) meeting it.
+
+    Returns:
+        ``(weights (..., n_draws), ess (...), tempered (...))``: weights sum to
+        1, ``ess`` is the normalised ESS of the *untempered* weights, and
+        ``tempered`` flags fantasies that used β < 1.
+    """
+    n = loglik.shape[-1]
+    # A fantasy impossible under every draw (all −inf) carries no information: uniform.
+    finite = jnp.isfinite(loglik)
+    any_finite = jnp.any(finite, axis=-1, keepdims=True)
+    ll = jnp.where(finite, loglik, -jnp.inf)
+    ll = jnp.where(any_finite, ll - jnp.max(jnp.where(finite, ll, -jnp.inf), axis=-1, keepdims=True), 0.0)
+
+    def log_ess(beta: jax.Array) -> jax.Array:
+        b = beta[..., None]
+        bl = jnp.where(finite | ~any_finite, b * ll, -jnp.inf)
+        return 2.0 * jax.nn.logsumexp(bl, axis=-1) - jax.nn.logsumexp(2.0 * bl, axis=-1) - math.log(n)
+
+    log_thr = math.log(max(ess_threshold, 1e-12))
+    ones = jnp.ones(ll.shape[:-1], ll.dtype)
+    ok_full = log_ess(ones) >= log_thr
+
+    def step(_: int, bounds: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        good = log_ess(jnp.exp2(mid)) >= log_thr
+        return jnp.where(good, mid, lo), jnp.where(good, hi, mid)
+
+    lo0 = jnp.full_like(ones, -_LOG2_BETA_MIN)
+    lo, _ = jax.lax.fori_loop(0, _N_BISECT, step, (lo0, jnp.zeros_like(ones)))
+    beta = jnp.where(ok_full | (ess_threshold <= 0.0), ones, jnp.exp2(lo))
+    bl = jnp.where(finite | ~any_finite, beta[..., None] * ll, -jnp.inf)
+    w = jnp.exp(bl - jax.nn.logsumexp(bl, axis=-1, keepdims=True))
+    return w, jnp.exp(log_ess(ones)), beta < 1.0
+
+
+def weighted_intervals(
+    sorted_vals: jax.Array, order: jax.Array, weights: jax.Array, q_lo: float, q_hi: float
+) -> tuple[jax.Array, jax.Array]:
+    """Weighted quantiles (inverted CDF) of each cell/metric's draws.
+
+    Args:
+        sorted_vals: ``(k, 4, n_draws)`` draws of k cells, sorted along the last axis.
+        order: ``(k, 4, n_draws)`` the argsort that produced ``sorted_vals``.
+        weights: ``(..., n_draws)`` normalised draw weights.
+
+    Returns:
+        ``(lo, hi)`` each ``(..., k, 4)``: the smallest sorted value whose
+        cumulative weight reaches ``q_lo`` (resp. ``q_hi``).
+    """
+    n = sorted_vals.shape[-1]
+    w_sorted = jnp.take(weights, order, axis=-1)  # (..., k, 4, n_draws)
+    cw = jnp.cumsum(w_sorted, axis=-1)
+    # A small slack so that uniform weights hit the textbook index despite float rounding.
+    slack = 1e-6
+    i_lo = jnp.minimum(jnp.sum(cw < q_lo - slack, axis=-1), n - 1)
+    i_hi = jnp.minimum(jnp.sum(cw < q_hi - slack, axis=-1), n - 1)
+    sv = jnp.broadcast_to(sorted_vals, cw.shape)
+    lo = jnp.take_along_axis(sv, i_lo[..., None], axis=-1)[..., 0]
+    hi = jnp.take_along_axis(sv, i_hi[..., None], axis=-1)[..., 0]
+    return lo, hi
+
+
+def collapse_measured(values: jax.Array, repeatability: float) -> tuple[jax.Array, jax.Array]:
+    """A measured cell's interval: its value ± the relative repeatability band.
+
+    Args:
+        values: ``(..., 4)`` measured metrics (METRICS order).
+
+    Returns:
+        ``(lo, hi)`` each ``(..., 4)``; success is capped at 1.
+    """
+    lo = values * (1.0 - repeatability)
+    hi = values * (1.0 + repeatability)
+    hi = hi.at[..., 3].set(jnp.minimum(hi[..., 3], 1.0))
+    return lo, hi
+
+
+def bound_tables(lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Conservative and optimistic tables from intervals; ``(..., 4)`` each.
+
+    Conservative: low throughput, high TTFT and completion, low success;
+    optimistic: the reverse.
+    """
+    cons = jnp.stack([lo[..., 0], hi[..., 1], hi[..., 2], lo[..., 3]], axis=-1)
+    opt = jnp.stack([hi[..., 0], lo[..., 1], lo[..., 2], hi[..., 3]], axis=-1)
+    return cons, opt
+
+
+def conservative_value(feasible: Any, min_fulfillment: Any, goodput: Any, total_demand: float) -> Any:
+    """The conservative allocation's objective as one number, weighted like :func:`scalar_gap`.
+
+    ``10·feasible + min_fulfillment + goodput/Σλ`` (0 when infeasible), so that
+    ``scalar_gap`` = optimistic value − conservative value when A⁺ dominates.
+    """
+    f = feasible * 1.0
+    return 10.0 * f + f * min_fulfillment + f * goodput / total_demand
+
+
+def select_cell(
+    scores: AcquisitionScores | np.ndarray,
+    cost_gpu_s: np.ndarray,
+    *,
+    cost_normalised: bool = False,
+    tie_tolerance: float = 1e-6,
+) -> int:
+    """The next cell to measure.
+
+    Args:
+        scores: the kernel's output, or a plain ``(n_cells,)`` score array
+            (−inf, e.g. for measured cells, is never selected).
+        cost_gpu_s: ``(n_cells,)`` expected GPU-seconds of each cell.
+        cost_normalised: rank by ``max(score, 0) / cost`` instead of score.
+        tie_tolerance: scores within ``tie_tolerance·max(1, |best|)`` of the
+            best are ties, broken by lower cost, then lower index (cost is a
+            strict tie-breaker, not a divisor, unless ``cost_normalised``).
+
+    Raises:
+        ValueError: no unmeasured cell is left.
+    """
+    s = np.asarray(getattr(scores, "score", scores), dtype=np.float64)
+    cost = np.asarray(cost_gpu_s, dtype=np.float64)
+    valid = np.isfinite(s)
+    if not valid.any():
+        raise ValueError("no unmeasured cell left to select")
+    if cost_normalised:
+        s = np.where(valid, np.maximum(s, 0.0) / np.maximum(cost, 1e-12), -np.inf)
+    best = s[valid].max()
+    tie = valid & (s >= best - tie_tolerance * max(1.0, abs(best)))
+    idx = np.flatnonzero(tie)
+    return int(idx[np.lexsort((idx, cost[idx]))[0]])
+
+
+def fantasy_plan(key: jax.Array, n_draws: int, n_fantasies: int) -> tuple[jax.Array, jax.Array]:
+    """Common random numbers shared by every candidate.
+
+    Returns:
+        ``(d_f (n_fantasies,), k_obs)``: a systematic sample of posterior draw
+        indices (one uniform offset, evenly spaced) and the one key every
+        candidate's :func:`sample_obs` call uses.
+    """
+    k_draw, k_obs = jax.random.split(key)
+    u = jax.random.uniform(k_draw, ())
+    d_f = ((jnp.arange(n_fantasies) + u) / n_fantasies * n_draws).astype(jnp.int32)
+    return jnp.minimum(d_f, n_draws - 1), k_obs
+
+
+def fantasy_outcomes(
+    key: jax.Array,
+    latent: jax.Array,
+    noise: jax.Array,
+    n_fantasies: int,
+    sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+) -> jax.Array:
+    """The fantasy observations the kernel uses, for every cell: ``(n_cells, n_fantasies, 4)``.
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``.
+
+    Fantasy f of every cell comes from the same draw index and the same
+    random numbers (common random numbers).
+    """
+    d_f, k_obs = fantasy_plan(key, latent.shape[0], n_fantasies)
+    return jax.vmap(lambda lat_e: sample_obs(k_obs, lat_e, noise[d_f]))(jnp.moveaxis(latent[d_f], 1, 0))
+
+
+def _related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
+    """``(n_cells, k)`` for each candidate, the k unmeasured cells most correlated with it.
+
+    Correlation: mean over metrics of |corr| of log(|x|+tiny) across draws;
+    the candidate itself is always first.
+    """
+    x = jnp.log(jnp.abs(latent) + 1e-12)  # (D, C, 4)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-12)
+    corr = jnp.abs(jnp.einsum("dcm,dem->ce", x, x)) / (x.shape[0] * x.shape[2])  # (C, C)
+    c = corr.shape[0]
+    corr = jnp.where(measured[None, :], -1.0, corr)
+    corr = jnp.where(jnp.eye(c, dtype=bool), 2.0, corr)
+    _, idx = jax.lax.top_k(corr, k)
+    return idx
+
+
+def make_acquisition(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    *,
+    n_fantasies: int = 16,
+    credible_level: float = 0.9,
+    repeatability: float = 0.0,
+    cost_normalised: bool = False,
+    ess_threshold: float = DEFAULT_ESS_THRESHOLD,
+    n_related: int | None = None,
+    memory_budget_mb: float = 128.0,
+    tie_tolerance: float = 1e-6,
+    allocator_solve: Callable[[jax.Array], Any] | None = None,
+    obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+    sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+) -> Acquisition:
+    """Build the jitted acquisition kernel for one campaign.
+
+    Args:
+        grid, problem: the campaign's cells and allocation problem.
+        n_fantasies: fantasy outcomes per candidate.
+        credible_level: central interval level of the bounds (0.9 → 5 %/95 %).
+        repeatability: relative band around measured (and fantasy) values.
+        cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
+        ess_threshold: normalised ESS below which the likelihood is tempered.
+        n_related: reweight only this many most-correlated unmeasured cells
+            per candidate (None: all cells, exact). See the module docstring.
+        memory_budget_mb: rough budget for one chunk of candidates.
+        tie_tolerance: see :func:`select_cell`.
+        allocator_solve: ``values (..., n_cells, 4) -> JaxAllocation``; default
+            ``allocation_jax.make_jax_allocator(grid, problem).solve``.
+        obs_logpdf, sample_obs: the observation model; default those of
+            :mod:`fleetsieve_bayes.model`.
+
+    Returns:
+        An :class:`Acquisition`. ``score(key, latent, noise, observed,
+        measured)`` takes ``latent (n_draws, n_cells, 4)`` natural units,
+        ``noise (n_draws, 4)``, ``observed (n_cells, 4)`` (rows of unmeasured
+        cells ignored, may be NaN) and ``measured (n_cells,)`` bool; inside, the
+        work is shaped ``(n_candidates=n_cells, n_fantasies, n_draws, n_cells)``
+        (chunked along candidates). It is jitted once per input shape.
+    """
+    if allocator_solve is None:
+        from fleetsieve_bayes.allocation_jax import make_jax_allocator
+
+        allocator_solve = make_jax_allocator(grid, problem).solve
+    if obs_logpdf is None or sample_obs is None:
+        from fleetsieve_bayes import model as _model
+
+        obs_logpdf = obs_logpdf or _model.obs_logpdf
+        sample_obs = sample_obs or _model.sample_obs
+    q_lo, q_hi = credible_quantiles(credible_level)
+    total_demand = float(np.sum(problem.demand))
+    n_f = int(n_fantasies)
+    solve, logpdf, sample = allocator_solve, obs_logpdf, sample_obs
+
+    def gap_and_value(cons: jax.Array, opt: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``cons``/``opt`` ``(..., n_cells, 4)`` → scalar gap and conservative value ``(...)``."""
+        a = solve(jnp.stack([cons, opt], axis=-3))  # fields (..., 2, ...)
+        gap = stagewise_gap(
+            a.feasible[..., 0],
+            a.min_fulfillment[..., 0],
+            a.goodput[..., 0],
+            a.feasible[..., 1],
+            a.min_fulfillment[..., 1],
+            a.goodput[..., 1],
+            total_demand,
+        )
+        value = conservative_value(a.feasible[..., 0], a.min_fulfillment[..., 0], a.goodput[..., 0], total_demand)
+        return scalar_gap(gap), value
+
+    @jax.jit
+    def score(
+        key: jax.Array, latent: jax.Array, noise: jax.Array, observed: jax.Array, measured: jax.Array
+    ) -> AcquisitionScores:
+        n_draws, n_cells, _ = latent.shape
+        dtype = latent.dtype
+        measured = jnp.asarray(measured, bool)
+        observed = jnp.where(measured[:, None], jnp.asarray(observed, dtype), 1.0)
+
+        # Sort every cell/metric's draws once: the order is weight-independent.
+        lat_t = jnp.moveaxis(latent, 0, -1)  # (C, 4, D)
+        order = jnp.argsort(lat_t, axis=-1)
+        sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
+
+        uniform = jnp.full((n_draws,), 1.0 / n_draws, dtype)
+        lo0, hi0 = weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi)  # (C, 4)
+        m_lo, m_hi = collapse_measured(observed, repeatability)
+        lo_now = jnp.where(measured[:, None], m_lo, lo0)
+        hi_now = jnp.where(measured[:, None], m_hi, hi0)
+        gap_now, cons_now = gap_and_value(*bound_tables(lo_now, hi_now))
+
+        d_f, k_obs = fantasy_plan(key, n_draws, n_f)
+        noise_f = noise[d_f]  # (F, 4)
+
+        k = n_cells if n_related is None else max(1, min(int(n_related), n_cells))
+        if k >= n_cells:
+            related = jnp.broadcast_to(jnp.arange(n_cells), (n_cells, n_cells))
+        else:
+            related = _related_cells(latent, measured, k)
+        cells = jnp.arange(n_cells)
+
+        def one(e: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+            y = sample(k_obs, latent[d_f, e], noise_f)  # (F, 4), same randomness for every e
+            loglik = logpdf(y[:, None, :], latent[None, :, e, :], noise[None, :, :])  # (F, D)
+            w, ess, tempered = importance_weights(loglik, ess_threshold)
+            nb = related[e]  # (k,)
+            lo_nb, hi_nb = weighted_intervals(sorted_vals[nb], order[nb], w, q_lo, q_hi)  # (F, k, 4)
+            lo = jnp.broadcast_to(lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
+            hi = jnp.broadcast_to(hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
+            is_e = cells == e
+            obs_f = jnp.where(is_e[None, :, None], y[:, None, :], observed[None])  # (F, C, 4)
+            f_lo, f_hi = collapse_measured(obs_f, repeatability)
+            fixed = (measured | is_e)[None, :, None]
+            lo = jnp.where(fixed, f_lo, lo)
+            hi = jnp.where(fixed, f_hi, hi)
+            gap, value = gap_and_value(*bound_tables(lo, hi))  # (F,)
+            return gap.mean(), value.mean(), ess.min(), tempered.any()
+
+        # Chunk the candidate axis so one chunk's (chunk, F, k, 4, D) cumulative weights fit the budget.
+        per_candidate = n_f * k * 4 * n_draws * 4 * 4  # bytes, ~4 live arrays of that shape
+        chunk = int(max(1, min(n_cells, memory_budget_mb * 2**20 // max(per_candidate, 1))))
+        # Pad the candidate axis to whole chunks (repeating cell 0) so one loop body compiles.
+        n_chunks = -(-n_cells // chunk)
+        padded = jnp.arange(n_chunks * chunk) % n_cells
+        outs = jax.lax.map(jax.vmap(one), padded.reshape(n_chunks, chunk))
+        exp_gap, exp_val, ess_min, fallback = (x.reshape(-1)[:n_cells] for x in outs)
+        exp_gap = jnp.where(measured, jnp.nan, exp_gap)
+        exp_val = jnp.where(measured, jnp.nan, exp_val)
+        return AcquisitionScores(
+            score=jnp.where(measured, -jnp.inf, gap_now - exp_gap),
+            expected_gap=exp_gap,
+            gap_now=gap_now,
+            ess_min=jnp.where(measured, 1.0, ess_min),
+            fallback=fallback & ~measured,
+            expected_conservative=exp_val,
+            conservative_now=cons_now,
+        )
+
+    def select(scores: AcquisitionScores, cost_gpu_s: np.ndarray) -> int:
+        return select_cell(scores, cost_gpu_s, cost_normalised=cost_normalised, tie_tolerance=tie_tolerance)
+
+    return Acquisition(score=score, select=select, n_fantasies=n_f, credible_level=credible_level)
