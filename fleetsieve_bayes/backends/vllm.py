@@ -1,0 +1,420 @@
+"""The vLLM backend: each chosen cell is measured on a freshly launched server.
+
+Campaign keys (``[measurement]``, with ``backend = "vllm"``):
+
+========================  =====================================================
+``model``                 model path or name handed to the server (required)
+``served_model_name``     the request's ``model`` field (default: ``model``)
+``command``               server command template, a list of strings with
+                          ``{model}``, ``{tp}``, ``{port}`` (default
+                          :data:`~.server.DEFAULT_COMMAND`, ``vllm serve``)
+``extra_args``            list of strings appended verbatim (default ``[]``)
+``env``                   table of extra environment variables for the server
+``gpus``                  device ids of the pool; TP t uses the first t, via
+                          ``CUDA_VISIBLE_DEVICES`` (default ``0..max(tp)-1``)
+``tp``                    TP candidates, e.g. ``[2, 4, 8]`` (required)
+``loads``                 load ladder, label → arrival scale, e.g.
+                          ``{ C16 = 1.0, C32 = 2.0 }`` (required)
+``traces``                workload → trace file (relative to the campaign
+                          file); every campaign workload needs one (required)
+``trace_format``          ``"auto"`` (default), ``"azure"`` or ``"burstgpt"``
+``warmup_s``              warm-up seconds, arrivals excluded (default 30)
+``duration_s``            measurement window after the warm-up (default 270)
+``readiness_timeout_s``   start-up limit (default 1800)
+``request_timeout_s``     per-request limit; a timeout is a failed request
+                          (default 300)
+``stop_timeout_s``        SIGTERM grace before SIGKILL (default 30)
+``model_size_gb``         weights size, for the memory guard
+``gpu_memory_gb``         memory of one GPU, for the memory guard
+``kv_cache_gb_min``       KV cache a GPU must hold besides its weights (default 0)
+``gpu_memory_utilization`` fraction of GPU memory vLLM may use (default 0.9)
+``max_input_tokens``      clip trace prompt lengths (e.g. to the context length)
+``max_output_tokens``     clip trace output lengths
+``request_error_tolerance`` fraction of non-timeout request errors above
+                          which the cell is a ``request-errors`` failure
+                          (default 0.01)
+``seed``                  seed of the prompts and the row (default 0)
+========================  =====================================================
+
+The memory-guard sizes may also come from the prior card (``[card]
+model_size_gb`` / ``gpu_memory_gb``) when the card defines them; campaign keys
+win. Cells are workloads × TP candidates × loads; a cell's ``offered_rps`` is
+computed from its trace at construction (arrivals in the window / window), so
+unmeasured cells have a known offered rate, and it equals what the
+measurement reports. The row's ``duration_s`` is warm-up + window for a
+measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
+a cell skipped by the memory guard. Raw per-request records go to
+``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
+server logs to ``OUT/logs/``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.backends.failures import (
+    MEMORY_GUARD,
+    classify_run,
+    classify_startup,
+    failure_row,
+    memory_guard,
+)
+from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync, summarize, write_records
+from fleetsieve_bayes.backends.server import (
+    DEFAULT_COMMAND,
+    ServerHandle,
+    free_port,
+    log_tail,
+    render_command,
+    start_server,
+    stop_server,
+    wait_ready,
+)
+from fleetsieve_bayes.backends.traces import Trace, read_trace, schedule, window_rate
+from fleetsieve_bayes.config import Campaign
+from fleetsieve_bayes.errors import InputError, MeasurementError
+from fleetsieve_bayes.problem import CellGrid
+
+__all__ = ["VllmSettings", "VLLM_KEYS", "parse_vllm_options", "make_vllm_backend"]
+
+VLLM_KEYS: frozenset[str] = frozenset({
+    "model", "served_model_name", "command", "extra_args", "env", "gpus", "tp", "loads", "traces",
+    "trace_format", "warmup_s", "duration_s", "readiness_timeout_s", "request_timeout_s",
+    "stop_timeout_s", "model_size_gb", "gpu_memory_gb", "kv_cache_gb_min", "gpu_memory_utilization",
+    "max_input_tokens", "max_output_tokens", "request_error_tolerance", "seed",
+})
+
+
+class VllmSettings(NamedTuple):
+    """Validated ``[measurement]`` keys of the vLLM backend (see the module docstring)."""
+
+    model: str
+    served_model_name: str
+    command: tuple[str, ...]
+    extra_args: tuple[str, ...]
+    env: dict[str, str]
+    gpus: tuple[int, ...]
+    tp: tuple[int, ...]
+    loads: tuple[tuple[str, float], ...]  # (label, scale), file order
+    traces: dict[str, Path]
+    trace_format: str
+    warmup_s: float
+    duration_s: float
+    readiness_timeout_s: float
+    request_timeout_s: float
+    stop_timeout_s: float
+    model_size_gb: float | None
+    gpu_memory_gb: float | None
+    kv_cache_gb_min: float
+    gpu_memory_utilization: float
+    max_input_tokens: int | None
+    max_output_tokens: int | None
+    request_error_tolerance: float
+    seed: int
+
+
+def parse_vllm_options(campaign: Campaign) -> VllmSettings:
+    """Validate the campaign's ``[measurement]`` keys for ``backend = "vllm"``.
+
+    Raises:
+        InputError: one line naming the file and the key.
+    """
+    opts = campaign.measurement.options
+    base = campaign.measurement.base_dir
+
+    def fail(key: str, msg: str) -> InputError:
+        return InputError(f"{campaign.path}: [measurement] {key}: {msg}")
+
+    for key in opts:
+        if key not in VLLM_KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(VLLM_KEYS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise fail(key, f"unknown key for backend 'vllm'{hint}")
+
+    def string(key: str, default: str | None = None) -> str:
+        v = opts.get(key, default)
+        if v is None:
+            raise fail(key, "missing")
+        if not isinstance(v, str) or not v.strip():
+            raise fail(key, f"expected a non-empty string, got {v!r}")
+        return v
+
+    def strings(key: str, default: Sequence[str]) -> tuple[str, ...]:
+        v = opts.get(key, list(default))
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise fail(key, f"expected a list of strings (an argument list, not a shell string), got {v!r}")
+        return tuple(v)
+
+    def number(key: str, default: float | None, *, lo: float = 0.0, lo_open: bool = True,
+               hi: float | None = None) -> float | None:
+        v = opts.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise fail(key, f"expected a finite number, got {v!r}")
+        x = float(v)
+        if x < lo or (lo_open and x == lo):
+            raise fail(key, f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
+        if hi is not None and x > hi:
+            raise fail(key, f"must be <= {hi:g}, got {v!r}")
+        return x
+
+    def integer(key: str, default: int | None, lo: int) -> int | None:
+        v = opts.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise fail(key, f"expected an integer >= {lo}, got {v!r}")
+        return v
+
+    model = string("model")
+    served = string("served_model_name", model)
+    command = strings("command", DEFAULT_COMMAND)
+    if not command:
+        raise fail("command", "empty command")
+    try:
+        render_command(command, model=model, tp=1, port=1)
+    except ValueError as exc:
+        raise fail("command", str(exc)) from None
+    if "{port}" not in "".join(command):
+        raise fail("command", "the template must contain {port} (each cell gets a free port)")
+    extra_args = strings("extra_args", ())
+    env_raw = opts.get("env", {})
+    if not isinstance(env_raw, dict) or not all(isinstance(v, str) for v in env_raw.values()):
+        raise fail("env", f"expected a table of strings, got {env_raw!r}")
+
+    tp_raw = opts.get("tp")
+    if tp_raw is None:
+        raise fail("tp", "missing (the TP candidates, e.g. [2, 4, 8])")
+    if (not isinstance(tp_raw, list) or not tp_raw
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp_raw)):
+        raise fail("tp", f"expected a non-empty list of positive integers, got {tp_raw!r}")
+    if len(set(tp_raw)) != len(tp_raw):
+        raise fail("tp", f"duplicate TP candidates in {tp_raw!r}")
+    tps = tuple(sorted(tp_raw))
+
+    gpus_raw = opts.get("gpus", list(range(max(tps))))
+    if (not isinstance(gpus_raw, list) or not gpus_raw
+            or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus_raw)
+            or len(set(gpus_raw)) != len(gpus_raw)):
+        raise fail("gpus", f"expected a list of distinct GPU ids (integers >= 0), got {gpus_raw!r}")
+    if max(tps) > len(gpus_raw):
+        raise fail("gpus", f"TP{max(tps)} needs {max(tps)} GPUs but the pool has {len(gpus_raw)}")
+
+    loads_raw = opts.get("loads")
+    if loads_raw is None:
+        raise fail("loads", "missing (the load ladder, label = arrival scale, e.g. { C16 = 1.0 })")
+    if not isinstance(loads_raw, dict) or not loads_raw:
+        raise fail("loads", f"expected a non-empty table label = arrival scale, got {loads_raw!r}")
+    loads = []
+    for label, scale in loads_raw.items():
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+            raise fail(f"loads.{label}", f"arrival scale must be a positive number, got {scale!r}")
+        loads.append((str(label), float(scale)))
+
+    traces_raw = opts.get("traces")
+    if traces_raw is None:
+        raise fail("traces", "missing (one trace file per workload)")
+    if not isinstance(traces_raw, dict):
+        raise fail("traces", f"expected a table workload = file, got {traces_raw!r}")
+    traces = {}
+    for w, p in traces_raw.items():
+        if w not in campaign.workload_names:
+            raise fail(f"traces.{w}", f"no workload {w!r} in the campaign ({', '.join(campaign.workload_names)})")
+        if not isinstance(p, str) or not p.strip():
+            raise fail(f"traces.{w}", f"expected a file path, got {p!r}")
+        path = (base / p).resolve()
+        if not path.is_file():
+            raise fail(f"traces.{w}", f"file not found: {path}")
+        traces[w] = path
+    for w in campaign.workload_names:
+        if w not in traces:
+            raise fail("traces", f"no trace for workload {w!r}")
+    trace_format = string("trace_format", "auto")
+    if trace_format not in ("auto", "azure", "burstgpt"):
+        raise fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
+
+    card = _card_sizes(campaign)
+    model_size = number("model_size_gb", card.get("model_size_gb"))
+    gpu_mem = number("gpu_memory_gb", card.get("gpu_memory_gb"))
+    return VllmSettings(
+        model=model,
+        served_model_name=served,
+        command=command,
+        extra_args=extra_args,
+        env={str(k): v for k, v in env_raw.items()},
+        gpus=tuple(gpus_raw),
+        tp=tps,
+        loads=tuple(loads),
+        traces=traces,
+        trace_format=trace_format,
+        warmup_s=number("warmup_s", 30.0, lo_open=False),  # type: ignore[arg-type]
+        duration_s=number("duration_s", 270.0),  # type: ignore[arg-type]
+        readiness_timeout_s=number("readiness_timeout_s", 1800.0),  # type: ignore[arg-type]
+        request_timeout_s=number("request_timeout_s", 300.0),  # type: ignore[arg-type]
+        stop_timeout_s=number("stop_timeout_s", 30.0),  # type: ignore[arg-type]
+        model_size_gb=model_size,
+        gpu_memory_gb=gpu_mem,
+        kv_cache_gb_min=number("kv_cache_gb_min", 0.0, lo_open=False),  # type: ignore[arg-type]
+        gpu_memory_utilization=number("gpu_memory_utilization", 0.9, hi=1.0),  # type: ignore[arg-type]
+        max_input_tokens=integer("max_input_tokens", None, 1),
+        max_output_tokens=integer("max_output_tokens", None, 1),
+        request_error_tolerance=number("request_error_tolerance", 0.01, lo_open=False, hi=1.0),  # type: ignore[arg-type]
+        seed=integer("seed", 0, 0),  # type: ignore[arg-type]
+    )
+
+
+def _card_sizes(campaign: Campaign) -> dict[str, float]:
+    """``model_size_gb`` / ``gpu_memory_gb`` from the prior card's ``[card]`` table, if it has them."""
+    try:
+        from fleetsieve_bayes.priors import card_path
+
+        path = card_path(campaign.family)
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - the card is validated elsewhere; sizes are optional
+        return {}
+    card = raw.get("card", {})
+    return {k: float(card[k]) for k in ("model_size_gb", "gpu_memory_gb")
+            if isinstance(card.get(k), (int, float)) and not isinstance(card.get(k), bool)}
+
+
+def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
+    """A :class:`~fleetsieve_bayes.backends.Backend` that launches one server per measured cell."""
+    s = parse_vllm_options(campaign)
+    traces: dict[str, Trace] = {w: read_trace(p, s.trace_format) for w, p in s.traces.items()}
+    horizon = s.warmup_s + s.duration_s
+
+    cells = []  # (workload index, tp, load label, scale, offered)
+    for wi, w in enumerate(campaign.workload_names):
+        for tp in s.tp:
+            for label, scale in s.loads:
+                offered = window_rate(traces[w], scale, s.warmup_s, s.duration_s)
+                if offered <= 0:
+                    raise InputError(
+                        f"{campaign.path}: [measurement] loads.{label}: trace {s.traces[w]} has no arrival in "
+                        f"the {s.duration_s:g} s window at scale {scale:g} (cell {w} TP{tp}@{label})"
+                    )
+                cells.append((wi, tp, label, scale, offered))
+    cells.sort(key=lambda c: (c[0], c[1], c[4], c[2]))  # the order of problem.grid_from_table
+    grid = CellGrid(
+        workloads=campaign.workload_names,
+        workload_idx=np.array([c[0] for c in cells], dtype=np.int64),
+        tp=np.array([c[1] for c in cells], dtype=np.int64),
+        load=tuple(c[2] for c in cells),
+        offered_rps=np.array([c[4] for c in cells], dtype=np.float64),
+        duration_s=np.full(len(cells), horizon, dtype=np.float64),
+    )
+    scales = [c[3] for c in cells]
+    live: dict[int, ServerHandle] = {}
+
+    def preflight(c: int) -> dict[str, Any] | None:
+        tp = int(grid.tp[c])
+        why = memory_guard(tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
+                           kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+        if why is None:
+            return None
+        row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
+        row["detail"] = why
+        return row
+
+    def measure(c: int) -> dict[str, Any]:
+        guarded = preflight(c)
+        if guarded is not None:
+            return guarded
+        w, tp, load = grid.key(c)
+        stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
+        port = free_port()
+        cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
+        log_path = _unique(Path(out_dir) / "logs" / f"{stem}.log")
+        launched = time.monotonic()
+        try:
+            handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
+        except FileNotFoundError:
+            raise InputError(f"{campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
+                             f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
+        live[c] = handle
+        try:
+            row = _run(c, handle, launched, stem)
+        finally:
+            left = stop_server(handle, grace_s=s.stop_timeout_s)
+            live.pop(c, None)
+        if left:
+            raise MeasurementError(f"cell {grid.describe(c)}: server processes {sorted(left)} survived SIGKILL "
+                                   f"(GPUs {list(s.gpus[:tp])} may still be held)")
+        return row
+
+    def _run(c: int, handle: ServerHandle, launched: float, stem: str) -> dict[str, Any]:
+        key = grid.key(c)
+        offered = float(grid.offered_rps[c])
+        ready = wait_ready(handle, s.readiness_timeout_s)
+        if ready.status != "ready":
+            failure = classify_startup(ready.status, log_tail(handle.log_path))
+            row = failure_row(key, offered, failure, max(time.monotonic() - launched, 1e-3), s.seed)
+            row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {handle.log_path})"
+            return row
+        plan = schedule(traces[key[0]], scales[c], horizon, max_input_tokens=s.max_input_tokens,
+                        max_output_tokens=s.max_output_tokens)
+        spec = LoadSpec(endpoint=handle.url, model=s.served_model_name, warmup_s=s.warmup_s,
+                        duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed)
+        records = run_cell_sync(spec, plan, alive=lambda: handle.proc.poll() is None)
+        died = handle.proc.poll() is not None
+        records = records.assign(workload=key[0], tp=key[1], load=key[2], scale=scales[c],
+                                 warmup_s=s.warmup_s, window_s=s.duration_s)
+        raw_path = _unique(Path(out_dir) / "raw" / f"{stem}.parquet")
+        write_records(records, raw_path)
+        n_window = int(np.count_nonzero(plan.arrival_s >= s.warmup_s))
+        stats = summarize(records, s.warmup_s, s.duration_s, n_scheduled=n_window)
+        failure = classify_run(server_died=died, n_window=n_window, n_error=stats["n_error"],
+                               tolerance=s.request_error_tolerance)
+        if failure:
+            row = failure_row(key, offered, failure, max(time.monotonic() - launched, 1e-3), s.seed)
+            row["detail"] = (f"{stats['n_error']} request errors, {stats['n_timeout']} timeouts of "
+                             f"{n_window} window requests (records: {raw_path})")
+            return row
+        return {
+            "workload": key[0],
+            "tp": key[1],
+            "load": key[2],
+            "offered_rps": stats["offered_rps"],
+            "throughput_rps": stats["throughput_rps"],
+            "ttft_p99_s": stats["ttft_p99_s"],
+            "completion_p99_s": stats["completion_p99_s"],
+            "success_rate": stats["success_rate"],
+            "duration_s": horizon,
+            "seed": s.seed,
+            "failure": "",
+        }
+
+    def close() -> None:
+        for c, handle in list(live.items()):
+            stop_server(handle, grace_s=s.stop_timeout_s)
+            live.pop(c, None)
+
+    return Backend(grid=grid, measure=measure, close=close, expected_duration_s=grid.duration_s,
+                   preflight=preflight)
+
+
+def _safe(label: str) -> str:
+    """A label as a file-name fragment."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+
+
+def _unique(path: Path) -> Path:
+    """``path``, or ``path`` with ``-1``, ``-2``… when it exists (records are never overwritten)."""
+    if not path.exists():
+        return path
+    k = 1
+    while (candidate := path.with_name(f"{path.stem}-{k}{path.suffix}")).exists():
+        k += 1
+    return candidate
