@@ -145,6 +145,10 @@ def allocate_milp(
     m.max_mip_gap = 0.0
     m.max_mip_gap_abs = 1e-10
     m.integer_tol = 1e-9
+    # CBC's preprocessing returns wrong "optimal" solutions on small-valued
+    # instances (e.g. 0.125 req/s replicas, 0.25 req/s demand: goodput 0.25
+    # instead of 0.5); the pruned models are tiny, so it is not needed.
+    m.preprocess = 0
     n_vars: dict[tuple[int, int], mip.Var] = {}
     x = [m.add_var(lb=0.0, ub=float(lam[i])) for i in range(k)]
     t = m.add_var(lb=0.0, ub=1.0)

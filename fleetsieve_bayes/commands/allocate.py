@@ -1,0 +1,156 @@
+"""``fleetsieve-bayes allocate CAMPAIGN.toml [--table FILE] [--demand-scale X[,Y,...]] [--solver milp|jax] [--json]``.
+
+Solves the exact lexicographic allocation on a fully known table (by default
+the campaign's replay table). With one demand scale, ``--json`` prints
+``{status, allocation, objective: {min_fulfillment, goodput_rps, gpus_used}}``;
+with several, a list of those objects, each with its ``demand_scale``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fleetsieve_bayes.config import Campaign, load_campaign
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.problem import (
+    Allocation,
+    CellGrid,
+    allocation_to_json,
+    grid_from_table,
+    problem_from_campaign,
+    values_from_table,
+)
+from fleetsieve_bayes.table import read_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "allocate",
+        help="solve the exact fleet allocation on a fully known table",
+        description="Solve the lexicographic fleet allocation (critical floors, max min-fulfillment, "
+        "max goodput, min GPUs) on a fully measured table.",
+    )
+    p.add_argument("campaign", type=Path, help="campaign TOML file")
+    p.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        help="measurement table (default: the campaign's replay table)",
+    )
+    p.add_argument(
+        "--demand-scale",
+        default="1.0",
+        help="multiply every class's demand; a comma-separated list solves each (e.g. 0.7,1.0,1.3)",
+    )
+    p.add_argument(
+        "--solver", choices=("milp", "jax"), default="milp", help="exact allocator to use"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=main)
+
+
+def parse_scales(text: str) -> list[float]:
+    """``"0.7,1.0,1.3"`` → ``[0.7, 1.0, 1.3]``; each must be a finite number > 0."""
+    scales: list[float] = []
+    for part in text.split(","):
+        try:
+            x = float(part)
+        except ValueError:
+            raise InputError(f"--demand-scale: {part.strip()!r} is not a number") from None
+        if not math.isfinite(x) or x <= 0:
+            raise InputError(f"--demand-scale: must be a finite number > 0, got {part.strip()!r}")
+        scales.append(x)
+    return scales
+
+
+def _table_path(campaign: Campaign, table: Path | None) -> Path:
+    if table is not None:
+        return table
+    path = campaign.measurement.table
+    if path is None:
+        raise InputError(
+            f"{campaign.path}: [measurement] has no table (backend {campaign.measurement.backend!r}); pass --table FILE"
+        )
+    return path
+
+
+def solve(campaign: Campaign, grid: CellGrid, values: Any, scale: float, solver: str) -> Allocation:
+    """One allocation at ``scale`` × demand with the chosen exact solver."""
+    problem = problem_from_campaign(campaign, demand_scale=scale)
+    if solver == "jax":
+        from fleetsieve_bayes.allocation_jax import allocate_jax
+
+        return allocate_jax(grid, values, problem)
+    from fleetsieve_bayes.allocation_milp import allocate_milp
+
+    return allocate_milp(grid, values, problem)
+
+
+def result_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any]:
+    """DESIGN.md's ``{status, allocation, objective}`` object."""
+    return {
+        "status": alloc.status,
+        "allocation": allocation_to_json(alloc, grid),
+        "objective": {
+            "min_fulfillment": round(alloc.min_fulfillment, 9),
+            "goodput_rps": round(alloc.goodput_rps, 9),
+            "gpus_used": int(alloc.gpus_used),
+        },
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    scales = parse_scales(args.demand_scale)
+    campaign = load_campaign(args.campaign)
+    path = _table_path(campaign, args.table)
+    df = read_table(path)
+    grid = grid_from_table(df, campaign.workload_names, source=str(path))
+    values = values_from_table(grid, df, source=str(path))
+    results = []
+    for s in scales:
+        obj = result_json(solve(campaign, grid, values, s, args.solver), grid)
+        results.append({"demand_scale": s, **obj})
+    if args.json:
+        if len(scales) == 1:
+            results[0].pop("demand_scale")
+            print(json.dumps(results[0], indent=2))
+        else:
+            print(json.dumps(results, indent=2))
+    else:
+        _print_table(campaign, results)
+    return 0
+
+
+def _print_table(campaign: Campaign, results: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{campaign.name}: {campaign.gpus} GPUs")
+    table.add_column("demand ×", justify="right")
+    table.add_column("status")
+    table.add_column("min fulfil.", justify="right")
+    table.add_column("goodput req/s", justify="right")
+    table.add_column("GPUs", justify="right")
+    for name in campaign.workload_names:
+        table.add_column(name, no_wrap=True)
+    for r in results:
+        obj = r["objective"]
+        cells = []
+        for name in campaign.workload_names:
+            a = (r["allocation"] or {}).get(name)
+            cells.append(
+                "—" if not a or not a["replicas"] else f"TP{a['tp']}@{a['load']} ×{a['replicas']}"
+            )
+        table.add_row(
+            f"{r['demand_scale']:g}",
+            r["status"],
+            f"{obj['min_fulfillment']:.3f}",
+            f"{obj['goodput_rps']:.2f}",
+            str(obj["gpus_used"]),
+            *cells,
+        )
+    Console().print(table)
