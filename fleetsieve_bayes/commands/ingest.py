@@ -1,0 +1,61 @@
+"""``fleetsieve-bayes ingest``: benchmark results → measurement-table rows.
+
+Reads ``vllm bench serve --save-result`` JSON files and GuideLLM
+``benchmarks.json`` files and writes their cells as table rows, so that
+existing measurements can seed a campaign. Labels (workload, TP, load) come
+from the command line or the result's metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fleetsieve_bayes.backends.ingest import ingest_file
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.table import COLUMNS, read_table, validate_table, write_table
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("ingest", help="turn vllm bench / GuideLLM results into table rows",
+                              description=__doc__)
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("--workload", default=None, help="workload label (default: the result's metadata)")
+    p.add_argument("--tp", type=int, default=None, help="TP label (default: the result's metadata)")
+    p.add_argument("--load", default=None,
+                   help="load label; comma-separated, one per benchmark, for a multi-benchmark GuideLLM file")
+    p.add_argument("--out", type=Path, default=None,
+                   help="table to write (.csv/.parquet); rows are appended to an existing one")
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    loads = [s.strip() for s in args.load.split(",")] if args.load else []
+    rows: list[dict[str, Any]] = []
+    for f in args.files:
+        rows.extend(ingest_file(f, workload=args.workload, tp=args.tp, loads=loads))
+    new = pd.DataFrame(rows, columns=[*COLUMNS, "failure"])
+    validate_table(new, source="ingested rows")
+    if args.out is not None:
+        if args.out.exists():
+            old = read_table(args.out)
+            merged = pd.concat([old, new], ignore_index=True)
+        else:
+            merged = new
+        merged = validate_table(merged, source=str(args.out))  # duplicate cells are an error
+        tmp = args.out.with_name(f".{args.out.name}.tmp{args.out.suffix}")
+        write_table(merged, tmp)
+        tmp.replace(args.out)  # the old table stays intact if anything above failed
+    if args.json:
+        print(json.dumps(rows))
+    elif args.out is None:
+        new.to_csv(sys.stdout, index=False)
+    if not rows:
+        raise InputError("no rows ingested")
+    return 0
