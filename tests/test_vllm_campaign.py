@@ -1,0 +1,70 @@
+"""End to end: `fleetsieve-bayes run` with backend = "vllm" against the fake engine, on CPU.
+
+One workload × TP {1, 2} × three loads, ~2 s per cell. The fake server's speed
+depends on TP (--tp-speedup 1: the step halves at TP2; --tp-slots: twice the
+slots), so TP matters: at 20 req/s offered TP1 saturates (capacity 20 req/s,
+TTFT tail grows) while TP2 (capacity 80 req/s) keeps up.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fleetsieve_bayes.backends.traces import write_azure_trace
+from fleetsieve_bayes.cli import main
+from fleetsieve_bayes.table import read_table
+from fleetsieve_bayes.testing import fake_server_command
+
+# The decision loop's pieces; skip (not fail) while they are still being written.
+pytest.importorskip("fleetsieve_bayes.bounds")
+
+
+def test_vllm_campaign_certifies_on_the_fake_engine(tmp_path, capsys) -> None:
+    n = 40
+    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))  # 5 req/s
+    cmd = json.dumps(fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1", "--tp-slots"))
+    (tmp_path / "campaign.toml").write_text(f"""
+name = "fake-vllm"
+[fleet]
+gpus = 4
+[model]
+family = "generic"
+inference = "fast"
+[measurement]
+backend = "vllm"
+model = "fake-model"
+command = {cmd}
+tp = [1, 2]
+gpus = [0, 1]
+loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
+traces = {{ chat = "chat.csv" }}
+warmup_s = 0.5
+duration_s = 1.5
+readiness_timeout_s = 30
+request_timeout_s = 5
+stop_timeout_s = 5
+[stopping]
+epsilon = 0.05
+[[workloads]]
+name = "chat"
+demand_rps = 8.0
+critical = true
+slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
+""")
+    out = tmp_path / "run"
+    rc = main(["run", str(tmp_path / "campaign.toml"), "--out", str(out), "--quiet", "--json"])
+    assert rc == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "certified-feasible"
+    alloc = result["allocation"]["chat"]
+    assert alloc["replicas"] >= 1 and alloc["tp"] * alloc["replicas"] <= 4
+    measured = read_table(out / "measurements.csv")
+    assert len(measured) == len(result["measured"])
+    # GPU-seconds = Σ duration × TP over the measured cells (2 s per cell).
+    assert result["gpu_seconds"] == pytest.approx(float((measured["duration_s"] * measured["tp"]).sum()))
+    # The committed cell was measured, and every measured cell kept its raw records.
+    assert any((m["tp"], m["load"]) == (alloc["tp"], alloc["load"]) for m in result["measured"])
+    assert len(list((out / "raw").glob("*.parquet"))) == len(measured)
