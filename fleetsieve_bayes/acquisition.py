@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -119,6 +120,7 @@ def credible_quantiles(level: float) -> tuple[float, float]:
     return (1.0 - level) / 2.0, (1.0 + level) / 2.0
 
 
+@partial(jax.jit, static_argnames=("ess_threshold",))
 def importance_weights(
     loglik: jax.Array, ess_threshold: float = DEFAULT_ESS_THRESHOLD
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
