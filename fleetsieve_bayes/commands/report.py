@@ -1,0 +1,34 @@
+"""``fleetsieve-bayes report DIR [--out FILE] [--campaign FILE]``: a self-contained HTML report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of a campaign",
+        description="Write an HTML report (figures embedded, no network needed) that explains a "
+        "campaign's decision: capacity against TP, tails against load with the SLOs, the gap "
+        "against GPU-seconds, both allocations, and the posterior diagnostics. Works on a running "
+        "or interrupted campaign too.",
+    )
+    p.add_argument("directory", type=Path, help="campaign directory (run --out)")
+    p.add_argument("--out", type=Path, default=None, help="output file (default DIR/report.html)")
+    p.add_argument(
+        "--campaign",
+        type=Path,
+        default=None,
+        help="campaign TOML, for SLO lines and demands when the journal does not record them",
+    )
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from fleetsieve_bayes.report import write_report
+
+    path, report = write_report(args.directory, args.out, campaign_file=args.campaign)
+    print(f"report: {path} ({len(report.figures)} figures)")
+    return 0

@@ -1,0 +1,176 @@
+"""``fleetsieve-bayes status DIR [--json]``: where a campaign stands.
+
+Reads only the journal (and ``result.json`` if the campaign finished), so it
+works on a campaign that is still running or was killed, and it never imports
+JAX: it answers in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fleetsieve_bayes.report import CampaignView, load_campaign_dir
+
+__all__ = ["register", "main", "status_json", "render_status"]
+
+_CERT_STYLE = {
+    "certified-feasible": "bold green",
+    "certified-infeasible": "bold red",
+    "undecided": "bold yellow",
+    "exhausted": "bold magenta",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="show a campaign's measured cells, certificate, allocations and gap",
+        description="Summarise a campaign directory (running, interrupted or finished) from its journal.",
+    )
+    p.add_argument("directory", type=Path, help="campaign directory (run --out)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
+    p.set_defaults(func=main)
+
+
+def status_json(view: CampaignView) -> dict[str, Any]:
+    """The status as a JSON-able dict (what ``--json`` prints)."""
+    last = view.last_round
+    return {
+        "directory": str(view.directory),
+        "campaign": view.header.get("campaign"),
+        "strategy": view.header.get("strategy"),
+        "seed": view.header.get("seed"),
+        "state": view.state,
+        "status": view.status,
+        "candidates": view.n_candidates,
+        "measured_cells": len(view.measurements),
+        "gpu_seconds": view.gpu_seconds,
+        "rounds": len(view.rounds),
+        "measured": [
+            {
+                **r["cell"],
+                "phase": r.get("phase"),
+                "round": r.get("round"),
+                "gpu_seconds": r.get("gpu_seconds"),
+                "row": r.get("row"),
+            }
+            for r in view.measurements
+        ],
+        "certificate": None
+        if last is None
+        else {"status": last.get("certificate"), "reason": last.get("reason"), "gap": last.get("gap"), "round": last.get("round")},
+        "conservative": None if last is None else last.get("conservative"),
+        "optimistic": None if last is None else last.get("optimistic"),
+        "next": None if last is None else last.get("chosen"),
+        "result": view.result,
+    }
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "—"
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if f != f:
+        return "—"
+    if f in (float("inf"), float("-inf")):
+        return "∞"
+    return f"{f:.{digits}f}"
+
+
+def render_status(view: CampaignView, console: Any) -> None:
+    """Print the status of ``view`` as rich tables on ``console``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    status = view.status
+    head = Text()
+    head.append(f"{view.header.get('campaign', view.directory.name)}", style="bold")
+    head.append(f"  ({view.directory}, {view.state})\n")
+    head.append("status: ")
+    head.append(status, style=_CERT_STYLE.get(status, "bold"))
+    total = view.n_candidates
+    head.append(
+        f"   cells measured: {len(view.measurements)} / {total if total is not None else '?'}"
+        f"   GPU-seconds: {view.gpu_seconds:,.0f}   rounds: {len(view.rounds)}"
+        f"   strategy: {view.header.get('strategy')}   seed: {view.header.get('seed')}"
+    )
+    console.print(head)
+    last = view.last_round
+    if last is not None:
+        g = last.get("gap") or {}
+        console.print(
+            f"round {last.get('round')}: [bold]{last.get('certificate')}[/] — {last.get('reason', '')}",
+            highlight=False,
+        )
+        console.print(
+            f"gap: critical {_num(g.get('critical'), 0)}, min fulfillment {_num(g.get('min_fulfillment'))}, "
+            f"goodput {_num(g.get('goodput'))}",
+            highlight=False,
+        )
+        nxt = last.get("chosen")
+        if nxt:
+            console.print(f"next cell: {nxt['workload']} TP{nxt['tp']}@{nxt['load']}", highlight=False)
+
+        at = Table(title="Allocations", title_justify="left")
+        at.add_column("class", style="bold")
+        labels = ["conservative", "optimistic"] + (["final"] if view.result is not None else [])
+        for lab in labels:
+            at.add_column(lab)
+        allocs = {lab: (last.get(lab) or {}).get("allocation") for lab in ("conservative", "optimistic")}
+        if view.result is not None:
+            allocs["final"] = view.result.get("allocation")
+        for w in view.workloads:
+            cells = []
+            for lab in labels:
+                a = allocs[lab]
+                if a is None:
+                    cells.append(Text("infeasible", style="red"))
+                    continue
+                e = a.get(w) or {}
+                reps = int(e.get("replicas") or 0)
+                cells.append(f"TP{e['tp']}@{e['load']} ×{reps} ({reps * int(e['tp'])} GPUs)" if reps else "none")
+            at.add_row(w, *cells)
+        objs = []
+        for lab in labels:
+            obj = (last.get(lab) or {}).get("objective") if lab != "final" else (view.result or {}).get("objective")
+            if not obj or obj.get("feasible") is False:
+                objs.append("—")
+            else:
+                objs.append(f"r={_num(obj.get('min_fulfillment'))}, {_num(obj.get('goodput_rps'), 2)} req/s, {obj.get('gpus_used')} GPUs")
+        at.add_row(Text("objective", style="dim"), *objs)
+        console.print(at)
+
+    mt = Table(title="Measured cells", title_justify="left")
+    for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("thr req/s", "right"), ("TTFT p99 s", "right"), ("compl. p99 s", "right"), ("success", "right"), ("GPU-s", "right")):
+        mt.add_column(col, justify=just)
+    for i, r in enumerate(view.measurements):
+        c, row = r["cell"], r.get("row") or {}
+        mt.add_row(
+            str(i + 1),
+            f"{c['workload']} TP{c['tp']}@{c['load']}",
+            f"{r.get('phase', '')} r{r.get('round', '')}",
+            _num(row.get("throughput_rps"), 2),
+            _num(row.get("ttft_p99_s"), 2),
+            _num(row.get("completion_p99_s"), 1),
+            _num(row.get("success_rate"), 3),
+            _num(r.get("gpu_seconds"), 0),
+        )
+    console.print(mt)
+
+
+def main(args: argparse.Namespace) -> int:
+    view = load_campaign_dir(args.directory)
+    if args.json:
+        print(json.dumps(status_json(view), indent=2, default=str))
+        return 0
+    from rich.console import Console
+
+    render_status(view, Console(file=sys.stdout))
+    return 0
