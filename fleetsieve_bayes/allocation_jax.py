@@ -152,17 +152,18 @@ def jax_problem(
         return out
 
     floor_req = np.where(problem.critical, problem.floor, 0.0)
+    # Float arrays take JAX's default float dtype (float64 only under x64).
     return JaxProblem(
         cell_class=jnp.asarray(cell_class),
         cell_tp=jnp.asarray(cell_tp),
         cell_group=jnp.asarray(cell_group),
         cell_valid=jnp.asarray(cell_valid),
         tp_levels=jnp.asarray(np.array(levels, np.int32)),
-        demand=jnp.asarray(pad(problem.demand, 1.0), jnp.float32),
-        floor_req=jnp.asarray(pad(floor_req, 0.0), jnp.float32),
-        success_min=jnp.asarray(pad(problem.success_min, 0.0), jnp.float32),
-        ttft_max=jnp.asarray(pad(problem.ttft_max, np.inf), jnp.float32),
-        completion_max=jnp.asarray(pad(problem.completion_max, np.inf), jnp.float32),
+        demand=jnp.asarray(pad(problem.demand, 1.0)),
+        floor_req=jnp.asarray(pad(floor_req, 0.0)),
+        success_min=jnp.asarray(pad(problem.success_min, 0.0)),
+        ttft_max=jnp.asarray(pad(problem.ttft_max, np.inf)),
+        completion_max=jnp.asarray(pad(problem.completion_max, np.inf)),
         class_valid=jnp.asarray(np.arange(n_classes) < k),
         gpus=jnp.asarray(problem.gpus, jnp.int32),
     )
@@ -291,6 +292,9 @@ def solve_jax_problem(
     return JaxAllocation(*(x.reshape(batch + x.shape[1:]) for x in out))
 
 
+_solve_jit = jax.jit(solve_jax_problem, static_argnames=("max_gpus", "tol"))
+
+
 def make_jax_allocator(
     grid: CellGrid, problem: AllocationProblem, *, tol: float = DEFAULT_TOL
 ) -> JaxAllocator:
@@ -315,9 +319,18 @@ def allocate_jax(
 ) -> Allocation:
     """Solve one table ``values (n_cells, 4)`` with the JAX allocator; numpy in, :class:`Allocation` out.
 
-    Objectives are recomputed in float64 from the chosen cells and replicas.
+    Shapes are padded (cells to a multiple of 32, TP levels to include 1/2/4/8,
+    the budget to a power of two) so that similar problems share one
+    compilation. Objectives are recomputed in float64 from the chosen cells and
+    replicas.
     """
-    out = make_jax_allocator(grid, problem, tol=tol).solve(jnp.asarray(values))
+    levels = tuple(sorted({1, 2, 4, 8} | {int(t) for t in grid.tp}))
+    n_cells = max(32, -(-grid.n_cells // 32) * 32)
+    max_gpus = 1 << max(4, int(problem.gpus - 1).bit_length())
+    spec = jax_problem(grid, problem, n_cells=n_cells, tp_levels=levels)
+    padded = np.zeros((n_cells, 4), np.float64)
+    padded[: grid.n_cells] = values
+    out = _solve_jit(spec, jnp.asarray(padded), max_gpus=max_gpus, tol=tol)
     return allocation_from_choice(
         grid,
         np.asarray(values, np.float64),

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_allocation_milp import KNOWN_CASES, build_case, check_known
 
 from fleetsieve_bayes.allocation_jax import (
     allocate_jax,
@@ -25,7 +26,6 @@ from fleetsieve_bayes.allocation_jax import (
 )
 from fleetsieve_bayes.allocation_milp import allocate_milp
 from fleetsieve_bayes.problem import AllocationProblem, CellGrid, admissible
-from tests.test_allocation_milp import KNOWN_CASES, build_case, check_known
 
 MAX_CELLS, MAX_CLASSES, MAX_GPUS, LEVELS = 40, 5, 128, (1, 2, 4, 8)
 _padded_solve = jax.jit(solve_jax_problem, static_argnames=("max_gpus", "tol"))
