@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 __all__ = [
     "Plotted",
@@ -230,17 +231,17 @@ def plot_capacity(
         if np.isfinite(mid).any():
             k_tp = int(tps[int(np.nanargmax(mid))])
             knees.append({"workload": w, "tp": k_tp})
-            ax.axvline(k_tp, color="tab:orange", lw=1.5, label=f"knee (band peak): TP{k_tp}")
+            ax.axvline(k_tp, color="tab:orange", lw=1.5, label="knee (peak of the band)")
         if knee is not None and (knee["workload"] == w).any():
             k = knee[knee["workload"] == w].iloc[0]
             ax.axvspan(k["q_lo"], k["q_hi"], color="tab:orange", alpha=0.12, label="posterior knee, 90 % CI")
         _tp_axis(ax, sorted(set(int(t) for t in tps)))
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{w}: per-GPU capacity vs TP")
+        ax.set_title(f"{w}: per-GPU capacity vs TP" + (f" (knee TP{knees[-1]['tp']})" if knees and knees[-1]["workload"] == w else ""))
         ax.set_xlabel("tensor-parallel degree")
         ax.set_ylabel("capacity per GPU (req/s / GPU)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+    _shared_legend(fig, axes.ravel(), ncol=4)
     return Plotted(fig, {"curves": curves, "measured": meas, "knee": pd.DataFrame(knees, columns=["workload", "tp"])})
 
 
@@ -334,19 +335,44 @@ def plot_tails(
                 ax.axhline(float(limit), color="tab:red", ls="--", lw=1.3, label=f"SLO {'≥' if key == 'success_min' else '≤'} {float(limit):g}")
             if col != "success_rate":
                 ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(_plain)
+                ax.yaxis.set_minor_formatter(_plain_minor)
             ax.set_xticks(range(len(order)))
             ax.set_xticklabels(order)
             ax.set_xlabel("load setting (concurrency)")
             ax.set_ylabel(label)
             ax.set_title(f"{w}: {label} vs load")
             ax.grid(alpha=0.3)
-            if k == 0:
-                ax.legend(fontsize=7, loc="best", ncol=2)
-            elif limit is not None:
-                ax.legend(handles=[h for h in ax.get_legend_handles_labels()[0] if str(h.get_label()).startswith("SLO")], fontsize=7, loc="best")
+    _shared_legend(fig, axes.ravel(), ncol=2 * len(tp_values) + 1, slo_label="SLO limit")
     measured = pd.DataFrame(meas_rows, columns=["workload", "tp", "load", "metric", "value"])
     bands = pd.DataFrame(band_rows, columns=["workload", "tp", "load", "metric", "lo", "hi"])
     return Plotted(fig, {"measured": measured, "bands": bands})
+
+
+def _plain_fmt(v: float, _pos: Any = None) -> str:
+    return f"{v:g}"
+
+
+def _plain_minor_fmt(v: float, _pos: Any = None) -> str:
+    # Label only 2× and 5× minor ticks on a log axis, so labels never collide.
+    m = v / 10 ** math.floor(math.log10(v)) if v > 0 else 0
+    return f"{v:g}" if round(m, 6) in (2.0, 5.0) else ""
+
+
+_plain = FuncFormatter(_plain_fmt)
+_plain_minor = FuncFormatter(_plain_minor_fmt)
+
+
+def _shared_legend(fig: Figure, axes: Any, *, ncol: int, slo_label: str | None = None) -> None:
+    """One legend for all panels, below them (never on top of the data); SLO entries merged."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if slo_label is not None and lab.startswith("SLO"):
+                lab = slo_label
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(ncol, len(seen)), fontsize=8, frameon=False)
 
 
 def plot_gap(rounds: Sequence[Mapping[str, Any]], epsilon: float | None, status: str | None = None) -> Plotted:
@@ -479,12 +505,15 @@ def plot_diagnostics(idata: Any, var_names: Sequence[str]) -> Plotted:
     post = idata.posterior
     n_chains, n_draws = int(post.sizes.get("chain", 1)), int(post.sizes.get("draw", 0))
     kind = "rank" if n_chains >= 2 else "trace"
+    n_panels = sum(int(np.prod([n for d, n in post[v].sizes.items() if d not in ("chain", "draw")] or [1])) for v in var_names)
+    # ArviZ's default size is a full page per row; keep rows short enough to read at a glance.
+    figsize = (13, 2.4 * math.ceil(n_panels / 4)) if kind == "rank" else (13, 1.8 * len(var_names))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "rank":
-            axes = az.plot_rank(idata, var_names=list(var_names), kind="bars", show=False, backend_kwargs={"layout": "constrained"})
+            axes = az.plot_rank(idata, var_names=list(var_names), kind="bars", grid=(math.ceil(n_panels / 4), min(4, n_panels)), figsize=figsize, show=False, backend_kwargs={"layout": "constrained"})
         else:
-            axes = az.plot_trace(idata, var_names=list(var_names), show=False, backend_kwargs={"layout": "constrained"})
+            axes = az.plot_trace(idata, var_names=list(var_names), figsize=figsize, show=False, backend_kwargs={"layout": "constrained"})
     fig = np.asarray(axes).ravel()[0].figure
     fig.suptitle(f"{'Rank' if kind == 'rank' else 'Trace'} plots ({n_chains} chain{'s' if n_chains != 1 else ''} × {n_draws} draws)")
     data = pd.DataFrame({"variable": list(var_names), "n_chains": n_chains, "n_draws": n_draws, "kind": kind})

@@ -176,7 +176,12 @@ class _LiveView:
 
 @contextlib.contextmanager
 def make_progress(
-    *, quiet: bool, stream: TextIO, total_cells: int | None = None, refresh_per_second: float = 4.0
+    *,
+    quiet: bool,
+    stream: TextIO,
+    total_cells: int | None = None,
+    refresh_per_second: float = 4.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[Callable[[str, dict[str, Any]], None]]:
     """Yield an ``on_event(kind, info)`` callback for :func:`fleetsieve_bayes.campaign.run_campaign`.
 
@@ -186,6 +191,8 @@ def make_progress(
 
     Args:
         total_cells: number of candidate cells, if known (else taken from events).
+        refresh_per_second: how often the panel (and elapsed time) is redrawn.
+        clock: monotonic seconds (tests pass a fake one).
     """
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
     if quiet or not is_tty:
@@ -198,7 +205,6 @@ def make_progress(
 
     state = ProgressState(total_cells=total_cells)
     console = Console(file=stream, force_terminal=True)
-    clock = time.monotonic
     with Live(
         _LiveView(state, clock),
         console=console,

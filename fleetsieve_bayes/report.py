@@ -306,11 +306,13 @@ def _figure(fig_id: str, plotted: Any, caption: str) -> str:
     )
 
 
-def _table(df: pd.DataFrame, table_id: str, digits: int = 3) -> str:
+def _table(df: pd.DataFrame, table_id: str, digits: int = 3, per_column: dict[str, int] | None = None) -> str:
+    """An HTML table of ``df``; ``per_column`` overrides ``digits`` for named columns."""
     head = "".join(f"<th>{_esc(c)}</th>" for c in df.columns)
+    widths = [(per_column or {}).get(str(c), digits) for c in df.columns]
     body = []
     for _, row in df.iterrows():
-        cells = "".join(f"<td>{_esc(_fmt(v, digits))}</td>" for v in row.to_numpy())
+        cells = "".join(f"<td>{_esc(_fmt(v, d))}</td>" for v, d in zip(row.to_numpy(), widths, strict=True))
         body.append(f"<tr>{cells}</tr>")
     return f'<table id="{_esc(table_id)}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -352,6 +354,24 @@ def _allocations(view: CampaignView) -> dict[str, tuple[dict[str, Any] | None, d
             obj = part.get("objective") or {}
             out[key] = (part.get("allocation"), obj if obj.get("feasible", True) else None, part.get("allocation") is None)
     return out
+
+
+def _name_class_dims(idata: Any, workloads: tuple[str, ...]) -> Any:
+    """Label ArviZ's anonymous ``<var>_dim_k`` dims of length n_classes with the class names."""
+    post = getattr(idata, "posterior", None)
+    if post is None or not workloads:
+        return idata
+    coords = {
+        d: list(workloads)
+        for d, n in post.sizes.items()
+        # Class-level sites put the class first (model.py), so only `_dim_0` is a class axis.
+        if str(d).endswith("_dim_0") and n == len(workloads) and str(d)[: -len("_dim_0")] in post.data_vars
+        and str(d)[: -len("_dim_0")] not in ("latent", "capacity", "y")  # per-cell sites
+    }
+    if coords:
+        idata = idata.copy()
+        idata.posterior = post.assign_coords(coords)
+    return idata
 
 
 STYLE = """
@@ -470,7 +490,7 @@ def build_report(
                 for r in view.rounds
             ]
         )
-        parts.append('<div class="scroll">' + _table(rt, "rounds-table", 3) + "</div>")
+        parts.append('<div class="scroll">' + _table(rt, "rounds-table", 3, {"GPU-s": 0, "fit s": 1}) + "</div>")
     else:
         parts.append("<p>No round yet.</p>")
 
@@ -483,6 +503,8 @@ def build_report(
         )
         parts.append(_table(slo_df, "slo-table", 3))
     knee = plots.knee_quantiles(idata, view.workloads) if idata is not None else None
+    if idata is not None:
+        idata = _name_class_dims(idata, view.workloads)
     if not bounds.empty:
         p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()])
         figures["fig-capacity"] = p
@@ -512,7 +534,7 @@ def build_report(
                 for i, r in enumerate(view.measurements)
             ]
         )
-        parts.append('<div class="scroll">' + _table(mt, "measurements-table", 3) + "</div>")
+        parts.append('<div class="scroll">' + _table(mt, "measurements-table", 3, {"GPU-s": 0}) + "</div>")
     else:
         parts.append("<p>No cell measured yet.</p>")
 
@@ -533,7 +555,7 @@ def build_report(
         var_names = plots.select_diagnostic_vars(idata)
         if var_names:
             summ = plots.diagnostics_summary(idata, var_names).reset_index(names="parameter")
-            parts.append(_table(summ, "diagnostics-table", 3))
+            parts.append(_table(summ, "diagnostics-table", 3, {"ess_bulk": 0, "ess_tail": 0}))
             p = plots.plot_diagnostics(idata, var_names)
             figures["fig-diagnostics"] = p
             parts.append(_figure("fig-diagnostics", p, "Rank plots (uniform bars per chain = good mixing) or trace plots of the model's class-level and global parameters."))
