@@ -199,8 +199,13 @@ def plot_capacity(
     *,
     knee: pd.DataFrame | None = None,
     workloads: Sequence[str] | None = None,
+    chosen: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Plotted:
     """Per-GPU capacity against TP, one panel per class.
+
+    ``chosen`` (an allocation ``{workload: {tp, load, replicas}}``) marks each
+    class's chosen cell with a star (its measured value, else its conservative
+    bound).
 
     Draws the credible band (conservative–optimistic SLO-feasible max over
     loads), the SLO-ignoring max (dotted), the measured cells (filled: within
@@ -209,7 +214,8 @@ def plot_capacity(
 
     Returns:
         data ``curves`` (:func:`capacity_curves`), ``measured`` (workload, tp,
-        load, per_gpu_rps, slo_ok) and ``knee`` (workload, tp).
+        load, per_gpu_rps, slo_ok), ``knee`` (workload, tp) and ``chosen``
+        (workload, tp, load, per_gpu_rps).
     """
     curves = capacity_curves(bounds, slos)
     names = list(workloads) if workloads else list(dict.fromkeys(bounds["workload"]))
@@ -241,8 +247,33 @@ def plot_capacity(
         ax.set_xlabel("tensor-parallel degree")
         ax.set_ylabel("capacity per GPU (req/s / GPU)")
         ax.grid(alpha=0.3)
-    _shared_legend(fig, axes.ravel(), ncol=4)
-    return Plotted(fig, {"curves": curves, "measured": meas, "knee": pd.DataFrame(knees, columns=["workload", "tp"])})
+    chosen_rows = []
+    for ax, w in zip(axes[0], names, strict=True):
+        a = (chosen or {}).get(w) or {}
+        if not a.get("replicas"):
+            continue
+        tp, load = int(a["tp"]), str(a["load"])
+        hit = meas[(meas["workload"] == w) & (meas["tp"] == tp) & (meas["load"] == load)]
+        if len(hit):
+            y = float(hit["per_gpu_rps"].iloc[0])
+        else:
+            b = bounds[(bounds["workload"] == w) & (bounds["tp"] == tp) & (bounds["load"] == load)]
+            if b.empty:
+                continue
+            y = float(b["throughput_lo"].iloc[0]) / tp
+        chosen_rows.append({"workload": w, "tp": tp, "load": load, "per_gpu_rps": y})
+        ax.scatter([tp], [y], marker="*", s=260, color="gold", edgecolor="black", zorder=4, label="chosen cell")
+        ax.annotate(f"TP{tp}@{load} ×{a['replicas']}", (tp, y), textcoords="offset points", xytext=(8, -14), fontsize=8)
+    _shared_legend(fig, axes.ravel(), ncol=5)
+    return Plotted(
+        fig,
+        {
+            "curves": curves,
+            "measured": meas,
+            "knee": pd.DataFrame(knees, columns=["workload", "tp"]),
+            "chosen": pd.DataFrame(chosen_rows, columns=["workload", "tp", "load", "per_gpu_rps"]),
+        },
+    )
 
 
 def _measured_points(measurements: pd.DataFrame | None, slos: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

@@ -374,6 +374,52 @@ def _name_class_dims(idata: Any, workloads: tuple[str, ...]) -> Any:
     return idata
 
 
+def _decided(view: CampaignView) -> dict[str, Any] | None:
+    """The allocation to explain: result.json's, else the last round's conservative one."""
+    if view.result is not None:
+        return view.result.get("allocation")
+    last = view.last_round
+    return None if last is None else (last.get("conservative") or {}).get("allocation")
+
+
+def _why_html(view: CampaignView, measurements: pd.DataFrame) -> str:
+    """One line per class: the chosen cell, its capacity against demand, and its SLO margins."""
+    alloc = _decided(view)
+    if not alloc:
+        return ""
+    label = "final allocation" if view.result is not None else "current conservative allocation"
+    items = []
+    for w in view.workloads:
+        a = alloc.get(w) or {}
+        reps = int(a.get("replicas") or 0)
+        if not reps:
+            items.append(f"<li><b>{_esc(w)}</b>: no replicas</li>")
+            continue
+        tp, load = int(a["tp"]), str(a["load"])
+        text = f"<b>{_esc(w)}</b>: {reps} × TP{tp}@{_esc(load)} = {reps * tp} GPUs"
+        hit = measurements[(measurements["workload"] == w) & (measurements["tp"] == tp) & (measurements["load"] == load)]
+        if len(hit):
+            row = hit.iloc[0]
+            cap = reps * float(row["throughput_rps"])
+            demand = view.demand.get(w)
+            if demand:
+                text += f"; capacity {cap:.2f} req/s for a demand of {demand:g} req/s (fulfillment {min(1.0, cap / demand):.3f})"
+            else:
+                text += f"; capacity {cap:.2f} req/s"
+            slo = view.slos.get(w) or {}
+            checks = []
+            for col, key, name, unit in (("ttft_p99_s", "ttft_p99_s", "TTFT p99", " s"), ("completion_p99_s", "completion_p99_s", "completion p99", " s")):
+                lim = slo.get(key)
+                checks.append(f"{name} {_fmt(row[col], 2)}{unit}" + (f" ≤ {lim:g}{unit}" if lim is not None else ""))
+            smin = slo.get("success_min")
+            checks.append(f"success {_fmt(row['success_rate'])}" + (f" ≥ {smin:g}" if smin is not None else ""))
+            text += "; measured " + ", ".join(_esc(c) for c in checks)
+        else:
+            text += " (cell not measured yet)"
+        items.append(f"<li>{text}</li>")
+    return f'<p>Why this fleet ({_esc(label)}):</p><ul id="why">{"".join(items)}</ul>'
+
+
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 main{max-width:1300px;margin:0 auto;padding:24px 32px 64px}
@@ -463,6 +509,7 @@ def build_report(
             "the other end; the campaign is certified when they agree within ε and every committed cell is "
             "measured within its SLO. <b>final</b> is the allocation in result.json.</p>"
         )
+        parts.append(_why_html(view, measurements))
         p = plots.plot_allocations({lab: allocs[lab][0] for lab in labels}, view.workloads, view.gpus)
         figures["fig-allocations"] = p
         parts.append(_figure("fig-allocations", p, "GPUs per class in each allocation (bars stacked up to the budget)."))
@@ -506,7 +553,7 @@ def build_report(
     if idata is not None:
         idata = _name_class_dims(idata, view.workloads)
     if not bounds.empty:
-        p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()])
+        p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()], chosen=_decided(view))
         figures["fig-capacity"] = p
         parts.append(_figure("fig-capacity", p, "Per-GPU capacity (served req/s of one replica ÷ TP) against TP: max over SLO-feasible loads, conservative to optimistic; dots are measured cells; the orange line is the knee."))
         p = plots.plot_tails(bounds, measurements, view.slos, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()])

@@ -319,6 +319,12 @@ def test_capacity_curve_is_max_over_slo_feasible_loads(written: tuple[Path, Any]
     assert curves.loc[("chat", 4), "lo"] == pytest.approx(6.596 / 4)
     # Ignoring the SLO, C128's 11.27 req/s would win.
     assert curves.loc[("chat", 4), "any_slo"] == pytest.approx(11.27 / 4)
+    chosen = report.figures["fig-capacity"].data["chosen"].set_index("workload")
+    assert chosen.loc["chat", "per_gpu_rps"] == pytest.approx(6.596 / 4)
+    assert chosen.loc["code", "per_gpu_rps"] == pytest.approx(11.116 / 4)
+    # The explanation line of each class: capacity against demand, and the SLO checks.
+    assert "2 × TP4@C96 = 8 GPUs; capacity 13.19 req/s for a demand of 12 req/s (fulfillment 1.000)" in report.html
+    assert "completion p99 15.98 s ≤ 30 s" in report.html
     knee = report.figures["fig-capacity"].data["knee"].set_index("workload")["tp"]
     assert set(knee.index) == {"chat", "code"}
     assert knee["code"] == 4  # code TP4@C96: 11.116/4 per GPU beats TP2 and TP8
