@@ -201,10 +201,15 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     # Stages 1–2: largest feasible candidate threshold.
     lo = jnp.where(valid_k, spec.floor_req.astype(dt), 0.0)  # (K,)
     big = jnp.int32(max_gpus + 1)
+    # Candidates × classes × levels compares vs a searchsorted loop: pick by size.
+    small = (n_k * (max_gpus + 1)) ** 2 <= 1 << 20
 
     def total_need(t: jax.Array) -> jax.Array:
         s = jnp.maximum(t, lo) - tol  # (K,)
-        need = jax.vmap(lambda rk, sk: jnp.searchsorted(rk, sk, side="left"))(r, s)
+        if small:  # count below-threshold levels: no loop, cheaper to compile
+            need = jnp.sum(r < s[:, None], axis=1)
+        else:
+            need = jax.vmap(lambda rk, sk: jnp.searchsorted(rk, sk, side="left"))(r, s)
         return jnp.sum(jnp.minimum(need.astype(jnp.int32), big))
 
     cand = jnp.concatenate([jnp.zeros((1,), dt), r.reshape(-1)])
@@ -223,7 +228,10 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
         m = jnp.where(fits, f_prev[diff] + v_k[None, :], -jnp.inf)  # (W budgets, W choices)
         return jnp.max(m, axis=1), jnp.argmax(m, axis=1).astype(jnp.int32)
 
-    f_final, choice = jax.lax.scan(dp_step, jnp.zeros(max_gpus + 1, dt), val)  # (W,), (K, W)
+    unroll = n_k <= 16  # few classes: unrolled scans compile faster
+    f_final, choice = jax.lax.scan(
+        dp_step, jnp.zeros(max_gpus + 1, dt), val, unroll=unroll
+    )  # (W,), (K, W)
     g_star = f_final[jnp.clip(spec.gpus, 0, max_gpus)]
     tol_g = tol * jnp.sum(jnp.where(valid_k, lam, 0.0))
     # Stage 4: fewest GPUs that keep goodput within tolerance of the optimum.
@@ -234,7 +242,7 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
         wk = choice_k[b]
         return b - wk, wk
 
-    _, w_k = jax.lax.scan(back, b_star, choice, reverse=True)  # (K,)
+    _, w_k = jax.lax.scan(back, b_star, choice, reverse=True, unroll=unroll)  # (K,)
 
     cell, n_rep = _choose_cells(adm, thr, spec, lam, w_k, tol, n_c, n_k)
     thr_cell = jnp.where(cell >= 0, thr[jnp.maximum(cell, 0)], 0.0)

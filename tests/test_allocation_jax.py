@@ -140,10 +140,20 @@ def _check_valid(alloc, grid: CellGrid, values: np.ndarray, problem: AllocationP
     assert np.all(r[problem.critical] >= problem.floor[problem.critical] - 1e-6)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_jax_agrees_with_milp(inst: tuple[CellGrid, np.ndarray, AllocationProblem]) -> None:
-    grid, values, problem = inst
+    _agreement(*inst)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_jax_agrees_with_milp_many(inst: tuple[CellGrid, np.ndarray, AllocationProblem]) -> None:
+    _agreement(*inst)
+
+
+def _agreement(grid: CellGrid, values: np.ndarray, problem: AllocationProblem) -> None:
     milp = allocate_milp(grid, values, problem)
     spec = jax_problem(grid, problem, n_cells=MAX_CELLS, n_classes=MAX_CLASSES, tp_levels=LEVELS)
     padded = np.zeros((MAX_CELLS, 4))
