@@ -55,6 +55,7 @@ class ProgressState:
     current_started: float | None = None  # time.monotonic() at measure-start
     current_expected_s: float | None = None
     status: str | None = None  # final status after "done"
+    deciding_since: float | None = None  # between measurements: fit → allocate → acquire
     history: list[str] = field(default_factory=list)
 
 
@@ -69,6 +70,7 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
             state.total_cells = int(info[key])
     if kind == "resume":
         state.measured = int(info.get("measured", state.measured))
+        state.deciding_since = now
         return f"resuming: {state.measured} cells already measured"
     if kind == "round":
         state.round = int(info.get("round", state.round))
@@ -83,6 +85,7 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
     if kind == "measure-start":
         state.current_label = str(info.get("label", "?"))
         state.current_started = now
+        state.deciding_since = None
         state.current_expected_s = float(info["expected_s"]) if info.get("expected_s") is not None else None
         if info.get("round") is not None:
             state.round = int(info["round"])
@@ -94,6 +97,7 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
         state.gpu_seconds += gpu_s
         label = str(info.get("label", state.current_label or "?"))
         state.current_label = state.current_started = state.current_expected_s = None
+        state.deciding_since = now
         row = info.get("row") or {}
         detail = ""
         if row:
@@ -109,7 +113,7 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
         state.gpu_seconds = float(info.get("gpu_seconds", state.gpu_seconds))
         if isinstance(info.get("measured"), list):
             state.measured = len(info["measured"])
-        state.current_label = None
+        state.current_label = state.deciding_since = None
         return f"done: {state.status}, {state.gpu_seconds:.0f} GPU-seconds, {state.measured} cells measured"
     return None
 
@@ -160,6 +164,8 @@ def render_progress(state: ProgressState, now: float) -> RenderableType:
             times = _duration(elapsed)
         line.add_row(f"measuring {state.current_label}", bar, times)
         parts.append(line)
+    elif state.deciding_since is not None:
+        parts.append(Text(f"deciding: fit → bounds → allocate → next cell  {_duration(now - state.deciding_since)}", style="dim"))
     return Group(*parts)
 
 

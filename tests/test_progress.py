@@ -87,6 +87,11 @@ def test_render_shows_round_cells_gpu_seconds_gap_and_running_cell() -> None:
     assert re.search(r"GPU-seconds\s+9,600", out)
     assert "undecided" in out and "min fulfillment 0.300" in out
     assert "measuring chat TP4@C96" in out and "1:30 / ~5:00" in out
+    # Between measurements the panel says the campaign is deciding, with its own clock.
+    update_state(s, "measure-done", DONE_MEAS, 400.0)
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render_progress(s, now=412.0))
+    assert "measuring" not in buf.getvalue() and "deciding: fit → bounds → allocate → next cell  0:12" in buf.getvalue()
 
 
 def test_live_elapsed_ticks_between_events() -> None:
