@@ -61,6 +61,9 @@ __all__ = [
 ]
 
 DEFAULT_TOL = 1e-6
+# Largest (K·W)² for which the per-class GPU needs are counted by broadcast
+# compares rather than a searchsorted loop (trace-time switch).
+_COMPARE_MAX = 1 << 20
 
 
 class JaxAllocation(NamedTuple):
@@ -202,7 +205,7 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     lo = jnp.where(valid_k, spec.floor_req.astype(dt), 0.0)  # (K,)
     big = jnp.int32(max_gpus + 1)
     # Candidates × classes × levels compares vs a searchsorted loop: pick by size.
-    small = (n_k * (max_gpus + 1)) ** 2 <= 1 << 20
+    small = (n_k * (max_gpus + 1)) ** 2 <= _COMPARE_MAX
 
     def total_need(t: jax.Array) -> jax.Array:
         s = jnp.maximum(t, lo) - tol  # (K,)
