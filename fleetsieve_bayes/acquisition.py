@@ -25,9 +25,10 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
    the very same functions the certificate uses);
 6. average over fantasies: ``score(e) = gap_now − E_f[gap(e, y_f)]``.
 
-``gap_now`` is computed by the same kernel with uniform weights, so the
-score is a difference of two numbers obtained with one quantile rule (the
-inverted empirical CDF) and one allocator.
+``gap_now`` is computed by the same kernel — as an extra "measure nothing"
+candidate with uniform weights — so the score is a difference of two numbers
+obtained with one quantile rule (the inverted empirical CDF) and one
+allocator call site (one compile).
 
 Effective sample size. When the measurement is far more precise than the
 posterior (the normal case for a cell that matters) the weights can collapse
@@ -402,7 +403,6 @@ def make_acquisition(
         m_lo, m_hi = collapse_measured(observed, repeatability)
         lo_now = jnp.where(measured[:, None], m_lo, lo0)
         hi_now = jnp.where(measured[:, None], m_hi, hi0)
-        gap_now, cons_now = gap_and_value(*bound_tables(lo_now, hi_now))
 
         d_f, k_obs = fantasy_plan(key, n_draws, n_f)
         noise_f = noise[d_f]  # (F, 4)
@@ -415,10 +415,15 @@ def make_acquisition(
         cells = jnp.arange(n_cells)
 
         def one(e: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-            y = sample(k_obs, latent[d_f, e], noise_f)  # (F, 4), same randomness for every e
-            loglik = logpdf(y[:, None, :], latent[None, :, e, :], noise[None, :, :])  # (F, D)
+            # e == n_cells is the "measure nothing" candidate: uniform weights, nothing
+            # collapses, so its gap is gap_now — one allocator call site for both.
+            null = e == n_cells
+            e_ = jnp.minimum(e, n_cells - 1)
+            y = sample(k_obs, latent[d_f, e_], noise_f)  # (F, 4), same randomness for every e
+            loglik = logpdf(y[:, None, :], latent[None, :, e_, :], noise[None, :, :])  # (F, D)
             w, ess, tempered = importance_weights(loglik, ess_threshold)
-            nb = related[e]  # (k,)
+            w = jnp.where(null, uniform[None, :], w)
+            nb = related[e_]  # (k,)
             lo_nb, hi_nb = weighted_intervals(sorted_vals[nb], order[nb], w, q_lo, q_hi)  # (F, k, 4)
             lo = jnp.broadcast_to(lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
             hi = jnp.broadcast_to(hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
@@ -433,12 +438,16 @@ def make_acquisition(
 
         # Chunk the candidate axis so one chunk's (chunk, F, k, 4, D) cumulative weights fit the budget.
         per_candidate = n_f * k * 4 * n_draws * 4 * 4  # bytes, ~4 live arrays of that shape
-        chunk = int(max(1, min(n_cells, memory_budget_mb * 2**20 // max(per_candidate, 1))))
-        # Pad the candidate axis to whole chunks (repeating cell 0) so one loop body compiles.
-        n_chunks = -(-n_cells // chunk)
-        padded = jnp.arange(n_chunks * chunk) % n_cells
+        chunk_max = int(max(1, min(n_cells + 1, memory_budget_mb * 2**20 // max(per_candidate, 1))))
+        # Balance the chunks so that padding wastes less than one candidate per chunk.
+        n_chunks = -(-(n_cells + 1) // chunk_max)
+        chunk = -(-(n_cells + 1) // n_chunks)
+        # Candidates 0..n_cells-1 plus the null candidate n_cells, padded (repeating the
+        # null one) to whole chunks so one loop body compiles.
+        padded = jnp.minimum(jnp.arange(n_chunks * chunk), n_cells)
         outs = jax.lax.map(jax.vmap(one), padded.reshape(n_chunks, chunk))
         exp_gap, exp_val, ess_min, fallback = (x.reshape(-1)[:n_cells] for x in outs)
+        gap_now, cons_now = (x.reshape(-1)[n_cells] for x in outs[:2])
         exp_gap = jnp.where(measured, jnp.nan, exp_gap)
         exp_val = jnp.where(measured, jnp.nan, exp_val)
         return AcquisitionScores(

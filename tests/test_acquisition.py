@@ -151,15 +151,15 @@ def test_common_random_numbers_across_candidates():
 
 def test_weights_concentrate_on_the_matching_draw():
     rng = np.random.default_rng(1)
-    lat = jnp.asarray(rng.uniform(1.0, 5.0, (200, 4)), jnp.float32)
-    noise = jnp.full((200, 4), 0.01, jnp.float32)
-    y = lat[37]
-    ll = gauss_logpdf(y[None, :], lat, noise)[None, :]  # (1, 200)
+    lat = jnp.asarray(rng.uniform(1.0, 5.0, (300, 4)), jnp.float32)
+    noise = jnp.full((300, 4), 0.01, jnp.float32)
+    ys = jnp.stack([lat[37], lat[38]])
+    ll = gauss_logpdf(ys[:, None, :], lat[None], noise[None])  # (2, 300), one shape for all weight tests
     w, ess, tempered = importance_weights(ll, ess_threshold=0.0)
-    assert int(jnp.argmax(w[0])) == 37
-    assert float(w[0, 37]) > 0.99
-    assert float(jnp.sum(w)) == pytest.approx(1.0, abs=1e-5)
-    assert not bool(tempered[0]) and float(ess[0]) < 0.01
+    assert [int(i) for i in jnp.argmax(w, axis=1)] == [37, 38]
+    assert float(w[0, 37]) > 0.99 and float(w[1, 38]) > 0.99
+    np.testing.assert_allclose(np.asarray(jnp.sum(w, axis=1)), 1.0, atol=1e-5)
+    assert not bool(tempered.any()) and float(ess.max()) < 0.01
 
 
 def test_ess_fallback_in_the_tail():
@@ -175,7 +175,7 @@ def test_ess_fallback_in_the_tail():
     assert 1.0 / np.sum(w0**2) / 300 >= 0.1 - 1e-3  # tempering restores the threshold
     assert np.isfinite(w0).all() and w0.sum() == pytest.approx(1.0, abs=1e-5)
     # Uniform weights when the fantasy is impossible under every draw.
-    w_nan, _, _ = importance_weights(jnp.full((1, 300), -jnp.inf), 0.1)
+    w_nan, _, _ = importance_weights(jnp.full((2, 300), -jnp.inf), 0.1)
     np.testing.assert_allclose(np.asarray(w_nan), 1.0 / 300, rtol=1e-5)
 
 
