@@ -49,6 +49,7 @@ __all__ = [
     "regret_auc",
     "curve_at",
     "hindsight_floor",
+    "random_reveal_floor",
     "evaluate_run",
 ]
 
@@ -79,6 +80,7 @@ class Oracle(NamedTuple):
     outcome: TrueOutcome
     full_gpu_s: float  # every candidate measured
     floor_gpu_s: float  # hindsight floor: initial design ∪ committed cells
+    random_floor_gpu_s: float  # E[GPU-s] of a uniform random order until the committed cells are revealed
 
 
 def evaluate_cells(
@@ -156,6 +158,29 @@ def hindsight_floor(grid: CellGrid, optimum: Allocation) -> float:
     return float(sum(cost[c] for c in cells))
 
 
+def random_reveal_floor(grid: CellGrid, optimum: Allocation) -> float:
+    """Expected GPU-seconds of uniform random profiling until every committed cell is revealed.
+
+    A lower bound on random's cost under any stopping rule that must measure
+    the cells it commits to (when the optimum is unique). After the design,
+    the m committed cells outside it are always paid; any other remaining
+    cell is paid iff it comes before the last of them in the order, which
+    happens with probability m/(m+1). Exact, no sampling.
+    """
+    design = set(initial_design(grid))
+    cost = grid.cost_gpu_s
+    committed = (
+        {int(c) for c, n in zip(optimum.cell, optimum.replicas, strict=True) if c >= 0 and n > 0}
+        if optimum.feasible
+        else set()
+    )
+    need = committed - design
+    m = len(need)
+    others = [c for c in range(grid.n_cells) if c not in design and c not in need]
+    base = sum(cost[c] for c in design) + sum(cost[c] for c in need)
+    return float(base + (m / (m + 1)) * sum(cost[c] for c in others))
+
+
 def make_oracle(grid: CellGrid, true_values: np.ndarray, problem: AllocationProblem) -> Oracle:
     """Solve the full-table optimum on ``true_values (n_cells, 4)`` and the GPU-seconds yardsticks."""
     opt = allocate_milp(grid, true_values, problem)
@@ -164,6 +189,7 @@ def make_oracle(grid: CellGrid, true_values: np.ndarray, problem: AllocationProb
         outcome=evaluate_allocation(grid, true_values, problem, opt),
         full_gpu_s=float(grid.cost_gpu_s.sum()),
         floor_gpu_s=hindsight_floor(grid, opt),
+        random_floor_gpu_s=random_reveal_floor(grid, opt),
     )
 
 

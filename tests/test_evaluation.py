@@ -82,6 +82,9 @@ def test_oracle_and_hindsight_floor(setup) -> None:
     assert int(o.allocation.cell[0]) == idx[("a", 2, "L1")]
     # Design = a TP2@L0, a TP4@L0, b TP2@L1, b TP4@L1 (1200); plus a TP2@L1 (200).
     assert o.floor_gpu_s == pytest.approx(1400.0)
+    # Random after the design: a TP2@L1 (200) always; the one other cell, a TP4@L1
+    # (400), comes before it half of the time.
+    assert o.random_floor_gpu_s == pytest.approx(1400.0 + 0.5 * 400.0)
 
 
 def test_inadmissible_committed_cell_serves_nothing(setup) -> None:
@@ -125,6 +128,7 @@ def test_truly_infeasible_campaign(setup) -> None:
     o = make_oracle(grid, values, problem)
     assert not o.allocation.feasible
     assert o.floor_gpu_s == pytest.approx(1200.0)  # the design only
+    assert o.random_floor_gpu_s == pytest.approx(1200.0)
     none = regret(evaluate_cells(grid, values, problem, None, None), o, problem)
     assert none == (0.0, 0.0, 0.0)
     cell = np.array([idx[("a", 2, "L1")], idx[("b", 4, "L1")]])
