@@ -63,7 +63,7 @@ __all__ = [
 DEFAULT_TOL = 1e-6
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
-_COMPARE_MAX = 1 << 20
+_COMPARE_MAX = 1 << 14
 
 
 class JaxAllocation(NamedTuple):
@@ -231,7 +231,8 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
         m = jnp.where(fits, f_prev[diff] + v_k[None, :], -jnp.inf)  # (W budgets, W choices)
         return jnp.max(m, axis=1), jnp.argmax(m, axis=1).astype(jnp.int32)
 
-    unroll = n_k <= 16  # few classes: unrolled scans compile faster
+    # Few classes and a small budget: unrolled scans run (and mostly compile) faster.
+    unroll = n_k <= 16 and max_gpus <= 128
     f_final, choice = jax.lax.scan(
         dp_step, jnp.zeros(max_gpus + 1, dt), val, unroll=unroll
     )  # (W,), (K, W)

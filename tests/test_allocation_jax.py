@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_milp import KNOWN_CASES, build_case, check_known
 
+import fleetsieve_bayes.allocation_jax as aj
 from fleetsieve_bayes.allocation_jax import (
     allocate_jax,
     allocation_from_choice,
@@ -37,12 +38,8 @@ def test_jax_known_answers(case: tuple) -> None:
     check_known(allocate_jax(grid, values, problem), grid, case)
 
 
-def test_make_jax_allocator_batch_shapes_and_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batch shapes, tracing inside jit+vmap, and answers. Forces the searchsorted
-    need-count path (used for large problems); the known-answer tests cover the other."""
-    import fleetsieve_bayes.allocation_jax as aj
-
-    monkeypatch.setattr(aj, "_COMPARE_MAX", 0)
+def test_make_jax_allocator_batch_shapes_and_tracing() -> None:
+    """Batch shapes, tracing inside jit+vmap, and answers."""
     grid, values, problem = build_case(KNOWN_CASES[0])
     alloc = make_jax_allocator(grid, problem)
     # Chat TP4@C96 broken (success 0.5): chat falls back to TP8@C128 (11.264 at 8 GPUs).
@@ -159,6 +156,9 @@ def test_jax_agrees_with_milp_many(inst: tuple[CellGrid, np.ndarray, AllocationP
 
 
 def _agreement(grid: CellGrid, values: np.ndarray, problem: AllocationProblem) -> None:
+    # At this padded size (5 classes × 129 budget levels) the JAX allocator counts
+    # GPU needs with searchsorted; the shipped-grid tests above use the compare path.
+    assert (MAX_CLASSES * (MAX_GPUS + 1)) ** 2 > aj._COMPARE_MAX
     milp = allocate_milp(grid, values, problem)
     spec = jax_problem(grid, problem, n_cells=MAX_CELLS, n_classes=MAX_CLASSES, tp_levels=LEVELS)
     padded = np.zeros((MAX_CELLS, 4))
