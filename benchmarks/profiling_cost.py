@@ -113,25 +113,38 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _safe_run(task: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_one`, or an ``error`` record (a broken run must not lose the others)."""
+    try:
+        return run_one(task)
+    except Exception as exc:  # noqa: BLE001 - reported and excluded from the summaries
+        return {"error": f"{type(exc).__name__}: {exc}", **{k: task[k] for k in ("scenario", "strategy", "seed")}}
+
+
 def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
 
     def note(r: dict[str, Any]) -> None:
+        if "error" in r:
+            print(f"[{label}] ERROR {r['scenario']} {r['strategy']} seed {r['seed']}: {r['error']}", file=sys.stderr, flush=True)
+            errors.append(r)
+            return
         results.append(r)
         done = len(results)
-        if done == 1 or done % 10 == 0 or done == len(tasks):
+        if done == 1 or done % 10 == 0 or done + len(errors) == len(tasks):
             el = time.perf_counter() - t0
             print(f"[{label}] {done}/{len(tasks)} runs, {el:.0f} s (last {r['strategy']} seed {r['seed']}: "
                   f"{r['gpu_seconds']:.0f} GPU-s, {r['status']}, {r['wall_s']:.1f} s)", file=sys.stderr, flush=True)
 
     if jobs <= 1:
         for t in tasks:
-            note(run_one(t))
+            note(_safe_run(t))
     else:
         # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            for r in pool.map(run_one, tasks, chunksize=max(1, len(tasks) // (4 * jobs))):
+            for r in pool.map(_safe_run, tasks, chunksize=max(1, len(tasks) // (4 * jobs))):
                 note(r)
     return results
 
