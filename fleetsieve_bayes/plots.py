@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 __all__ = [
     "Plotted",
@@ -368,6 +368,10 @@ def plot_tails(
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(_plain)
                 ax.yaxis.set_minor_formatter(_plain_minor)
+            if col != "success_rate":
+                lo_y, hi_y = ax.get_ylim()
+                if lo_y > 0 and math.log10(hi_y / lo_y) > 2.0:
+                    ax.yaxis.set_minor_formatter(NullFormatter())  # many decades: label powers of ten only
             ax.set_xticks(range(len(order)))
             ax.set_xticklabels(order)
             ax.set_xlabel("load setting (concurrency)")
@@ -492,8 +496,8 @@ def plot_allocations(allocations: Mapping[str, Mapping[str, Any] | None], worklo
     ax.set_xlabel("GPUs")
     ax.set_title("Allocations: GPUs per class")
     handles, names = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(fontsize=8, loc="lower right")
+    if handles:  # outside the axes: bars fill the plot up to the budget
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return Plotted(fig, {"allocations": df})
 
 

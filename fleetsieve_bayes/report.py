@@ -434,7 +434,7 @@ h3{margin-top:28px}
 .card .k{font-size:.8em;color:#666;text-transform:uppercase;letter-spacing:.04em}.card .v{font-size:1.3em;font-weight:600}
 table{border-collapse:collapse;background:#fff;margin:8px 0 16px;font-size:.9em}
 th,td{border:1px solid #ddd;padding:4px 10px;text-align:right}th{background:#f0f0f0}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child{text-align:left}th[colspan]{text-align:center}
 td.bad{color:#cf222e;font-weight:600;text-align:center}
 figure{margin:12px 0 24px;background:#fff;border:1px solid #e1e1e1;border-radius:8px;padding:8px}
 figure img{max-width:100%;height:auto;display:block;margin:0 auto}

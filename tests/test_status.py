@@ -51,6 +51,12 @@ def test_status_of_running_and_killed_campaign(tmp_path: Path) -> None:
     s = status_json(view)
     assert s["status"] == "undecided" and s["rounds"] == 2 and s["measured_cells"] == 8
     assert s["next"] == {"workload": "code", "tp": 4, "load": "C96"}
+    assert s["next_state"] == "last chosen cell (measured)"
+    # Kill between the round record and its measurement: the chosen cell is cut off.
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "journal.jsonl").write_text("".join(lines[:-2]))
+    s = status_json(load_campaign_dir(tmp_path))
+    assert s["next_state"] == "chosen next, not measured (interrupted)" and s["measured_cells"] == 7
 
 
 def test_status_text_shows_cells_certificate_allocations_and_gap(finished: tuple[Path, dict[str, Any]]) -> None:

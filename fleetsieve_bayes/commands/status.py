@@ -66,6 +66,7 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "conservative": None if last is None else last.get("conservative"),
         "optimistic": None if last is None else last.get("optimistic"),
         "next": None if last is None else last.get("chosen"),
+        "next_state": None if last is None or not last.get("chosen") else _chosen_state(view, last["chosen"]),
         "result": view.result,
     }
 
@@ -82,6 +83,13 @@ def _num(x: Any, digits: int = 3) -> str:
     if f in (float("inf"), float("-inf")):
         return "∞"
     return f"{f:.{digits}f}"
+
+
+def _chosen_state(view: CampaignView, cell: dict[str, Any]) -> str:
+    """How far the last round's chosen cell got: measured, being measured, or cut off."""
+    if any(r.get("cell") == cell for r in view.measurements):
+        return "last chosen cell (measured)"
+    return "measuring now" if view.state == "running" else "chosen next, not measured (interrupted)"
 
 
 def render_status(view: CampaignView, console: Any) -> None:
@@ -116,7 +124,7 @@ def render_status(view: CampaignView, console: Any) -> None:
         )
         nxt = last.get("chosen")
         if nxt:
-            console.print(f"next cell: {nxt['workload']} TP{nxt['tp']}@{nxt['load']}", highlight=False)
+            console.print(f"{_chosen_state(view, nxt)}: {nxt['workload']} TP{nxt['tp']}@{nxt['load']}", highlight=False)
 
         at = Table(title="Allocations", title_justify="left")
         at.add_column("class", style="bold")
@@ -148,8 +156,8 @@ def render_status(view: CampaignView, console: Any) -> None:
         console.print(at)
 
     mt = Table(title="Measured cells", title_justify="left")
-    for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("thr req/s", "right"), ("TTFT p99 s", "right"), ("compl. p99 s", "right"), ("success", "right"), ("GPU-s", "right")):
-        mt.add_column(col, justify=just)
+    for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("req/s", "right"), ("TTFT p99", "right"), ("compl. p99", "right"), ("success", "right"), ("GPU-s", "right")):
+        mt.add_column(col, justify=just, no_wrap=True, min_width=len(col) if just == "right" else None)
     for i, r in enumerate(view.measurements):
         c, row = r["cell"], r.get("row") or {}
         mt.add_row(
@@ -172,5 +180,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    render_status(view, Console(file=sys.stdout))
+    # Piped output gets a fixed, wide-enough width instead of rich's 80-column default.
+    render_status(view, Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120))
     return 0
