@@ -1,0 +1,375 @@
+"""The joint hierarchical model of capacity, tail latency and success.
+
+One NumPyro model, :func:`fleet_model`, over ALL candidate cells of a campaign
+(fixed shapes; which cells are measured is a mask, so a campaign compiles once).
+
+Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
+
+* per-GPU saturation capacity, concave in ``u`` with an interior knee ``m_w``::
+
+      log κ_w(u) = a_w - b_w (u - m_w)^2,      replica capacity C = TP · κ_w(u)
+
+  ``m_w = lo + (hi - lo) · sigmoid(z_w)`` over the grid's log2(TP) range padded
+  by ``knee.edge_pad_log2`` on both sides, with ``z_w`` centred on the card's
+  knee: the prior puts the peak inside the TP range, while the data can still
+  push it to (or past) an edge, making capacity per GPU monotone over the grid.
+* served throughput = smooth-min(λ, C) = ``(λ^-k + C^-k)^(-1/k)``.
+* utilisation ``ρ = λ / C`` and the congestion term ``h = log(1 + ρ^γ)``: ≈ 0
+  at light load, ``log 2`` at saturation, growing like ``γ log ρ`` beyond (tails
+  in an overloaded 300 s window keep growing but stay finite).
+* tails (TTFT p99, completion p99): ``log L = base_w + slope (u - u_mid) + β_w h``
+  — shares ``C`` (through ``ρ``) with the capacity model, which is what makes a
+  high-throughput, tail-infeasible cell visible before it is measured.
+* success: ``logit s = s0_w - η_w h``.
+* partial pooling: every class-level parameter is ``mean + class_sd · ε_w``
+  (non-centred), the means and spreads from the prior card.
+* noise: Student-t with :data:`NOISE_DF` degrees of freedom on the transformed
+  scale (log throughput, log tails, logit success clipped to
+  ``[SUCCESS_EPS, 1 - SUCCESS_EPS]``), one scale per metric (:data:`NOISE_FLOOR` plus a half-normal part).
+
+The true metrics of every cell are the deterministic site ``"latent"``
+``(n_cells, 4)`` in natural units (METRICS order); the capacity is ``"capacity"``
+``(n_cells,)`` (req/s per replica).
+
+Failed and unusable observations. A cell measured as a failure (throughput 0
+or success 0 — start-up OOM, crash, every request failed) is a structural
+event, not a point on the smooth curves: it is *excluded* from the continuous
+likelihood (its ``fit_mask`` row is all False) and enters decisions only through
+:func:`fleetsieve_bayes.bounds.credible_bounds`, which collapses a measured cell
+to its measured values (0 throughput, 0 success: infeasible). A non-finite tail
+on an otherwise working cell drops only that metric. Pass ``failed=`` to
+:func:`model_data` to exclude cells by their ``failure`` label as well.
+
+Observation model as pure JAX functions (used by the acquisition kernel):
+:func:`obs_logpdf` and :func:`sample_obs`, with ``noise (..., 4)`` = the
+per-metric Student-t scales; the degrees of freedom are the module constant
+:data:`NOISE_DF` (not a card field, so these functions need no card).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from fleetsieve_bayes.priors import PriorCard
+from fleetsieve_bayes.problem import CellGrid
+
+__all__ = [
+    "ModelData",
+    "model_data",
+    "fleet_model",
+    "obs_logpdf",
+    "sample_obs",
+    "to_transformed",
+    "from_transformed",
+    "NOISE_DF",
+    "SUCCESS_EPS",
+    "NOISE_FLOOR",
+    "usable_mask",
+]
+
+# Student-t degrees of freedom of the observation noise (heavy tails: one odd
+# measurement, e.g. the 94.3 % success repeat in the paper, must not drag a curve).
+NOISE_DF = 5.0
+# Success is modelled on the logit scale clipped to [eps, 1 - eps]; 0.999 and
+# 1.0 are indistinguishable at this resolution (SLOs are ≤ 0.999 in practice).
+SUCCESS_EPS = 1e-3
+# Lower bounds of the per-metric noise scales (transformed scale). The curves
+# are approximations: a measurement that matches them to 0.1 % (throughput
+# below saturation) must not make the posterior arbitrarily stiff, which would
+# also wreck NUTS's step size.
+NOISE_FLOOR = (0.01, 0.03, 0.03, 0.1)
+# Floors/ceilings that keep log transforms finite for degenerate values.
+_TINY = 1e-9
+_HUGE = 1e9
+
+
+class ModelData(NamedTuple):
+    """Fixed-shape inputs of :func:`fleet_model` (all jnp arrays).
+
+    ``n_classes`` is ``n_classes_max`` (padded classes have no cells and follow
+    their prior).
+    """
+
+    widx: jnp.ndarray  # int32 (n_cells,): class of each cell
+    u: jnp.ndarray  # (n_cells,): log2(TP)
+    log_offered: jnp.ndarray  # (n_cells,): log offered_rps
+    u_lo: jnp.ndarray  # (): smallest log2(TP) of the grid
+    u_hi: jnp.ndarray  # (): largest log2(TP) of the grid
+    cap_ref: jnp.ndarray  # (n_classes,): log median(offered_rps / TP) of the class
+    observed: jnp.ndarray  # (n_cells, 4): natural units, placeholders (1.0) where not usable
+    fit_mask: jnp.ndarray  # bool (n_cells, 4): metric enters the likelihood
+    measured: jnp.ndarray  # bool (n_cells,)
+
+
+def usable_mask(observed: np.ndarray, measured_mask: np.ndarray, failed: np.ndarray | None = None) -> np.ndarray:
+    """Which measured metrics enter the continuous likelihood.
+
+    Args:
+        observed: ``(n_cells, 4)`` natural units (anything where not measured).
+        measured_mask: bool ``(n_cells,)``.
+        failed: optional bool ``(n_cells,)`` (the table's ``failure`` label).
+
+    Returns:
+        bool ``(n_cells, 4)``: measured, not a failed cell (throughput > 0 and
+        success > 0 and not labelled failed), and the metric itself finite and > 0.
+    """
+    obs = np.asarray(observed, dtype=np.float64)
+    m = np.asarray(measured_mask, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        ok_cell = m & np.isfinite(obs[:, 0]) & (obs[:, 0] > 0) & np.isfinite(obs[:, 3]) & (obs[:, 3] > 0)
+        if failed is not None:
+            ok_cell &= ~np.asarray(failed, dtype=bool)
+        ok_metric = np.isfinite(obs) & (obs > 0)
+    return ok_cell[:, None] & ok_metric
+
+
+def model_data(
+    grid: CellGrid,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    n_classes_max: int | None = None,
+    *,
+    failed: np.ndarray | None = None,
+) -> ModelData:
+    """Build the model's fixed-shape inputs.
+
+    Args:
+        grid: the candidate cells.
+        observed: ``(n_cells, 4)`` METRICS values; only rows where
+            ``measured_mask`` is True are read (NaN elsewhere is fine).
+        measured_mask: bool ``(n_cells,)``.
+        n_classes_max: pad the class axis to this size (default ``grid.n_classes``).
+        failed: optional bool ``(n_cells,)`` of cells labelled as failures.
+    """
+    n = grid.n_cells
+    observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
+    measured = np.asarray(measured_mask, dtype=bool).reshape(n)
+    fit = usable_mask(observed, measured, failed)
+    clean = np.where(fit, observed, 1.0)
+    n_classes = grid.n_classes if n_classes_max is None else int(n_classes_max)
+    if n_classes < grid.n_classes:
+        raise ValueError(f"n_classes_max={n_classes} < {grid.n_classes} classes in the grid")
+    u = np.log2(grid.tp.astype(np.float64))
+    per_gpu = grid.offered_rps / grid.tp
+    cap_ref = np.zeros(n_classes)
+    overall = float(np.median(per_gpu[per_gpu > 0])) if np.any(per_gpu > 0) else 1.0
+    for w in range(n_classes):
+        sel = (grid.workload_idx == w) & (per_gpu > 0)
+        cap_ref[w] = math.log(float(np.median(per_gpu[sel])) if sel.any() else overall)
+    return ModelData(
+        widx=jnp.asarray(grid.workload_idx, dtype=jnp.int32),
+        u=jnp.asarray(u),
+        log_offered=jnp.asarray(np.log(np.maximum(grid.offered_rps, _TINY))),
+        u_lo=jnp.asarray(float(u.min())),
+        u_hi=jnp.asarray(float(u.max())),
+        cap_ref=jnp.asarray(cap_ref),
+        observed=jnp.asarray(clean),
+        fit_mask=jnp.asarray(fit),
+        measured=jnp.asarray(measured),
+    )
+
+
+# --- transforms and the observation model (pure JAX) -------------------------
+
+
+def to_transformed(y: jnp.ndarray) -> jnp.ndarray:
+    """Natural units → modelling scale. ``y (..., 4)`` → ``(..., 4)``:
+    log throughput, log ttft, log completion, logit(clipped success)."""
+    pos = jnp.log(jnp.clip(y[..., :3], _TINY, _HUGE))
+    s = jnp.clip(y[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    return jnp.concatenate([pos, (jnp.log(s) - jnp.log1p(-s))[..., None]], axis=-1)
+
+
+def from_transformed(z: jnp.ndarray) -> jnp.ndarray:
+    """Inverse of :func:`to_transformed` (success in ``(0, 1)``). ``z (..., 4)`` → ``(..., 4)``."""
+    return jnp.concatenate([jnp.exp(z[..., :3]), jax.nn.sigmoid(z[..., 3:4])], axis=-1)
+
+
+def obs_logpdf(y: jnp.ndarray, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Log density of observations given the latent metrics, summed over the 4 metrics.
+
+    Student-t(:data:`NOISE_DF`) on the transformed scale centred on the
+    transformed latent. The Jacobian of the transform depends on ``y`` only, so
+    it is omitted: ratios between posterior draws (importance weights) are exact.
+
+    Args:
+        y: ``(..., 4)`` observation, natural units.
+        latent: ``(..., 4)`` true metrics, natural units.
+        noise: ``(..., 4)`` per-metric scales on the transformed scale.
+
+    Returns:
+        ``(...)``.
+    """
+    r = (to_transformed(y) - to_transformed(latent)) / noise
+    df = NOISE_DF
+    const = (
+        math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    )
+    lp = const - jnp.log(noise) - 0.5 * (df + 1) * jnp.log1p(r * r / df)
+    return jnp.sum(lp, axis=-1)
+
+
+def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
+    """Draw observations given latent metrics; ``latent (..., 4)``, ``noise (..., 4)`` →
+    ``y (..., 4)`` in natural units (success in ``(0, 1)``)."""
+    shape = jnp.broadcast_shapes(latent.shape, noise.shape)
+    eps = jax.random.t(key, NOISE_DF, shape)
+    return from_transformed(to_transformed(latent) + noise * eps)
+
+
+# --- the model ----------------------------------------------------------------
+
+
+def _pooled(name: str, mean: jnp.ndarray, class_sd: float, n_classes: int, shape: tuple[int, ...] = ()) -> jnp.ndarray:
+    """Class-level parameter ``mean + tau · eps_w`` (non-centred), ``(n_classes, *shape)``."""
+    tau = numpyro.sample(f"{name}_tau", dist.HalfNormal(class_sd * jnp.ones(shape)).to_event(len(shape)))
+    eps = numpyro.sample(
+        f"{name}_eps", dist.Normal(jnp.zeros((n_classes, *shape)), 1.0).to_event(1 + len(shape))
+    )
+    return mean + tau * eps
+
+
+def latent_metrics(params: dict[str, jnp.ndarray], data: ModelData) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
+    from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``)."""
+    w, u = data.widx, data.u
+    knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
+    log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
+    k = params["sharpness"]
+    log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
+    log_rho = data.log_offered - log_cap
+    h = jax.nn.softplus(params["exponent"] * log_rho)  # log(1 + ρ^γ)
+    u_mid = 0.5 * (data.u_lo + data.u_hi)
+    log_tails = (
+        params["tail_base"][w] + params["tail_slope"][None, :] * (u - u_mid)[:, None] + params["tail_blowup"][w] * h[:, None]
+    )
+    logit_s = params["succ_base"][w] - params["succ_drop"][w] * h
+    z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
+    return from_transformed(z), jnp.exp(log_cap)
+
+
+def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None) -> None:
+    """The NumPyro model.
+
+    Args:
+        data: fixed-shape inputs (:func:`model_data`).
+        card: hyperpriors (:mod:`fleetsieve_bayes.priors`).
+        obs: ``(n_cells, 4)`` natural-unit observations to condition on
+            (normally ``data.observed``); entries outside ``data.fit_mask`` are
+            ignored. ``None``: the observation site ``"y"`` is sampled for every
+            cell (prior / posterior prediction).
+
+    Sites: class-level parameters (``knee``, ``curvature``, ``cap_level``,
+    ``tail_base``, ``tail_blowup``, ``succ_base``, ``succ_drop``), globals
+    (``sharpness``, ``exponent``, ``tail_slope``, ``noise``), deterministic
+    ``latent (n_cells, 4)`` and ``capacity (n_cells,)``, observed ``y (n_cells, 4)``
+    on the transformed scale.
+    """
+    n_classes = data.cap_ref.shape[0]
+    c = card
+    # Knee: logit position inside the padded log2(TP) range.
+    pad = c.knee_edge_pad_log2
+    lo, hi = data.u_lo - pad, data.u_hi + pad
+    span = jnp.maximum(hi - lo, 1e-6)
+    if c.knee_tp is not None:
+        pos0 = (math.log2(c.knee_tp) - lo) / span
+    else:
+        pos0 = (data.u_lo + c.knee_position * (data.u_hi - data.u_lo) - lo) / span
+    pos0 = jnp.clip(pos0, 0.02, 0.98)
+    z_mu = numpyro.sample("knee_z_mu", dist.Normal(jnp.log(pos0) - jnp.log1p(-pos0), c.knee_logit_sd))
+    z_w = _pooled("knee_z", z_mu, c.knee_class_sd, n_classes)
+    knee = numpyro.deterministic("knee", lo + span * jax.nn.sigmoid(z_w))
+
+    lb_mu = numpyro.sample("curvature_mu", dist.Normal(math.log(c.curvature_median), c.curvature_log_sd))
+    curvature = numpyro.deterministic("curvature", jnp.exp(_pooled("curvature", lb_mu, c.curvature_class_sd, n_classes)))
+
+    if c.capacity_per_gpu_at_knee is not None:
+        cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
+    else:
+        cap_loc = data.cap_ref + math.log(c.capacity_relative_to_offered)
+    cap_mu_eps = numpyro.sample("cap_mu_eps", dist.Normal(0.0, 1.0))
+    # The shared shift keeps classes pooled; relative priors stay per class.
+    cap_level = numpyro.deterministic(
+        "cap_level", _pooled("cap_level", cap_loc + c.capacity_log_sd * cap_mu_eps, c.capacity_class_sd, n_classes)
+    )
+
+    sharpness = numpyro.sample(
+        "sharpness", dist.LogNormal(math.log(c.saturation_sharpness_median), c.saturation_sharpness_log_sd)
+    )
+    exponent = numpyro.sample(
+        "exponent", dist.LogNormal(math.log(c.utilisation_exponent_median), c.utilisation_exponent_log_sd)
+    )
+
+    base_med = jnp.log(jnp.array([c.ttft_base_median_s, c.completion_base_median_s]))
+    base_sd = jnp.array([c.ttft_base_log_sd, c.completion_base_log_sd])
+    base_mu = numpyro.sample("tail_base_mu", dist.Normal(base_med, base_sd).to_event(1))
+    tail_base = numpyro.deterministic(
+        "tail_base", _pooled_vec("tail_base", base_mu, jnp.array([c.ttft_class_sd, c.completion_class_sd]), n_classes)
+    )
+    tail_slope = numpyro.sample(
+        "tail_slope",
+        dist.Normal(
+            jnp.array([c.ttft_slope_per_log2tp, c.completion_slope_per_log2tp]),
+            jnp.array([c.ttft_slope_sd, c.completion_slope_sd]),
+        ).to_event(1),
+    )
+    blow_med = jnp.log(jnp.array([c.ttft_blowup_median, c.completion_blowup_median]))
+    blow_sd = jnp.array([c.ttft_blowup_log_sd, c.completion_blowup_log_sd])
+    blow_mu = numpyro.sample("tail_blowup_mu", dist.Normal(blow_med, blow_sd).to_event(1))
+    tail_blowup = numpyro.deterministic(
+        "tail_blowup",
+        jnp.exp(
+            _pooled_vec(
+                "tail_blowup", blow_mu, jnp.array([c.ttft_blowup_class_sd, c.completion_blowup_class_sd]), n_classes
+            )
+        ),
+    )
+
+    sb_mu = numpyro.sample("succ_base_mu", dist.Normal(c.success_logit_base_mean, c.success_logit_base_sd))
+    succ_base = numpyro.deterministic("succ_base", _pooled("succ_base", sb_mu, c.success_class_sd, n_classes))
+    sd_mu = numpyro.sample("succ_drop_mu", dist.Normal(math.log(c.success_drop_median), c.success_drop_log_sd))
+    succ_drop = numpyro.deterministic(
+        "succ_drop", jnp.exp(_pooled("succ_drop", sd_mu, c.success_drop_class_sd, n_classes))
+    )
+
+    noise_raw = numpyro.sample(
+        "noise_raw",
+        dist.HalfNormal(jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])).to_event(1),
+    )
+    noise = numpyro.deterministic("noise", jnp.asarray(NOISE_FLOOR) + noise_raw)
+
+    params = {
+        "knee": knee,
+        "curvature": curvature,
+        "cap_level": cap_level,
+        "sharpness": sharpness,
+        "exponent": exponent,
+        "tail_base": tail_base,
+        "tail_slope": tail_slope,
+        "tail_blowup": tail_blowup,
+        "succ_base": succ_base,
+        "succ_drop": succ_drop,
+    }
+    latent, capacity = latent_metrics(params, data)
+    numpyro.deterministic("latent", latent)
+    numpyro.deterministic("capacity", capacity)
+    loc = to_transformed(latent)
+    y_dist = dist.StudentT(NOISE_DF, loc, noise)
+    if obs is None:
+        numpyro.sample("y", y_dist.to_event(2))
+    else:
+        numpyro.sample("y", y_dist.mask(data.fit_mask).to_event(2), obs=to_transformed(jnp.asarray(obs)))
+
+
+def _pooled_vec(name: str, mean: jnp.ndarray, class_sd: jnp.ndarray, n_classes: int) -> jnp.ndarray:
+    """Like :func:`_pooled` for a length-2 (ttft, completion) parameter: ``(n_classes, 2)``."""
+    tau = numpyro.sample(f"{name}_tau", dist.HalfNormal(class_sd).to_event(1))
+    eps = numpyro.sample(f"{name}_eps", dist.Normal(jnp.zeros((n_classes, 2)), 1.0).to_event(2))
+    return mean + tau * eps

@@ -1,0 +1,294 @@
+"""Model-family prior cards: every hyperprior of :func:`fleetsieve_bayes.model.fleet_model`.
+
+A card is a TOML file under ``models/`` (shipped; found with
+``fleetsieve_bayes.resources.data_dir("models")``) describing one model family
+on one GPU type. A campaign names it by file stem (``family =
+"dense-31b-fp8-h100"``) or by path. Swapping priors for a new family means
+adding a card; the model code does not change.
+
+Every key is optional and defaults to the value of the weakly informative
+``generic`` card (listed in :data:`DEFAULTS`); unknown keys are errors (with a
+did-you-mean) so a typo never silently falls back to a default.
+
+Notation: ``u = log2(TP)``; a class's per-GPU saturation capacity is
+``exp(a - b (u - m)^2)`` req/s/GPU (a concave parabola in log space whose peak
+``m`` is the *knee*); a replica's capacity is ``TP`` times that; utilisation is
+``ρ = offered_rps / capacity``; ``h(ρ) = log(1 + ρ^γ)`` is the congestion term
+shared by tails and success. "log_sd" is a standard deviation on the natural-log
+scale; "class_sd" is the half-normal scale of the between-class spread (partial
+pooling; 0-ish = classes share one value, large = independent classes).
+
+Fields (section.key — meaning):
+
+``[card]``
+  ``family`` — display name (defaults to the file stem); ``description`` — free text;
+  ``gpu`` — GPU type (free text).
+``[knee]`` — where per-GPU capacity peaks.
+  ``tp`` — expected knee as a TP degree (absolute), **or** ``position`` —
+  expected knee as a fraction of the grid's log2(TP) range (0 = smallest TP,
+  1 = largest; scale-free). Exactly one may be given (default ``position = 0.5``).
+  ``logit_sd`` — prior sd of the knee on the logit scale of the padded range
+  (about 0.5 = confident, 1.5 = vague). ``class_sd`` — between-class spread
+  (logit scale). ``edge_pad_log2`` — how far (in log2 TP) beyond the smallest
+  and largest TP the knee may move, so the data can put the peak at (or past) an
+  edge, making capacity per GPU monotone over the grid.
+``[curvature]`` — ``b``, how sharply per-GPU capacity falls away from the knee
+  (per unit of log2 TP squared, log scale). ``median``, ``log_sd``, ``class_sd``.
+``[capacity]`` — ``a``, per-GPU capacity at the knee. ``per_gpu_at_knee``
+  (req/s/GPU, absolute) **or** ``relative_to_offered`` — a multiplier of the
+  class's median ``offered_rps / TP`` over the grid (scale-free: the grid's
+  offered loads are chosen around each class's saturation point, whatever its
+  scale). Exactly one (default ``relative_to_offered = 1.0``). ``log_sd``, ``class_sd``.
+``[saturation]`` — served throughput is the smooth minimum
+  ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
+  ``sharpness_log_sd`` give the log-normal prior of ``k``.
+``[utilisation]`` — ``exponent_median``, ``exponent_log_sd``: log-normal prior
+  of ``γ`` in ``h(ρ) = log(1 + ρ^γ)``.
+``[ttft]`` and ``[completion]`` — tail latency (p99, seconds):
+  ``log L = base + slope (u - u_mid) + blowup · h(ρ)``.
+  ``base_median_s`` — p99 at low load at the grid's middle TP (seconds);
+  ``base_log_sd``; ``class_sd`` — between-class spread of the base (log);
+  ``slope_per_log2tp``, ``slope_sd`` — change of log latency per doubling of TP;
+  ``blowup_median``, ``blowup_log_sd``, ``blowup_class_sd`` — log-normal prior
+  of the congestion amplitude (log latency gained per unit of ``h``).
+``[success]`` — ``logit(success) = base - drop · h(ρ)``.
+  ``logit_base_mean``, ``logit_base_sd``, ``class_sd``;
+  ``drop_median``, ``drop_log_sd``, ``drop_class_sd``.
+``[noise]`` — half-normal scales of the per-metric Student-t noise on the
+  transformed scale (log throughput, log ttft, log completion, logit success):
+  ``throughput``, ``ttft``, ``completion``, ``success``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.resources import data_dir
+
+__all__ = ["PriorCard", "DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
+
+# Defaults = the generic card. Keys are "section.key".
+DEFAULTS: dict[str, float | str | None] = {
+    "card.family": "",
+    "card.description": "",
+    "card.gpu": "",
+    "knee.tp": None,
+    "knee.position": None,
+    "knee.logit_sd": 1.0,
+    "knee.class_sd": 0.5,
+    "knee.edge_pad_log2": 0.5,
+    "curvature.median": 0.5,
+    "curvature.log_sd": 0.8,
+    "curvature.class_sd": 0.3,
+    "capacity.per_gpu_at_knee": None,
+    "capacity.relative_to_offered": None,
+    "capacity.log_sd": 1.0,
+    "capacity.class_sd": 0.5,
+    "saturation.sharpness_median": 8.0,
+    "saturation.sharpness_log_sd": 0.4,
+    "utilisation.exponent_median": 2.0,
+    "utilisation.exponent_log_sd": 0.35,
+    "ttft.base_median_s": 0.5,
+    "ttft.base_log_sd": 1.5,
+    "ttft.class_sd": 0.5,
+    "ttft.slope_per_log2tp": -0.3,
+    "ttft.slope_sd": 0.6,
+    "ttft.blowup_median": 2.0,
+    "ttft.blowup_log_sd": 0.7,
+    "ttft.blowup_class_sd": 0.3,
+    "completion.base_median_s": 10.0,
+    "completion.base_log_sd": 1.5,
+    "completion.class_sd": 0.5,
+    "completion.slope_per_log2tp": -0.3,
+    "completion.slope_sd": 0.6,
+    "completion.blowup_median": 2.0,
+    "completion.blowup_log_sd": 0.7,
+    "completion.blowup_class_sd": 0.3,
+    "success.logit_base_mean": 6.0,
+    "success.logit_base_sd": 1.5,
+    "success.class_sd": 0.5,
+    "success.drop_median": 2.0,
+    "success.drop_log_sd": 0.8,
+    "success.drop_class_sd": 0.3,
+    "noise.throughput": 0.05,
+    "noise.ttft": 0.25,
+    "noise.completion": 0.25,
+    "noise.success": 0.8,
+}
+_STRINGS = {"card.family", "card.description", "card.gpu"}
+# Fields that must be > 0 (scales, medians); the rest may be any finite number.
+_REAL = {"ttft.slope_per_log2tp", "completion.slope_per_log2tp", "success.logit_base_mean"}
+
+
+@dataclass(frozen=True)
+class PriorCard:
+    """A validated prior card (hashable, so the model can close over it under ``jit``).
+
+    Field names are ``section_key`` of the TOML (``knee.logit_sd`` → ``knee_logit_sd``).
+    Exactly one of ``knee_tp`` / ``knee_position`` and one of
+    ``capacity_per_gpu_at_knee`` / ``capacity_relative_to_offered`` is not None.
+    """
+
+    name: str
+    path: str
+    card_family: str
+    card_description: str
+    card_gpu: str
+    knee_tp: float | None
+    knee_position: float | None
+    knee_logit_sd: float
+    knee_class_sd: float
+    knee_edge_pad_log2: float
+    curvature_median: float
+    curvature_log_sd: float
+    curvature_class_sd: float
+    capacity_per_gpu_at_knee: float | None
+    capacity_relative_to_offered: float | None
+    capacity_log_sd: float
+    capacity_class_sd: float
+    saturation_sharpness_median: float
+    saturation_sharpness_log_sd: float
+    utilisation_exponent_median: float
+    utilisation_exponent_log_sd: float
+    ttft_base_median_s: float
+    ttft_base_log_sd: float
+    ttft_class_sd: float
+    ttft_slope_per_log2tp: float
+    ttft_slope_sd: float
+    ttft_blowup_median: float
+    ttft_blowup_log_sd: float
+    ttft_blowup_class_sd: float
+    completion_base_median_s: float
+    completion_base_log_sd: float
+    completion_class_sd: float
+    completion_slope_per_log2tp: float
+    completion_slope_sd: float
+    completion_blowup_median: float
+    completion_blowup_log_sd: float
+    completion_blowup_class_sd: float
+    success_logit_base_mean: float
+    success_logit_base_sd: float
+    success_class_sd: float
+    success_drop_median: float
+    success_drop_log_sd: float
+    success_drop_class_sd: float
+    noise_throughput: float
+    noise_ttft: float
+    noise_completion: float
+    noise_success: float
+
+
+def card_fields(card: PriorCard) -> list[tuple[str, Any]]:
+    """``[("section.key", value), ...]`` in card order (for ``priors show``)."""
+    out = []
+    for f in fields(card):
+        if f.name in ("name", "path"):
+            continue
+        section, key = f.name.split("_", 1)
+        out.append((f"{section}.{key}", getattr(card, f.name)))
+    return out
+
+
+def list_cards() -> list[str]:
+    """Names (file stems) of the shipped prior cards, sorted."""
+    return sorted(p.stem for p in data_dir("models").glob("*.toml"))
+
+
+def card_path(name_or_path: str | Path) -> Path:
+    """Resolve a card name (shipped file stem) or a path to a file.
+
+    Raises:
+        InputError: neither a shipped card nor an existing file (with a did-you-mean).
+    """
+    s = str(name_or_path)
+    p = Path(s)
+    if p.suffix == ".toml" or "/" in s or p.is_file():
+        if not p.is_file():
+            raise InputError(f"{p}: prior card not found")
+        return p
+    shipped = data_dir("models") / f"{s}.toml"
+    if shipped.is_file():
+        return shipped
+    names = list_cards()
+    close = difflib.get_close_matches(s, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise InputError(f"prior card {s!r} not found{hint}; shipped cards: {', '.join(names)}")
+
+
+def load_card(name_or_path: str | Path) -> PriorCard:
+    """Load and validate a prior card by name (file stem under ``models/``) or path.
+
+    Raises:
+        InputError: missing file, bad TOML, unknown section/key (did-you-mean),
+            wrong type, non-positive scale, or conflicting alternatives — naming
+            the file and the key.
+    """
+    path = card_path(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read prior card: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    return parse_card(raw, path)
+
+
+def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
+    """Validate an already-parsed card mapping; ``path`` names it in errors."""
+    sections = sorted({k.split(".")[0] for k in DEFAULTS})
+    values: dict[str, Any] = dict(DEFAULTS)
+    for section, table in raw.items():
+        if section not in sections:
+            close = difflib.get_close_matches(section, sections, n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise InputError(f"{path}: unknown section [{section}]{hint}")
+        if not isinstance(table, dict):
+            raise InputError(f"{path}: [{section}] must be a table")
+        allowed = [k.split(".", 1)[1] for k in DEFAULTS if k.startswith(section + ".")]
+        for key, value in table.items():
+            full = f"{section}.{key}"
+            if full not in DEFAULTS:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f" (did you mean {section}.{close[0]!r}?)" if close else ""
+                raise InputError(
+                    f"{path}: unknown key {full!r}{hint}; allowed in [{section}]: {', '.join(allowed)}"
+                )
+            values[full] = _check(path, full, value)
+    if values["knee.tp"] is not None and values["knee.position"] is not None:
+        raise InputError(f"{path}: [knee] give either 'tp' or 'position', not both")
+    if values["knee.tp"] is None and values["knee.position"] is None:
+        values["knee.position"] = 0.5
+    if values["knee.position"] is not None and not 0.0 < values["knee.position"] < 1.0:
+        raise InputError(f"{path}: 'knee.position' must be strictly between 0 and 1")
+    cap_abs, cap_rel = values["capacity.per_gpu_at_knee"], values["capacity.relative_to_offered"]
+    if cap_abs is not None and cap_rel is not None:
+        raise InputError(
+            f"{path}: [capacity] give either 'per_gpu_at_knee' or 'relative_to_offered', not both"
+        )
+    if cap_abs is None and cap_rel is None:
+        values["capacity.relative_to_offered"] = 1.0
+    if not values["card.family"]:
+        values["card.family"] = path.stem
+    kwargs = {k.replace(".", "_", 1): v for k, v in values.items()}
+    return PriorCard(name=path.stem, path=str(path), **kwargs)
+
+
+def _check(path: Path, key: str, value: Any) -> Any:
+    if key in _STRINGS:
+        if not isinstance(value, str):
+            raise InputError(f"{path}: {key!r} must be a string, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{path}: {key!r} must be a number, got {value!r}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise InputError(f"{path}: {key!r} must be finite, got {value!r}")
+    if key not in _REAL and x <= 0:
+        raise InputError(f"{path}: {key!r} must be > 0, got {value!r}")
+    return x
