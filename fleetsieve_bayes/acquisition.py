@@ -35,7 +35,8 @@ posterior (the normal case for a cell that matters) the weights can collapse
 onto a handful of draws; quantiles of *other* cells computed from them would
 shrink spuriously and inflate the score. For every fantasy the kernel
 monitors the normalised ESS ``(Σw)²/(D·Σw²)``; when it falls below
-``ess_threshold`` the likelihood is *tempered*, ``w ∝ p(y|θ)^β`` with the
+the threshold ``max(ess_threshold, min_effective_draws / n_draws)`` (capped
+at 0.5) the likelihood is *tempered*, ``w ∝ p(y|θ)^β`` with the
 largest ``β ∈ (0, 1]`` (bisection on log β) that restores the threshold.
 For Gaussian noise this is the same as widening the measurement noise by
 ``1/√β`` — the documented approximation: the fantasy is treated as a noisier
@@ -83,11 +84,15 @@ __all__ = [
     "fantasy_outcomes",
     "select_cell",
     "DEFAULT_ESS_THRESHOLD",
+    "DEFAULT_MIN_EFFECTIVE_DRAWS",
 ]
 
 # Normalised ESS below which a fantasy's likelihood is tempered. With 1000
 # draws this keeps ≥ 50 effective draws, enough to place 5 %/95 % quantiles.
 DEFAULT_ESS_THRESHOLD = 0.05
+# ... and never fewer than this many effective draws (the tails of a 90 %
+# interval need a few dozen draws beyond each quantile to be stable).
+DEFAULT_MIN_EFFECTIVE_DRAWS = 40.0
 # Bisection steps on log2 β ∈ [-_LOG2_BETA_MIN, 0] for the tempering exponent.
 _N_BISECT = 14
 _LOG2_BETA_MIN = 30.0
@@ -322,6 +327,7 @@ def make_acquisition(
     repeatability: float = 0.0,
     cost_normalised: bool = False,
     ess_threshold: float = DEFAULT_ESS_THRESHOLD,
+    min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS,
     n_related: int | None = None,
     memory_budget_mb: float = 128.0,
     tie_tolerance: float = 1e-6,
@@ -338,6 +344,9 @@ def make_acquisition(
         repeatability: relative band around measured (and fantasy) values.
         cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
         ess_threshold: normalised ESS below which the likelihood is tempered.
+        min_effective_draws: ... or fewer effective draws than this (the
+            threshold used is ``min(0.5, max(ess_threshold,
+            min_effective_draws / n_draws))``; set both to 0 to never temper).
         n_related: reweight only this many most-correlated unmeasured cells
             per candidate (None: all cells, exact). See the module docstring.
         memory_budget_mb: rough budget for one chunk of candidates.
@@ -405,6 +414,7 @@ def make_acquisition(
         hi_now = jnp.where(measured[:, None], m_hi, hi0)
 
         d_f, k_obs = fantasy_plan(key, n_draws, n_f)
+        threshold = float(min(0.5, max(ess_threshold, min_effective_draws / n_draws)))
         noise_f = noise[d_f]  # (F, 4)
 
         k = n_cells if n_related is None else max(1, min(int(n_related), n_cells))
@@ -421,7 +431,7 @@ def make_acquisition(
             e_ = jnp.minimum(e, n_cells - 1)
             y = sample(k_obs, latent[d_f, e_], noise_f)  # (F, 4), same randomness for every e
             loglik = logpdf(y[:, None, :], latent[None, :, e_, :], noise[None, :, :])  # (F, D)
-            w, ess, tempered = importance_weights(loglik, ess_threshold)
+            w, ess, tempered = importance_weights(loglik, threshold)
             w = jnp.where(null, uniform[None, :], w)
             nb = related[e_]  # (k,)
             lo_nb, hi_nb = weighted_intervals(sorted_vals[nb], order[nb], w, q_lo, q_hi)  # (F, k, 4)
