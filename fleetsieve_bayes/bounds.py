@@ -23,7 +23,14 @@ import pandas as pd
 from fleetsieve_bayes.model import sample_obs
 from fleetsieve_bayes.problem import CellGrid
 
-__all__ = ["Bounds", "credible_bounds", "conservative_table", "optimistic_table", "bounds_frame", "BOUNDS_COLUMNS"]
+__all__ = [
+    "Bounds",
+    "credible_bounds",
+    "conservative_table",
+    "optimistic_table",
+    "bounds_frame",
+    "BOUNDS_COLUMNS",
+]
 
 BOUNDS_COLUMNS: tuple[str, ...] = (
     "workload",
@@ -75,7 +82,9 @@ def credible_bounds(
     latent = np.asarray(posterior.latent, dtype=np.float64)
     if predictive:
         noise = jnp.asarray(posterior.noise)[:, None, :]
-        draws = np.asarray(sample_obs(jax.random.PRNGKey(seed), jnp.asarray(latent), noise), dtype=np.float64)
+        draws = np.asarray(
+            sample_obs(jax.random.PRNGKey(seed), jnp.asarray(latent), noise), dtype=np.float64
+        )
     else:
         draws = latent
     a = (1.0 - level) / 2.0

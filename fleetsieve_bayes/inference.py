@@ -59,7 +59,19 @@ __all__ = [
 ]
 
 # Deterministic sites worth keeping in InferenceData besides the cell latents.
-_DERIVED = ("noise", "knee", "curvature", "cap_level", "tail_base", "tail_blowup", "succ_base", "succ_drop")
+_DERIVED = (
+    "noise",
+    "knee",
+    "curvature",
+    "cap_level",
+    "tail_base",
+    "tail_blowup",
+    "succ_base",
+    "succ_drop",
+    "sharpness",
+    "exponent",
+    "tail_slope",
+)
 _WARM_DIVERGENCE_LIMIT = 0.02
 
 
@@ -109,7 +121,12 @@ class Posterior(NamedTuple):
 
 _NUTS_KEYS = {"chains", "chain_method", "warmup", "samples", "target_accept", "max_tree_depth"}
 _SVI_KEYS = {"guide", "optimizer", "learning_rate", "steps", "warm_steps", "draws"}
-_GUIDES = ("AutoNormal", "AutoMultivariateNormal", "AutoDiagonalNormal", "AutoLowRankMultivariateNormal")
+_GUIDES = (
+    "AutoNormal",
+    "AutoMultivariateNormal",
+    "AutoDiagonalNormal",
+    "AutoLowRankMultivariateNormal",
+)
 
 
 def list_presets() -> list[str]:
@@ -142,7 +159,7 @@ def load_preset(name_or_path: str | Path) -> InferencePreset:
         raise InputError(f"{p}: cannot read inference preset: {exc}") from None
     method = raw.get("method")
     if method not in ("nuts", "svi"):
-        raise InputError(f"{p}: 'method' must be \"nuts\" or \"svi\", got {method!r}")
+        raise InputError(f'{p}: \'method\' must be "nuts" or "svi", got {method!r}')
     for key in raw:
         if key not in ("method", "nuts", "svi"):
             close = difflib.get_close_matches(key, ["method", "nuts", "svi"], n=1)
@@ -156,11 +173,15 @@ def load_preset(name_or_path: str | Path) -> InferencePreset:
         if key not in allowed:
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"{p}: unknown key [{method}] {key!r}{hint}; allowed: {', '.join(sorted(allowed))}")
+            raise InputError(
+                f"{p}: unknown key [{method}] {key!r}{hint}; allowed: {', '.join(sorted(allowed))}"
+            )
         want = type(getattr(defaults, key))
         if want is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InputError(f"{p}: [{method}] {key!r} must be a positive integer, got {value!r}")
-        if want is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        if want is float and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+        ):
             raise InputError(f"{p}: [{method}] {key!r} must be a positive number, got {value!r}")
         if want is str and not isinstance(value, str):
             raise InputError(f"{p}: [{method}] {key!r} must be a string, got {value!r}")
@@ -194,7 +215,9 @@ def _bind(card: PriorCard) -> Any:
 _CACHE: dict[tuple, Any] = {}
 
 
-def _resolve(card: PriorCard | str | Path, preset: InferencePreset | str | Path) -> tuple[PriorCard, InferencePreset]:
+def _resolve(
+    card: PriorCard | str | Path, preset: InferencePreset | str | Path
+) -> tuple[PriorCard, InferencePreset]:
     card = card if isinstance(card, PriorCard) else load_card(card)
     preset = preset if isinstance(preset, InferencePreset) else load_preset(preset)
     return card, preset
@@ -246,7 +269,9 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
     if key not in _CACHE:
         model = _bind(card)
         args = (data, data.observed)
-        _, pe_gen, post_gen, _ = initialize_model(jax.random.PRNGKey(0), model, model_args=args, dynamic_args=True)
+        _, pe_gen, post_gen, _ = initialize_model(
+            jax.random.PRNGKey(0), model, model_args=args, dynamic_args=True
+        )
         init_kernel, sample_kernel = hmc(potential_fn_gen=pe_gen, algo="NUTS")
         chunk_len = math.gcd(preset.warmup, preset.samples)
 
@@ -254,7 +279,14 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
         def chunk(state: Any, d: ModelData) -> tuple[Any, tuple]:
             def body(s: Any, _: None) -> tuple[Any, tuple]:
                 s = sample_kernel(s, model_args=(d, d.observed))
-                return s, (s.z, s.diverging, s.accept_prob, s.num_steps, s.adapt_state.step_size, s.potential_energy)
+                return s, (
+                    s.z,
+                    s.diverging,
+                    s.accept_prob,
+                    s.num_steps,
+                    s.adapt_state.step_size,
+                    s.potential_energy,
+                )
 
             return jax.lax.scan(body, state, None, length=chunk_len)
 
@@ -272,7 +304,9 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
             )
 
         @jax.jit
-        def energy(z: dict[str, jnp.ndarray], d: ModelData) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        def energy(
+            z: dict[str, jnp.ndarray], d: ModelData
+        ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             return jax.value_and_grad(pe_gen(d, d.observed))(z)
 
         @jax.jit
@@ -291,7 +325,9 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
     return _CACHE[key]
 
 
-def _nuts_chain(objs: dict[str, Any], state: Any, data: ModelData, n_iter: int, keep: int) -> tuple[Any, list]:
+def _nuts_chain(
+    objs: dict[str, Any], state: Any, data: ModelData, n_iter: int, keep: int
+) -> tuple[Any, list]:
     """Advance one chain ``n_iter`` transitions (a multiple of the chunk); keep the last ``keep``."""
     outs = []
     for _ in range(n_iter // objs["chunk_len"]):
@@ -301,7 +337,9 @@ def _nuts_chain(objs: dict[str, Any], state: Any, data: ModelData, n_iter: int, 
     return state, kept
 
 
-def _fit_nuts(data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None) -> Posterior:
+def _fit_nuts(
+    data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None
+) -> Posterior:
     objs = _nuts_objects(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)
@@ -330,13 +368,22 @@ def _fit_nuts(data: ModelData, card: PriorCard, preset: InferencePreset, seed: i
             if inits:
                 z = inits[c]
             else:
-                z = initialize_model(init_key, objs["model"], model_args=args, dynamic_args=True)[0].z
+                z = initialize_model(init_key, objs["model"], model_args=args, dynamic_args=True)[
+                    0
+                ].z
             state = objs["init"](z, run_key, data)
-            results.append(_nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples))
-    zs = jax.tree.map(lambda *xs: np.stack(xs), *[r[1][0] for r in results])  # (chains, samples, ...)
+            results.append(
+                _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
+            )
+    zs = jax.tree.map(
+        lambda *xs: np.stack(xs), *[r[1][0] for r in results]
+    )  # (chains, samples, ...)
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), zs)
     constrained = objs["post"](flat, data)
-    samples = {k: np.asarray(v).reshape(preset.chains, preset.samples, *v.shape[1:]) for k, v in constrained.items()}
+    samples = {
+        k: np.asarray(v).reshape(preset.chains, preset.samples, *v.shape[1:])
+        for k, v in constrained.items()
+    }
     stack = lambda i: np.stack([np.asarray(r[1][i]) for r in results])  # noqa: E731
     num_steps = stack(3)
     stats = {
@@ -348,10 +395,14 @@ def _fit_nuts(data: ModelData, card: PriorCard, preset: InferencePreset, seed: i
         "lp": -stack(5),
     }
     last_states = [jax.device_get(r[0]) for r in results]
-    return _assemble(samples, stats, data, seed, method="nuts", state={"key": objs["key"], "states": last_states})
+    return _assemble(
+        samples, stats, data, seed, method="nuts", state={"key": objs["key"], "states": last_states}
+    )
 
 
-def _init_from_median(model: Any, args: tuple, params: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
+def _init_from_median(
+    model: Any, args: tuple, params: dict[str, np.ndarray]
+) -> dict[str, jnp.ndarray]:
     """Unconstrained init from the posterior median of ``params`` (each ``(n_draws, ...)``)."""
     med = {k: jnp.median(jnp.asarray(v), axis=0) for k, v in params.items()}
     return unconstrain_fn(model, args, {}, med)
@@ -379,15 +430,25 @@ def _svi_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> d
             return svi.init(rng, d, d.observed, init_params=params)
 
         @jax.jit
-        def draw(rng: jax.Array, params: dict[str, jnp.ndarray], d: ModelData) -> dict[str, jnp.ndarray]:
-            pred = Predictive(model, guide=guide, params=params, num_samples=preset.draws, exclude_deterministic=False)
+        def draw(
+            rng: jax.Array, params: dict[str, jnp.ndarray], d: ModelData
+        ) -> dict[str, jnp.ndarray]:
+            pred = Predictive(
+                model,
+                guide=guide,
+                params=params,
+                num_samples=preset.draws,
+                exclude_deterministic=False,
+            )
             return pred(rng, d, None)
 
         _CACHE[key] = {"svi": svi, "chunk": chunk, "init": init, "draw": draw, "key": key}
     return _CACHE[key]
 
 
-def _fit_svi(data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None) -> Posterior:
+def _fit_svi(
+    data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None
+) -> Posterior:
     objs = _svi_objects(data, card, preset)
     rng_init, rng_draw = jax.random.split(jax.random.PRNGKey(seed))
     prev = None
@@ -404,23 +465,44 @@ def _fit_svi(data: ModelData, card: PriorCard, preset: InferencePreset, seed: in
     # Guide draws are i.i.d.; split them into 2 pseudo-chains so r_hat/ESS are defined.
     n = preset.draws
     half = n // 2
-    samples = {k: np.asarray(v)[: 2 * half].reshape(2, half, *v.shape[1:]) for k, v in draws.items() if k != "y"}
+    samples = {
+        k: np.asarray(v)[: 2 * half].reshape(2, half, *v.shape[1:])
+        for k, v in draws.items()
+        if k != "y"
+    }
     stats = {"diverging": np.zeros((2, half), dtype=bool)}
     loss_trace = np.concatenate([np.asarray(x) for x in losses])
-    post = _assemble(samples, stats, data, seed, method="svi", state={"key": objs["key"], "params": jax.device_get(params)})
+    post = _assemble(
+        samples,
+        stats,
+        data,
+        seed,
+        method="svi",
+        state={"key": objs["key"], "params": jax.device_get(params)},
+    )
     post.idata.sample_stats.attrs["final_elbo_loss"] = float(np.mean(loss_trace[-50:]))
     return post
 
 
 def _assemble(
-    samples: dict[str, Any], stats: dict[str, np.ndarray], data: ModelData, seed: int, *, method: str, state: Any
+    samples: dict[str, Any],
+    stats: dict[str, np.ndarray],
+    data: ModelData,
+    seed: int,
+    *,
+    method: str,
+    state: Any,
 ) -> Posterior:
     """Posterior + InferenceData from chain-grouped draws ``(chains, draws, ...)``."""
     samples = {k: np.asarray(v) for k, v in samples.items()}
     latent_c = samples["latent"]  # (chains, draws, n_cells, 4)
     noise_c = samples["noise"]  # (chains, draws, 4)
     n_chains, n_draw = latent_c.shape[:2]
-    y = np.asarray(sample_obs(jax.random.PRNGKey(seed + 1), jnp.asarray(latent_c), jnp.asarray(noise_c)[:, :, None, :]))
+    y = np.asarray(
+        sample_obs(
+            jax.random.PRNGKey(seed + 1), jnp.asarray(latent_c), jnp.asarray(noise_c)[:, :, None, :]
+        )
+    )
     param_names = [k for k in samples if k not in ("latent", "capacity", "y") and k not in _DERIVED]
     params = {k: samples[k].reshape(n_chains * n_draw, *samples[k].shape[2:]) for k in param_names}
     observed = np.where(np.asarray(data.measured)[:, None], np.asarray(data.observed), np.nan)
@@ -474,7 +556,9 @@ def load_idata(path: str | Path) -> Any:
     try:
         idata = az.from_netcdf(str(path))
     except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
-        raise InputError(f"{path}: cannot read posterior (netCDF): {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        raise InputError(
+            f"{path}: cannot read posterior (netCDF): {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from None
     if "posterior" not in idata.groups():
         raise InputError(f"{path}: no 'posterior' group in the file")
     return idata

@@ -85,6 +85,18 @@ SUCCESS_EPS = 1e-3
 # below saturation) must not make the posterior arbitrarily stiff, which would
 # also wreck NUTS's step size.
 NOISE_FLOOR = (0.01, 0.03, 0.03, 0.1)
+# Columns of the class-level parameter matrix (sites class_mean, class_sd, class_eps).
+_CLASS_PARAMS = (
+    "knee_logit",
+    "log_curvature",
+    "cap_shift",
+    "log_ttft_base",
+    "log_completion_base",
+    "log_ttft_blowup",
+    "log_completion_blowup",
+    "succ_logit_base",
+    "log_succ_drop",
+)
 # Floors/ceilings that keep log transforms finite for degenerate values.
 _TINY = 1e-9
 _HUGE = 1e9
@@ -108,7 +120,9 @@ class ModelData(NamedTuple):
     measured: jnp.ndarray  # bool (n_cells,)
 
 
-def usable_mask(observed: np.ndarray, measured_mask: np.ndarray, failed: np.ndarray | None = None) -> np.ndarray:
+def usable_mask(
+    observed: np.ndarray, measured_mask: np.ndarray, failed: np.ndarray | None = None
+) -> np.ndarray:
     """Which measured metrics enter the continuous likelihood.
 
     Args:
@@ -123,7 +137,9 @@ def usable_mask(observed: np.ndarray, measured_mask: np.ndarray, failed: np.ndar
     obs = np.asarray(observed, dtype=np.float64)
     m = np.asarray(measured_mask, dtype=bool)
     with np.errstate(invalid="ignore"):
-        ok_cell = m & np.isfinite(obs[:, 0]) & (obs[:, 0] > 0) & np.isfinite(obs[:, 3]) & (obs[:, 3] > 0)
+        ok_cell = (
+            m & np.isfinite(obs[:, 0]) & (obs[:, 0] > 0) & np.isfinite(obs[:, 3]) & (obs[:, 3] > 0)
+        )
         if failed is not None:
             ok_cell &= ~np.asarray(failed, dtype=bool)
         ok_metric = np.isfinite(obs) & (obs > 0)
@@ -209,9 +225,7 @@ def obs_logpdf(y: jnp.ndarray, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
     """
     r = (to_transformed(y) - to_transformed(latent)) / noise
     df = NOISE_DF
-    const = (
-        math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    )
+    const = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
     lp = const - jnp.log(noise) - 0.5 * (df + 1) * jnp.log1p(r * r / df)
     return jnp.sum(lp, axis=-1)
 
@@ -227,16 +241,9 @@ def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
 # --- the model ----------------------------------------------------------------
 
 
-def _pooled(name: str, mean: jnp.ndarray, class_sd: float, n_classes: int, shape: tuple[int, ...] = ()) -> jnp.ndarray:
-    """Class-level parameter ``mean + tau · eps_w`` (non-centred), ``(n_classes, *shape)``."""
-    tau = numpyro.sample(f"{name}_tau", dist.HalfNormal(class_sd * jnp.ones(shape)).to_event(len(shape)))
-    eps = numpyro.sample(
-        f"{name}_eps", dist.Normal(jnp.zeros((n_classes, *shape)), 1.0).to_event(1 + len(shape))
-    )
-    return mean + tau * eps
-
-
-def latent_metrics(params: dict[str, jnp.ndarray], data: ModelData) -> tuple[jnp.ndarray, jnp.ndarray]:
+def latent_metrics(
+    params: dict[str, jnp.ndarray], data: ModelData
+) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
     from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``)."""
     w, u = data.widx, data.u
@@ -248,7 +255,9 @@ def latent_metrics(params: dict[str, jnp.ndarray], data: ModelData) -> tuple[jnp
     h = jax.nn.softplus(params["exponent"] * log_rho)  # log(1 + ρ^γ)
     u_mid = 0.5 * (data.u_lo + data.u_hi)
     log_tails = (
-        params["tail_base"][w] + params["tail_slope"][None, :] * (u - u_mid)[:, None] + params["tail_blowup"][w] * h[:, None]
+        params["tail_base"][w]
+        + params["tail_slope"][None, :] * (u - u_mid)[:, None]
+        + params["tail_blowup"][w] * h[:, None]
     )
     logit_s = params["succ_base"][w] - params["succ_drop"][w] * h
     z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
@@ -266,11 +275,13 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             ignored. ``None``: the observation site ``"y"`` is sampled for every
             cell (prior / posterior prediction).
 
-    Sites: class-level parameters (``knee``, ``curvature``, ``cap_level``,
-    ``tail_base``, ``tail_blowup``, ``succ_base``, ``succ_drop``), globals
-    (``sharpness``, ``exponent``, ``tail_slope``, ``noise``), deterministic
-    ``latent (n_cells, 4)`` and ``capacity (n_cells,)``, observed ``y (n_cells, 4)``
-    on the transformed scale.
+    Sample sites: ``class_mean (9,)``, ``class_sd (9,)``, ``class_eps (n_classes, 9)``
+    (columns :data:`_CLASS_PARAMS`), ``global (4,)`` (log sharpness, log
+    exponent, ttft slope, completion slope), ``noise_raw (4,)`` and the observed
+    ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
+    class-level ``knee``, ``curvature``, ``cap_level``, ``tail_base``,
+    ``tail_blowup``, ``succ_base``, ``succ_drop``; ``sharpness``, ``exponent``,
+    ``tail_slope``, ``noise (4,)``; ``latent (n_cells, 4)``, ``capacity (n_cells,)``.
     """
     n_classes = data.cap_ref.shape[0]
     c = card
@@ -283,65 +294,102 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     else:
         pos0 = (data.u_lo + c.knee_position * (data.u_hi - data.u_lo) - lo) / span
     pos0 = jnp.clip(pos0, 0.02, 0.98)
-    z_mu = numpyro.sample("knee_z_mu", dist.Normal(jnp.log(pos0) - jnp.log1p(-pos0), c.knee_logit_sd))
-    z_w = _pooled("knee_z", z_mu, c.knee_class_sd, n_classes)
-    knee = numpyro.deterministic("knee", lo + span * jax.nn.sigmoid(z_w))
+    # All class-level parameters share three vector sites (few sites = a small
+    # program, which matters: XLA compile time dominates a first fit on CPU).
+    # Column j of _CLASS_PARAMS is  mean_j + tau_j * eps_{w,j}  (non-centred).
+    mu_loc = jnp.stack(
+        [
+            jnp.log(pos0) - jnp.log1p(-pos0),
+            jnp.asarray(math.log(c.curvature_median)),
+            jnp.asarray(
+                0.0
+            ),  # capacity: shift in units of capacity.log_sd (prior centre may be per class)
+            jnp.asarray(math.log(c.ttft_base_median_s)),
+            jnp.asarray(math.log(c.completion_base_median_s)),
+            jnp.asarray(math.log(c.ttft_blowup_median)),
+            jnp.asarray(math.log(c.completion_blowup_median)),
+            jnp.asarray(c.success_logit_base_mean),
+            jnp.asarray(math.log(c.success_drop_median)),
+        ]
+    )
+    mu_sd = jnp.array(
+        [
+            c.knee_logit_sd,
+            c.curvature_log_sd,
+            1.0,
+            c.ttft_base_log_sd,
+            c.completion_base_log_sd,
+            c.ttft_blowup_log_sd,
+            c.completion_blowup_log_sd,
+            c.success_logit_base_sd,
+            c.success_drop_log_sd,
+        ]
+    )
+    tau_sd = jnp.array(
+        [
+            c.knee_class_sd,
+            c.curvature_class_sd,
+            c.capacity_class_sd,
+            c.ttft_class_sd,
+            c.completion_class_sd,
+            c.ttft_blowup_class_sd,
+            c.completion_blowup_class_sd,
+            c.success_class_sd,
+            c.success_drop_class_sd,
+        ]
+    )
+    mu = numpyro.sample("class_mean", dist.Normal(mu_loc, mu_sd).to_event(1))
+    tau = numpyro.sample("class_sd", dist.HalfNormal(tau_sd).to_event(1))
+    eps = numpyro.sample(
+        "class_eps", dist.Normal(jnp.zeros((n_classes, len(_CLASS_PARAMS))), 1.0).to_event(2)
+    )
+    theta = mu + tau * eps  # (n_classes, 9)
 
-    lb_mu = numpyro.sample("curvature_mu", dist.Normal(math.log(c.curvature_median), c.curvature_log_sd))
-    curvature = numpyro.deterministic("curvature", jnp.exp(_pooled("curvature", lb_mu, c.curvature_class_sd, n_classes)))
-
+    knee = numpyro.deterministic("knee", lo + span * jax.nn.sigmoid(theta[:, 0]))
+    curvature = numpyro.deterministic("curvature", jnp.exp(theta[:, 1]))
     if c.capacity_per_gpu_at_knee is not None:
         cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
     else:
         cap_loc = data.cap_ref + math.log(c.capacity_relative_to_offered)
-    cap_mu_eps = numpyro.sample("cap_mu_eps", dist.Normal(0.0, 1.0))
-    # The shared shift keeps classes pooled; relative priors stay per class.
     cap_level = numpyro.deterministic(
-        "cap_level", _pooled("cap_level", cap_loc + c.capacity_log_sd * cap_mu_eps, c.capacity_class_sd, n_classes)
+        "cap_level", cap_loc + c.capacity_log_sd * mu[2] + tau[2] * eps[:, 2]
     )
+    tail_base = numpyro.deterministic("tail_base", theta[:, 3:5])
+    tail_blowup = numpyro.deterministic("tail_blowup", jnp.exp(theta[:, 5:7]))
+    succ_base = numpyro.deterministic("succ_base", theta[:, 7])
+    succ_drop = numpyro.deterministic("succ_drop", jnp.exp(theta[:, 8]))
 
-    sharpness = numpyro.sample(
-        "sharpness", dist.LogNormal(math.log(c.saturation_sharpness_median), c.saturation_sharpness_log_sd)
-    )
-    exponent = numpyro.sample(
-        "exponent", dist.LogNormal(math.log(c.utilisation_exponent_median), c.utilisation_exponent_log_sd)
-    )
-
-    base_med = jnp.log(jnp.array([c.ttft_base_median_s, c.completion_base_median_s]))
-    base_sd = jnp.array([c.ttft_base_log_sd, c.completion_base_log_sd])
-    base_mu = numpyro.sample("tail_base_mu", dist.Normal(base_med, base_sd).to_event(1))
-    tail_base = numpyro.deterministic(
-        "tail_base", _pooled_vec("tail_base", base_mu, jnp.array([c.ttft_class_sd, c.completion_class_sd]), n_classes)
-    )
-    tail_slope = numpyro.sample(
-        "tail_slope",
+    # Globals: log sharpness, log exponent, ttft slope, completion slope.
+    g = numpyro.sample(
+        "global",
         dist.Normal(
-            jnp.array([c.ttft_slope_per_log2tp, c.completion_slope_per_log2tp]),
-            jnp.array([c.ttft_slope_sd, c.completion_slope_sd]),
+            jnp.array(
+                [
+                    math.log(c.saturation_sharpness_median),
+                    math.log(c.utilisation_exponent_median),
+                    c.ttft_slope_per_log2tp,
+                    c.completion_slope_per_log2tp,
+                ]
+            ),
+            jnp.array(
+                [
+                    c.saturation_sharpness_log_sd,
+                    c.utilisation_exponent_log_sd,
+                    c.ttft_slope_sd,
+                    c.completion_slope_sd,
+                ]
+            ),
         ).to_event(1),
     )
-    blow_med = jnp.log(jnp.array([c.ttft_blowup_median, c.completion_blowup_median]))
-    blow_sd = jnp.array([c.ttft_blowup_log_sd, c.completion_blowup_log_sd])
-    blow_mu = numpyro.sample("tail_blowup_mu", dist.Normal(blow_med, blow_sd).to_event(1))
-    tail_blowup = numpyro.deterministic(
-        "tail_blowup",
-        jnp.exp(
-            _pooled_vec(
-                "tail_blowup", blow_mu, jnp.array([c.ttft_blowup_class_sd, c.completion_blowup_class_sd]), n_classes
-            )
-        ),
-    )
-
-    sb_mu = numpyro.sample("succ_base_mu", dist.Normal(c.success_logit_base_mean, c.success_logit_base_sd))
-    succ_base = numpyro.deterministic("succ_base", _pooled("succ_base", sb_mu, c.success_class_sd, n_classes))
-    sd_mu = numpyro.sample("succ_drop_mu", dist.Normal(math.log(c.success_drop_median), c.success_drop_log_sd))
-    succ_drop = numpyro.deterministic(
-        "succ_drop", jnp.exp(_pooled("succ_drop", sd_mu, c.success_drop_class_sd, n_classes))
-    )
+    sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
+    exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
+    tail_slope = numpyro.deterministic("tail_slope", g[2:4])
 
     noise_raw = numpyro.sample(
         "noise_raw",
-        dist.HalfNormal(jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])).to_event(1),
+        dist.HalfNormal(
+            jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
+        ).to_event(1),
     )
     noise = numpyro.deterministic("noise", jnp.asarray(NOISE_FLOOR) + noise_raw)
 
@@ -365,11 +413,6 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if obs is None:
         numpyro.sample("y", y_dist.to_event(2))
     else:
-        numpyro.sample("y", y_dist.mask(data.fit_mask).to_event(2), obs=to_transformed(jnp.asarray(obs)))
-
-
-def _pooled_vec(name: str, mean: jnp.ndarray, class_sd: jnp.ndarray, n_classes: int) -> jnp.ndarray:
-    """Like :func:`_pooled` for a length-2 (ttft, completion) parameter: ``(n_classes, 2)``."""
-    tau = numpyro.sample(f"{name}_tau", dist.HalfNormal(class_sd).to_event(1))
-    eps = numpyro.sample(f"{name}_eps", dist.Normal(jnp.zeros((n_classes, 2)), 1.0).to_event(2))
-    return mean + tau * eps
+        numpyro.sample(
+            "y", y_dist.mask(data.fit_mask).to_event(2), obs=to_transformed(jnp.asarray(obs))
+        )
