@@ -13,7 +13,8 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
    ``p(y_f | latent_d[e], noise_d)`` (the posterior after observing ``y_f``,
    without refitting);
 3. recompute every cell's credible interval as *weighted* quantiles of its
-   draws (the draws of each cell/metric are sorted once per call — the order
+   posterior-predictive draws (latent + one fixed noise draw per posterior
+   draw, as :mod:`fleetsieve_bayes.bounds` does) (the draws of each cell/metric are sorted once per call — the order
    does not depend on the weights — then weights are accumulated in that
    order);
 4. rebuild the conservative table (low throughput, high tails, low success)
@@ -25,6 +26,9 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
    the very same functions the certificate uses);
 6. average over fantasies: ``score(e) = gap_now − E_f[gap(e, y_f)]``.
 
+Quantiles here are the inverted empirical CDF (weighted); ``bounds`` uses
+NumPy's linear interpolation, so ``gap_now`` can differ slightly from the
+certificate's gap when an interval endpoint sits on an allocation boundary.
 ``gap_now`` is computed by the same kernel — as an extra "measure nothing"
 candidate with uniform weights — so the score is a difference of two numbers
 obtained with one quantile rule (the inverted empirical CDF) and one
@@ -200,17 +204,22 @@ def weighted_intervals(
 
 
 def collapse_measured(values: jax.Array, repeatability: float) -> tuple[jax.Array, jax.Array]:
-    """A measured cell's interval: its value ± the relative repeatability band.
+    """A measured cell's interval, exactly as :func:`fleetsieve_bayes.bounds.credible_bounds`.
+
+    Throughput and tails: value ± the relative repeatability band; success: the
+    band is relative on the failure probability ``1 − s``, clipped to [0, 1].
 
     Args:
         values: ``(..., 4)`` measured metrics (METRICS order).
 
     Returns:
-        ``(lo, hi)`` each ``(..., 4)``; success is capped at 1.
+        ``(lo, hi)`` each ``(..., 4)``.
     """
     lo = values * (1.0 - repeatability)
     hi = values * (1.0 + repeatability)
-    hi = hi.at[..., 3].set(jnp.minimum(hi[..., 3], 1.0))
+    fail = 1.0 - values[..., 3]
+    lo = lo.at[..., 3].set(jnp.clip(1.0 - fail * (1.0 + repeatability), 0.0, 1.0))
+    hi = hi.at[..., 3].set(jnp.clip(1.0 - fail * (1.0 - repeatability), 0.0, 1.0))
     return lo, hi
 
 
@@ -328,6 +337,8 @@ def make_acquisition(
     cost_normalised: bool = False,
     ess_threshold: float = DEFAULT_ESS_THRESHOLD,
     min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS,
+    predictive: bool = True,
+    predictive_seed: int = 0,
     n_related: int | None = None,
     memory_budget_mb: float = 128.0,
     tie_tolerance: float = 1e-6,
@@ -347,6 +358,10 @@ def make_acquisition(
         min_effective_draws: ... or fewer effective draws than this (the
             threshold used is ``min(0.5, max(ess_threshold,
             min_effective_draws / n_draws))``; set both to 0 to never temper).
+        predictive: intervals of the posterior predictive (latent + noise, one
+            fixed draw of noise per posterior draw, key ``predictive_seed``) —
+            the default of :func:`fleetsieve_bayes.bounds.credible_bounds` —
+            rather than of the latent metrics.
         n_related: reweight only this many most-correlated unmeasured cells
             per candidate (None: all cells, exact). See the module docstring.
         memory_budget_mb: rough budget for one chunk of candidates.
@@ -402,8 +417,11 @@ def make_acquisition(
         measured = jnp.asarray(measured, bool)
         observed = jnp.where(measured[:, None], jnp.asarray(observed, dtype), 1.0)
 
+        # Intervals are of the posterior *predictive* (latent + observation noise), like
+        # bounds.credible_bounds, with the same fixed key; weights attach to draw d.
+        draws = sample(jax.random.PRNGKey(predictive_seed), latent, noise[:, None, :]) if predictive else latent
         # Sort every cell/metric's draws once: the order is weight-independent.
-        lat_t = jnp.moveaxis(latent, 0, -1)  # (C, 4, D)
+        lat_t = jnp.moveaxis(draws.astype(dtype), 0, -1)  # (C, 4, D)
         order = jnp.argsort(lat_t, axis=-1)
         sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fleetsieve_bayes.allocation_milp import allocate_milp
+from fleetsieve_bayes.bounds import conservative_table, credible_bounds, optimistic_table
 from fleetsieve_bayes.certificate import Certificate, Gap, certify
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.problem import AllocationProblem, CellGrid
@@ -72,12 +73,9 @@ def make_state(rnd: int = 1, measured_cells=(4, 5)) -> RoundState:
     measured[list(measured_cells)] = True
     truth = lat[0].astype(np.float64)
     observed = np.where(measured[:, None], truth, np.nan)
-    lo = np.quantile(lat, 0.05, axis=0)
-    hi = np.quantile(lat, 0.95, axis=0)
-    lo = np.where(measured[:, None], truth, lo)
-    hi = np.where(measured[:, None], truth, hi)
-    cons_vals = np.stack([lo[:, 0], hi[:, 1], hi[:, 2], lo[:, 3]], axis=1)
-    opt_vals = np.stack([hi[:, 0], lo[:, 1], lo[:, 2], hi[:, 3]], axis=1)
+    posterior = FakePosterior(lat, noise)
+    bounds = credible_bounds(posterior, observed, measured, 0.9, 0.0)
+    cons_vals, opt_vals = conservative_table(bounds), optimistic_table(bounds)
     cons = allocate_milp(grid, cons_vals, problem)
     opt = allocate_milp(grid, opt_vals, problem)
     cert = certify(grid, problem, cons, opt, measured, np.nan_to_num(observed), 0.05)
@@ -89,8 +87,8 @@ def make_state(rnd: int = 1, measured_cells=(4, 5)) -> RoundState:
         repeatability=0.0,
         measured=measured,
         observed=observed,
-        posterior=FakePosterior(lat, noise),
-        bounds=FakeBounds(lo, hi),
+        posterior=posterior,
+        bounds=bounds,
         conservative=cons,
         optimistic=opt,
         certificate=cert,
