@@ -1,0 +1,67 @@
+import numpy as np
+import pandas as pd
+
+from fleetsieve_bayes.bounds import (
+    BOUNDS_COLUMNS,
+    bounds_frame,
+    conservative_table,
+    credible_bounds,
+    optimistic_table,
+)
+from fleetsieve_bayes.inference import Posterior
+from fleetsieve_bayes.problem import CellGrid
+
+
+def _posterior(n_draws=2000, n_cells=3, seed=0):
+    rng = np.random.default_rng(seed)
+    latent = np.empty((n_draws, n_cells, 4))
+    latent[..., 0] = np.exp(rng.normal(np.log(5.0), 0.2, (n_draws, n_cells)))
+    latent[..., 1] = np.exp(rng.normal(np.log(1.0), 0.3, (n_draws, n_cells)))
+    latent[..., 2] = np.exp(rng.normal(np.log(10.0), 0.3, (n_draws, n_cells)))
+    latent[..., 3] = 1 / (1 + np.exp(-rng.normal(5.0, 1.0, (n_draws, n_cells))))
+    noise = np.full((n_draws, 4), 0.05)
+    return Posterior(latent=latent, noise=noise, params={}, idata=None)
+
+
+def test_latent_quantiles_and_collapse():
+    post = _posterior()
+    obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0.0, np.inf, np.inf, 0.0]])
+    mask = np.array([True, False, True])
+    b = credible_bounds(post, obs, mask, 0.9, predictive=False)
+    np.testing.assert_allclose(b.lo[1], np.quantile(post.latent[:, 1], 0.05, axis=0))
+    np.testing.assert_allclose(b.hi[1], np.quantile(post.latent[:, 1], 0.95, axis=0))
+    np.testing.assert_array_equal(b.lo[0], obs[0])
+    np.testing.assert_array_equal(b.hi[2], obs[2])  # a failed cell keeps 0 / inf
+    assert np.all(b.lo <= b.hi)
+
+
+def test_repeatability_band_and_tables():
+    post = _posterior()
+    obs = np.array([[4.0, 2.0, 20.0, 0.99]] * 3)
+    mask = np.array([True, False, False])
+    b = credible_bounds(post, obs, mask, 0.9, repeatability=0.1)
+    np.testing.assert_allclose(b.lo[0, :3], [3.6, 1.8, 18.0])
+    np.testing.assert_allclose(b.hi[0, :3], [4.4, 2.2, 22.0])
+    np.testing.assert_allclose([b.lo[0, 3], b.hi[0, 3]], [0.989, 0.991])
+    cons, opt = conservative_table(b), optimistic_table(b)
+    assert np.all(cons[:, 0] <= opt[:, 0]) and np.all(cons[:, 1:3] >= opt[:, 1:3])
+    assert np.all(cons[:, 3] <= opt[:, 3])
+    # predictive intervals (latent + noise) are wider than latent ones on average
+    bl = credible_bounds(post, obs, mask, 0.9, predictive=False)
+    assert np.mean(np.log(b.hi[1:, :3] / b.lo[1:, :3])) > np.mean(np.log(bl.hi[1:, :3] / bl.lo[1:, :3]))
+
+
+def test_bounds_frame():
+    grid = CellGrid(
+        workloads=("chat", "code"),
+        workload_idx=np.array([0, 0, 1]),
+        tp=np.array([2, 4, 4]),
+        load=("C16", "C32", "C32"),
+        offered_rps=np.array([1.0, 2.0, 2.0]),
+        duration_s=np.full(3, 300.0),
+    )
+    b = credible_bounds(_posterior(), np.ones((3, 4)), np.array([True, False, False]), 0.8)
+    df = bounds_frame(grid, b, np.array([True, False, False]))
+    assert tuple(df.columns) == BOUNDS_COLUMNS
+    assert list(df["workload"]) == ["chat", "chat", "code"] and df["measured"].tolist() == [True, False, False]
+    assert isinstance(df, pd.DataFrame) and df["tp"].dtype == np.int64

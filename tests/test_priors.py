@@ -1,0 +1,60 @@
+from pathlib import Path
+
+import pytest
+
+from fleetsieve_bayes.cli import main
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.priors import card_fields, list_cards, load_card
+
+
+def test_shipped_cards_load():
+    names = list_cards()
+    assert {"generic", "dense-31b-fp8-h100", "dense-8b-bf16-h100"} <= set(names)
+    for n in names:
+        card = load_card(n)
+        assert (card.knee_tp is None) != (card.knee_position is None)
+        assert (card.capacity_per_gpu_at_knee is None) != (card.capacity_relative_to_offered is None)
+    assert load_card("dense-31b-fp8-h100").knee_tp == 4.0
+    assert load_card("generic").capacity_relative_to_offered == 1.0
+
+
+def test_unknown_key_did_you_mean(tmp_path: Path):
+    p = tmp_path / "c.toml"
+    p.write_text("[knee]\nlogit_sdd = 0.3\n")
+    with pytest.raises(InputError, match=r"c\.toml.*knee\.logit_sdd.*did you mean knee\.'logit_sd'"):
+        load_card(p)
+    p.write_text("[kne]\ntp = 4\n")
+    with pytest.raises(InputError, match=r"unknown section \[kne\].*did you mean \[knee\]"):
+        load_card(p)
+
+
+def test_bad_values(tmp_path: Path):
+    p = tmp_path / "c.toml"
+    p.write_text("[knee]\ntp = 4\nposition = 0.5\n")
+    with pytest.raises(InputError, match="either 'tp' or 'position'"):
+        load_card(p)
+    p.write_text("[noise]\nttft = -1\n")
+    with pytest.raises(InputError, match="'noise.ttft' must be > 0"):
+        load_card(p)
+    p.write_text("[noise\n")
+    with pytest.raises(InputError, match="not valid TOML"):
+        load_card(p)
+    with pytest.raises(InputError, match="did you mean 'generic'"):
+        load_card("generik")
+
+
+def test_defaults_fill_missing(tmp_path: Path):
+    p = tmp_path / "mine.toml"
+    p.write_text("[knee]\ntp = 2\n")
+    card = load_card(p)
+    assert card.name == "mine" and card.knee_tp == 2.0 and card.noise_ttft == load_card("generic").noise_ttft
+    assert ("knee.tp", 2.0) in card_fields(card)
+
+
+def test_priors_cli(capsys):
+    assert main(["priors", "list"]) == 0
+    assert "dense-31b-fp8-h100" in capsys.readouterr().out
+    assert main(["priors", "show", "dense-31b-fp8-h100"]) == 0
+    out = capsys.readouterr().out
+    assert "knee.tp" in out and "4.0" in out
+    assert main(["priors", "show", "nope-card"]) == 2
