@@ -39,6 +39,7 @@ from fleetsieve_bayes.certificate import (
 from fleetsieve_bayes.config import Campaign
 from fleetsieve_bayes.design import initial_design
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.jax_cache import enable_compilation_cache
 from fleetsieve_bayes.journal import (
     Journal,
     atomic_write_text,
@@ -246,6 +247,7 @@ def _run_locked(
     from fleetsieve_bayes.strategies import RoundState, make_strategy
     from fleetsieve_bayes.warm_start import load_warm_start, save_warm_start
 
+    enable_compilation_cache()
     t_start = time.perf_counter()
     grid = backend.grid
     problem: AllocationProblem = problem_from_campaign(campaign)
