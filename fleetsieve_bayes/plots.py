@@ -264,7 +264,7 @@ def plot_capacity(
         chosen_rows.append({"workload": w, "tp": tp, "load": load, "per_gpu_rps": y})
         ax.scatter([tp], [y], marker="*", s=260, color="gold", edgecolor="black", zorder=4, label="chosen cell")
         ax.annotate(f"TP{tp}@{load} ×{a['replicas']}", (tp, y), textcoords="offset points", xytext=(8, -14), fontsize=8)
-    _shared_legend(fig, axes.ravel(), ncol=5)
+    _shared_legend(fig, axes.ravel(), ncol=min(5, 2 * len(names)))  # narrow figures: fewer columns
     return Plotted(
         fig,
         {

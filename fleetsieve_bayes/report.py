@@ -555,7 +555,7 @@ def build_report(
     if not bounds.empty:
         p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()], chosen=_decided(view))
         figures["fig-capacity"] = p
-        parts.append(_figure("fig-capacity", p, "Per-GPU capacity (served req/s of one replica ÷ TP) against TP: max over SLO-feasible loads, conservative to optimistic; dots are measured cells; the orange line is the knee."))
+        parts.append(_figure("fig-capacity", p, "Per-GPU capacity (served req/s of one replica ÷ TP) against TP: max over SLO-feasible loads, conservative to optimistic; dots are measured cells; the orange line is the knee; the star is the chosen cell. A TP without a point has no SLO-feasible load at that bound."))
         p = plots.plot_tails(bounds, measurements, view.slos, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()])
         figures["fig-tails"] = p
         parts.append(_figure("fig-tails", p, "Tail latencies and success against load, per TP: credible bands, measured points, and the SLO limits (red dashed)."))
