@@ -139,41 +139,51 @@ def allocate_milp(
         ]
     lo = np.where(problem.critical, problem.floor, 0.0)
 
-    m = mip.Model(sense=mip.MAXIMIZE, solver_name="CBC")
-    m.verbose = 0
-    m.threads = 1  # deterministic
-    m.max_mip_gap = 0.0
-    m.max_mip_gap_abs = 1e-10
-    m.integer_tol = 1e-9
-    # CBC's preprocessing returns wrong "optimal" solutions on small-valued
-    # instances (e.g. 0.125 req/s replicas, 0.25 req/s demand: goodput 0.25
-    # instead of 0.5); the pruned models are tiny, so it is not needed.
-    m.preprocess = 0
-    n_vars: dict[tuple[int, int], mip.Var] = {}
-    x = [m.add_var(lb=0.0, ub=float(lam[i])) for i in range(k)]
-    t = m.add_var(lb=0.0, ub=1.0)
-    for i, cells in enumerate(per_class):
-        ys = []
-        for q in cells:
-            ub = gpus // int(grid.tp[q])
-            y = m.add_var(var_type=mip.BINARY)
-            nv = m.add_var(var_type=mip.INTEGER, lb=0, ub=ub)
-            m += nv <= ub * y
-            ys.append(y)
-            n_vars[(i, q)] = nv
-        if ys:
-            m += mip.xsum(ys) <= 1
-            m += x[i] <= mip.xsum(float(cap[q]) * n_vars[(i, q)] for q in cells)
-        else:
-            m += x[i] <= 0.0
-        if lo[i] > 0:
-            m += x[i] >= float(max(lo[i] - tol, 0.0) * lam[i])
-        m += x[i] >= float(lam[i]) * t
-    gpu_expr = mip.xsum(int(grid.tp[q]) * nv for (_, q), nv in n_vars.items())
-    if n_vars:
-        m += gpu_expr <= gpus
+    def build(t_min: float, goodput_min: float | None) -> tuple[mip.Model, dict, list, mip.Var, mip.LinExpr]:
+        """A fresh model with the stage constraints fixed so far.
 
-    def solve(stage: str) -> bool:
+        Each stage gets its own model: re-solving one CBC model after adding a
+        constraint and flipping the objective sense was seen to report a
+        feasible stage-4 model as infeasible.
+        """
+        m = mip.Model(sense=mip.MAXIMIZE, solver_name="CBC")
+        m.verbose = 0
+        m.threads = 1  # deterministic
+        m.max_mip_gap = 0.0
+        m.max_mip_gap_abs = 1e-10
+        m.integer_tol = 1e-9
+        # CBC's preprocessing returns wrong "optimal" solutions on small-valued
+        # instances (e.g. 0.125 req/s replicas, 0.25 req/s demand: goodput 0.25
+        # instead of 0.5); the pruned models are tiny, so it is not needed.
+        m.preprocess = 0
+        n_vars: dict[tuple[int, int], mip.Var] = {}
+        x = [m.add_var(lb=0.0, ub=float(lam[i])) for i in range(k)]
+        t = m.add_var(lb=max(t_min, 0.0), ub=1.0)
+        for i, cells in enumerate(per_class):
+            ys = []
+            for q in cells:
+                ub = gpus // int(grid.tp[q])
+                y = m.add_var(var_type=mip.BINARY)
+                nv = m.add_var(var_type=mip.INTEGER, lb=0, ub=ub)
+                m += nv <= ub * y
+                ys.append(y)
+                n_vars[(i, q)] = nv
+            if ys:
+                m += mip.xsum(ys) <= 1
+                m += x[i] <= mip.xsum(float(cap[q]) * n_vars[(i, q)] for q in cells)
+            else:
+                m += x[i] <= 0.0
+            if lo[i] > 0:
+                m += x[i] >= float(max(lo[i] - tol, 0.0) * lam[i])
+            m += x[i] >= float(lam[i]) * t
+        gpu_expr = mip.xsum(int(grid.tp[q]) * nv for (_, q), nv in n_vars.items())
+        if n_vars:
+            m += gpu_expr <= gpus
+        if goodput_min is not None:
+            m += mip.xsum(x) >= goodput_min
+        return m, n_vars, x, t, gpu_expr
+
+    def solve(m: mip.Model, stage: str) -> bool:
         kwargs = {} if time_limit is None else {"max_seconds": float(time_limit)}
         status = m.optimize(**kwargs)
         if status == mip.OptimizationStatus.OPTIMAL:
@@ -182,28 +192,29 @@ def allocate_milp(
             return False
         raise RuntimeError(f"allocate_milp: CBC stopped at stage {stage} with status {status.name}")
 
-    def recompute() -> tuple[np.ndarray, float, float]:
+    def recompute(n_vars: dict) -> tuple[np.ndarray, float, float]:
         served = np.zeros(k)
         for (i, q), nv in n_vars.items():
             served[i] += round(nv.x) * cap[q]
         served = np.minimum(served, lam)
         return served, float(np.min(served / lam)), float(np.sum(served))
 
+    m, n_vars, x, t, gpu_expr = build(0.0, None)
     m.objective = mip.maximize(t)
-    if not solve("2 (max min-fulfillment)"):
+    if not solve(m, "2 (max min-fulfillment)"):
         return Allocation(
             "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0
         )
-    t_star = max(float(t.x), recompute()[1])
-    m += t >= max(t_star - tol, 0.0)
+    t_star = max(float(t.x), recompute(n_vars)[1])
+    m, n_vars, x, t, gpu_expr = build(t_star - tol, None)
     m.objective = mip.maximize(mip.xsum(x))
-    if not solve("3 (max goodput)"):
+    if not solve(m, "3 (max goodput)"):
         raise RuntimeError("allocate_milp: stage 3 infeasible after stage 2 (numerical trouble)")
-    g_star = max(float(m.objective_value), recompute()[2])
-    m += mip.xsum(x) >= g_star - tol * float(np.sum(lam))
+    g_star = max(float(m.objective_value), recompute(n_vars)[2])
     if n_vars:
+        m, n_vars, x, t, gpu_expr = build(t_star - tol, g_star - tol * float(np.sum(lam)))
         m.objective = mip.minimize(gpu_expr)
-        if not solve("4 (min GPUs)"):
+        if not solve(m, "4 (min GPUs)"):
             raise RuntimeError(
                 "allocate_milp: stage 4 infeasible after stage 3 (numerical trouble)"
             )

@@ -24,6 +24,8 @@ import pytest
 from fleetsieve_bayes.allocation_milp import allocate_milp, pareto_cells
 from fleetsieve_bayes.config import load_campaign
 from fleetsieve_bayes.problem import (
+    AllocationProblem,
+    CellGrid,
     admissible,
     allocation_to_json,
     grid_from_table,
@@ -203,3 +205,40 @@ def test_milp_no_admissible_cell_for_a_class() -> None:
     assert alloc.goodput_rps == pytest.approx(16.0)
     assert alloc.gpus_used == 8
     assert alloc.cell[0] == -1
+
+
+def test_cbc_bound_tightening_regression() -> None:
+    """A feasible instance that CBC builds from mip ≥ 1.16 ("cbcbox") declare infeasible.
+
+    Class 0 (45.849 req/s) has TP1/2/4 cells, class 1 (6.734 req/s) one TP8
+    cell, 32 GPUs. By hand: class 1 gets one TP8 replica (4.35523 req/s, r =
+    0.64675) and class 0 the other 24 GPUs as 24 TP1 replicas (37.64424 req/s,
+    r = 0.82105); two TP8 replicas for class 1 would leave 16 GPUs and r₀ =
+    0.5474. So min fulfillment 0.6467523, goodput 41.99947, 32 GPUs.
+    """
+    grid = CellGrid(
+        workloads=("a", "b"),
+        workload_idx=np.array([0, 0, 0, 1]),
+        tp=np.array([1, 2, 4, 8]),
+        load=("L", "L", "L", "L"),
+        offered_rps=np.full(4, 50.0),
+        duration_s=np.full(4, 300.0),
+    )
+    values = np.array(
+        [[1.56851, 1, 1, 1.0], [1.60834, 1, 1, 1.0], [2.06186, 1, 1, 1.0], [4.35523, 1, 1, 1.0]]
+    )
+    problem = AllocationProblem(
+        demand=np.array([45.849, 6.734]),
+        critical=np.array([False, False]),
+        floor=np.ones(2),
+        success_min=np.full(2, 0.99),
+        ttft_max=np.full(2, np.inf),
+        completion_max=np.full(2, np.inf),
+        gpus=32,
+    )
+    a = allocate_milp(grid, values, problem)
+    assert a.feasible
+    assert a.min_fulfillment == pytest.approx(4.35523 / 6.734)
+    assert a.goodput_rps == pytest.approx(24 * 1.56851 + 4.35523)
+    assert a.gpus_used == 32
+    assert list(a.replicas) == [24, 1] and list(a.cell) == [0, 3]
