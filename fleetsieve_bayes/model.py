@@ -259,6 +259,8 @@ def latent_metrics(
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
         + params["tail_blowup"][w] * h[:, None]
     )
+    # Keep float32 finite for extreme prior draws (e^18 s ~ 2 years: "never").
+    log_tails = jnp.clip(log_tails, -18.0, 18.0)
     logit_s = params["succ_base"][w] - params["succ_drop"][w] * h
     z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
     return from_transformed(z), jnp.exp(log_cap)

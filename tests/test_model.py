@@ -1,0 +1,74 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import Predictive
+
+from fleetsieve_bayes.model import (
+    NOISE_DF,
+    fleet_model,
+    from_transformed,
+    model_data,
+    obs_logpdf,
+    sample_obs,
+    to_transformed,
+    usable_mask,
+)
+from fleetsieve_bayes.priors import load_card
+from fleetsieve_bayes.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.table import read_table
+
+GRID_CSV = "examples/h100_8b_bf16/grid_synthetic.csv"
+
+
+@pytest.fixture(scope="module")
+def grid_obs():
+    df = read_table(GRID_CSV)
+    grid = grid_from_table(df, ("chat", "summarize"))
+    return grid, values_from_table(grid, df)
+
+
+def test_obs_logpdf_matches_student_t():
+    latent = jnp.array([[5.0, 0.5, 10.0, 0.99], [2.0, 1.5, 30.0, 0.9]])
+    y = jnp.array([[4.8, 0.6, 9.0, 0.995], [2.1, 1.0, 35.0, 0.8]])
+    noise = jnp.array([0.02, 0.2, 0.2, 0.5])
+    want = dist.StudentT(NOISE_DF, to_transformed(latent), noise).log_prob(to_transformed(y)).sum(-1)
+    np.testing.assert_allclose(obs_logpdf(y, latent, noise), want, rtol=1e-5)
+    assert obs_logpdf(y, latent, noise).shape == (2,)
+
+
+def test_sample_obs_round_trip_and_shapes():
+    latent = jnp.array([5.0, 0.5, 10.0, 0.99])
+    y = sample_obs(jax.random.PRNGKey(0), latent[None, None], jnp.full((300, 1, 4), 1e-6))
+    assert y.shape == (300, 1, 4)
+    np.testing.assert_allclose(np.asarray(y[0, 0]), np.asarray(latent), rtol=1e-4)
+    z = to_transformed(latent)
+    np.testing.assert_allclose(from_transformed(z), latent, rtol=1e-5)
+
+
+def test_usable_mask_excludes_failures():
+    obs = np.array([[1.0, 0.5, 5.0, 0.99], [0.0, np.inf, np.inf, 0.0], [1.0, np.inf, 5.0, 0.5], [1, 1, 1, 1.0]])
+    m = usable_mask(obs, np.array([True, True, True, False]))
+    np.testing.assert_array_equal(m[:, 0], [True, False, True, False])
+    np.testing.assert_array_equal(m[2], [True, False, True, True])
+    m2 = usable_mask(obs, np.array([True, True, True, False]), failed=np.array([True, False, False, False]))
+    assert not m2[0].any()
+
+
+def test_prior_predictive_shapes_and_knee_range(grid_obs):
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.zeros(grid.n_cells, bool))
+    card = load_card("dense-8b-bf16-h100")
+    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=200)(jax.random.PRNGKey(1), data)
+    assert pred["latent"].shape == (200, grid.n_cells, 4)
+    assert pred["y"].shape == (200, grid.n_cells, 4)
+    lat = np.asarray(pred["latent"])
+    assert np.all(np.isfinite(lat)) and np.all(lat[..., 0] > 0)
+    assert np.all((lat[..., 3] >= 0) & (lat[..., 3] <= 1))
+    # served throughput never exceeds the offered load (smooth-min)
+    assert np.all(lat[..., 0] <= grid.offered_rps * (1 + 1e-5))
+    knee = np.asarray(pred["knee"])
+    assert knee.min() >= -0.5 - 1e-6 and knee.max() <= 3.5 + 1e-6
+    # the card's knee (TP1.4, u≈0.49) is the prior's centre, well inside the range
+    assert 0.2 < np.median(knee) < 0.9
