@@ -124,7 +124,13 @@ def _measure_cell(
     """Measure (or preflight-skip) one cell and journal it durably."""
     on_event(
         "measure-start",
-        {"cell": _cell_json(grid, c), "label": grid.describe(c), "expected_s": float(backend.expected_duration_s[c]), "round": round_no},
+        {
+            "cell": _cell_json(grid, c),
+            "label": grid.describe(c),
+            "expected_s": float(backend.expected_duration_s[c]),
+            "round": round_no,
+            "candidates": grid.n_cells,
+        },
     )
     started = time.time()
     row = backend.preflight(c)
@@ -179,6 +185,25 @@ def _header(campaign: Campaign, grid: CellGrid, strategy: str, seed: int) -> dic
         "seed": seed,
         "cells": [_cell_json(grid, c) for c in range(grid.n_cells)],
         "created_at": time.time(),
+        # What status/report need to explain the decision without the TOML.
+        "campaign_file": str(campaign.path),
+        "gpus": campaign.gpus,
+        "epsilon": campaign.epsilon,
+        "credible_level": campaign.credible_level,
+        "workloads": [
+            {
+                "name": w.name,
+                "demand_rps": w.demand_rps,
+                "critical": w.critical,
+                "floor": w.floor,
+                "slo": {
+                    "success_min": w.slo.success_min,
+                    "ttft_p99_s": w.slo.ttft_p99_s,
+                    "completion_p99_s": w.slo.completion_p99_s,
+                },
+            }
+            for w in campaign.workloads
+        ],
     }
 
 
@@ -268,7 +293,7 @@ def _run_locked(
         headers = journal.of_type("header")
         if headers:
             _check_header(out, headers[0], expected_header)
-            on_event("resume", {"measured": len(journal.of_type("measurement"))})
+            on_event("resume", {"measured": len(journal.of_type("measurement")), "candidates": grid.n_cells})
         else:
             journal.append(expected_header)
 
@@ -354,6 +379,7 @@ def _run_locked(
                 "conservative": {"allocation": allocation_to_json(conservative, grid), "objective": _objective_json(conservative)},
                 "optimistic": {"allocation": allocation_to_json(optimistic, grid), "objective": _objective_json(optimistic)},
                 "measured_cells": int(measured.sum()),
+                "candidates": grid.n_cells,
                 "gpu_seconds": spent,
                 "chosen": None if chosen is None else _cell_json(grid, chosen),
                 "timings": {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": t_acq},
