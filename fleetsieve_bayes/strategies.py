@@ -171,6 +171,10 @@ def _committed(alloc: Allocation) -> list[int]:
 _ACQ_CACHE: list[tuple[CellGrid, AllocationProblem, tuple[Any, ...], Any]] = []
 
 
+EXACT_MAX_CELLS = 64
+RELATED_CELLS = 16
+
+
 def _shared_acquisition(
     grid: CellGrid, problem: AllocationProblem, n_fantasies: int, credible_level: float, repeatability: float
 ) -> Any:
@@ -183,8 +187,17 @@ def _shared_acquisition(
     for g, p, s, acq in _ACQ_CACHE:
         if g is grid and p is problem and s == settings:
             return acq
+    # Exact (every cell's interval recomputed per fantasy) up to EXACT_MAX_CELLS;
+    # beyond, the kernel reweights only the most correlated cells so its cost
+    # grows linearly, not quadratically, in the number of candidates.
+    n_related = None if grid.n_cells <= EXACT_MAX_CELLS else RELATED_CELLS
     acq = make_acquisition(
-        grid, problem, n_fantasies=n_fantasies, credible_level=credible_level, repeatability=repeatability
+        grid,
+        problem,
+        n_fantasies=n_fantasies,
+        credible_level=credible_level,
+        repeatability=repeatability,
+        n_related=n_related,
     )
     _ACQ_CACHE.append((grid, problem, settings, acq))
     del _ACQ_CACHE[:-4]  # keep a few; each holds a compiled kernel
