@@ -1,0 +1,195 @@
+"""The decision loop end to end on the shipped grid (replay backend)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetsieve_bayes.allocation_milp import allocate_milp
+from fleetsieve_bayes.campaign import run_campaign
+from fleetsieve_bayes.config import load_campaign
+from fleetsieve_bayes.journal import read_journal
+from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign, values_from_table
+from fleetsieve_bayes.table import read_table
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
+RESULT_KEYS = {"status", "gpu_seconds", "measured", "allocation", "timings"}
+
+
+def _campaign_file(tmp: Path, *, table: Path, extra_measurement: str = "", workloads: str | None = None) -> Path:
+    workloads = workloads or """
+[[workloads]]
+name = "chat"
+demand_rps = 12.0
+slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
+
+[[workloads]]
+name = "code"
+demand_rps = 16.0
+slo = { success_min = 0.99, ttft_p99_s = 5.0 }
+"""
+    text = f"""
+name = "t"
+[fleet]
+gpus = 16
+[model]
+family = "dense-31b-fp8-h100"
+[measurement]
+backend = "replay"
+table = "{table}"
+{extra_measurement}
+[stopping]
+epsilon = 0.05
+credible_level = 0.9
+{workloads}
+"""
+    path = tmp / "campaign.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def shipped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("shipped")
+    outcome = run_campaign(load_campaign(EXAMPLE), out, seed=0)
+    return out, outcome.result
+
+
+def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: tuple[Path, dict]) -> None:
+    out, result = shipped_run
+    on_disk = json.loads((out / "result.json").read_text())
+    assert on_disk == result
+    assert set(result) >= RESULT_KEYS
+    assert result["status"] == "certified-feasible"
+    assert result["allocation"] == {
+        "chat": {"tp": 4, "load": "C96", "replicas": 2},
+        "code": {"tp": 4, "load": "C96", "replicas": 2},
+    }
+    assert result["gpu_seconds"] < 30600  # the full grid
+    assert result["timings"]["rounds"] == len(result["timings"]["per_round_s"])
+    # The initial design comes first and nothing is measured twice.
+    cells = [(m["workload"], m["tp"], m["load"]) for m in result["measured"]]
+    assert len(cells) == len(set(cells))
+    assert cells[:6] == [
+        ("chat", 2, "C32"), ("chat", 4, "C64"), ("chat", 8, "C64"),
+        ("code", 2, "C16"), ("code", 4, "C64"), ("code", 8, "C96"),
+    ]  # fmt: skip
+    grid_df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv").set_index(["workload", "tp", "load"])
+    spent = sum(grid_df.loc[c, "duration_s"] * c[1] for c in cells)
+    assert result["gpu_seconds"] == pytest.approx(spent)
+    # bounds.csv: every cell, with the documented columns, measured cells collapsed.
+    bounds = pd.read_csv(out / "bounds.csv")
+    assert list(bounds.columns) == [
+        "workload", "tp", "load", "measured", "throughput_lo", "throughput_hi", "ttft_p99_lo",
+        "ttft_p99_hi", "completion_p99_lo", "completion_p99_hi", "success_lo", "success_hi",
+    ]  # fmt: skip
+    assert len(bounds) == 22 and bounds["measured"].sum() == len(cells)
+    assert (out / "posterior.nc").exists()
+
+
+def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, dict]) -> None:
+    out, result = shipped_run
+    before = (out / "journal.jsonl").read_bytes().count(b'"type":"measurement"')
+    again = run_campaign(load_campaign(EXAMPLE), out, seed=0).result
+    after = (out / "journal.jsonl").read_bytes().count(b'"type":"measurement"')
+    assert before == after
+    assert again["measured"] == result["measured"] and again["allocation"] == result["allocation"]
+
+
+def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict]) -> None:
+    from fleetsieve_bayes.errors import InputError
+
+    out, _ = shipped_run
+    with pytest.raises(InputError, match="different strategy"):
+        run_campaign(load_campaign(EXAMPLE), out, seed=0, strategy="random")
+
+
+def test_tail_feasible_tp8_is_chosen_at_c128(tmp_path: Path) -> None:
+    df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv")
+    only = df[(df["workload"] == "chat") & (df["load"] == "C128")]
+    only.to_csv(tmp_path / "c128.csv", index=False)
+    workloads = """
+[[workloads]]
+name = "chat"
+demand_rps = 12.0
+slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
+"""
+    campaign = load_campaign(_campaign_file(tmp_path, table=tmp_path / "c128.csv", workloads=workloads))
+    result = run_campaign(campaign, tmp_path / "out").result
+    assert result["status"] == "certified-feasible"
+    assert result["allocation"]["chat"]["tp"] == 8  # TP4@C128's 46.4 s completion p99 violates 30 s
+    # Capacity-only ablation: drop the tail limits and TP4@C128 (11.27 req/s) wins.
+    grid = grid_from_table(only, ("chat",))
+    problem = problem_from_campaign(campaign)._replace(
+        ttft_max=np.array([np.inf]), completion_max=np.array([np.inf])
+    )
+    ablation = allocate_milp(grid, values_from_table(grid, only), problem)
+    assert grid.tp[ablation.cell[0]] == 4
+
+
+def test_unmeetable_critical_floor_is_certified_infeasible_early(tmp_path: Path) -> None:
+    workloads = """
+[[workloads]]
+name = "chat"
+demand_rps = 1000.0
+critical = true
+floor = 0.9
+slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
+
+[[workloads]]
+name = "code"
+demand_rps = 16.0
+slo = { success_min = 0.99, ttft_p99_s = 5.0 }
+"""
+    table = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
+    result = run_campaign(load_campaign(_campaign_file(tmp_path, table=table, workloads=workloads)), tmp_path / "o").result
+    assert result["status"] == "certified-infeasible"
+    assert result["allocation"] is None
+    assert len(result["measured"]) < 22
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fleetsieve_bayes", *args]
+
+
+def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tuple[Path, dict]) -> None:
+    """Kill -9 mid-campaign, resume: same final result, nothing measured twice, journal intact."""
+    _, reference = shipped_run
+    campaign = _campaign_file(
+        tmp_path, table=REPO / "examples" / "h100_31b_fp8" / "grid.csv", extra_measurement="delay_s = 0.4"
+    )
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(_cli("run", str(campaign), "--out", str(out), "--quiet"), env=env)
+    # Wait until something is journaled, then kill at a random later instant.
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "journal.jsonl").exists():
+        time.sleep(0.05)
+    time.sleep(random.Random(1234).uniform(0.5, 4.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    records, good = read_journal(out / "journal.jsonl")
+    killed_at = sum(r["type"] == "measurement" for r in records)
+    done = subprocess.run(
+        _cli("run", str(campaign), "--out", str(out), "--quiet"), env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["measured"] == reference["measured"], f"killed after {killed_at} measurements"
+    assert result["allocation"] == reference["allocation"]
+    assert result["status"] == reference["status"]
+    records, good = read_journal(out / "journal.jsonl")
+    assert good == (out / "journal.jsonl").stat().st_size
+    cells = [json.dumps(r["cell"], sort_keys=True) for r in records if r["type"] == "measurement"]
+    assert len(cells) == len(set(cells))
