@@ -39,10 +39,16 @@ import numpyro
 import optax
 from numpyro.infer import SVI, Predictive, Trace_ELBO, autoguide
 from numpyro.infer.hmc import hmc
-from numpyro.infer.util import initialize_model, unconstrain_fn
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.model import ModelData, fleet_model, model_data, sample_obs
+from fleetsieve_bayes.model import (
+    ModelData,
+    fleet_model,
+    init_unconstrained,
+    model_data,
+    sample_obs,
+)
 from fleetsieve_bayes.priors import PriorCard, load_card
 from fleetsieve_bayes.problem import CellGrid
 from fleetsieve_bayes.resources import data_dir
@@ -86,6 +92,7 @@ class InferencePreset(NamedTuple):
     samples: int = 500
     target_accept: float = 0.9
     max_tree_depth: int = 8
+    dense_mass: bool = True
     guide: str = "AutoMultivariateNormal"
     optimizer: str = "adam"
     learning_rate: float = 0.01
@@ -119,7 +126,15 @@ class Posterior(NamedTuple):
 
 # --- presets ---------------------------------------------------------------
 
-_NUTS_KEYS = {"chains", "chain_method", "warmup", "samples", "target_accept", "max_tree_depth"}
+_NUTS_KEYS = {
+    "chains",
+    "chain_method",
+    "warmup",
+    "samples",
+    "target_accept",
+    "max_tree_depth",
+    "dense_mass",
+}
 _SVI_KEYS = {"guide", "optimizer", "learning_rate", "steps", "warm_steps", "draws"}
 _GUIDES = (
     "AutoNormal",
@@ -183,6 +198,8 @@ def load_preset(name_or_path: str | Path) -> InferencePreset:
             isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
         ):
             raise InputError(f"{p}: [{method}] {key!r} must be a positive number, got {value!r}")
+        if want is bool and not isinstance(value, bool):
+            raise InputError(f"{p}: [{method}] {key!r} must be true or false, got {value!r}")
         if want is str and not isinstance(value, str):
             raise InputError(f"{p}: [{method}] {key!r} must be a string, got {value!r}")
         values[key] = want(value)
@@ -264,14 +281,18 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
     runner (``lax.scan`` of ``chunk`` transitions, data as an argument), the
     energy/gradient for re-targeting a saved state, and the constrained-space
     post-processing. Chains run one after the other through the same compiled
-    program (cheaper to compile than a vectorised NUTS, and fine on 2 cores)."""
+    program (cheaper to compile than a vectorised NUTS, and fine on 2 cores).
+
+    Nothing here runs the model eagerly: the potential and the constrained
+    values are traced inside ``jit`` only (an eager model run compiles every
+    primitive separately — tens of seconds on a cold CPU)."""
     key = ("nuts", _shape_key(data), card, preset)
     if key not in _CACHE:
         model = _bind(card)
-        args = (data, data.observed)
-        _, pe_gen, post_gen, _ = initialize_model(
-            jax.random.PRNGKey(0), model, model_args=args, dynamic_args=True
-        )
+
+        def pe_gen(d: ModelData, obs: jnp.ndarray) -> Any:
+            return lambda z: potential_energy(model, (d, obs), {}, z)
+
         init_kernel, sample_kernel = hmc(potential_fn_gen=pe_gen, algo="NUTS")
         chunk_len = math.gcd(preset.warmup, preset.samples)
 
@@ -291,16 +312,20 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
             return jax.lax.scan(body, state, None, length=chunk_len)
 
         @jax.jit
-        def init(z: dict[str, jnp.ndarray], rng: jax.Array, d: ModelData) -> Any:
+        def init(z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData) -> Any:
             # Jitted so that a cold start in a later round reuses the compiled
-            # step-size search instead of recompiling it.
+            # program. ``z=None``: a random start near the prior's centre.
+            r_init, r_run = jax.random.split(rng)
+            if z is None:
+                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]))
             return init_kernel(
                 z,
                 num_warmup=preset.warmup,
                 target_accept_prob=preset.target_accept,
                 max_tree_depth=preset.max_tree_depth,
+                dense_mass=preset.dense_mass,
                 model_args=(d, d.observed),
-                rng_key=rng,
+                rng_key=r_run,
             )
 
         @jax.jit
@@ -311,7 +336,10 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
 
         @jax.jit
         def post(zs: dict[str, jnp.ndarray], d: ModelData) -> dict[str, jnp.ndarray]:
-            return jax.vmap(post_gen(d, d.observed))(zs)
+            def one(z: dict[str, jnp.ndarray]) -> dict[str, jnp.ndarray]:
+                return constrain_fn(model, (d, d.observed), {}, z, return_deterministic=True)
+
+            return jax.vmap(one)(zs)
 
         _CACHE[key] = {
             "model": model,
@@ -364,14 +392,7 @@ def _fit_nuts(
             inits = [z0] * preset.chains
         results = []
         for c in range(preset.chains):
-            init_key, run_key = jax.random.split(keys[c])
-            if inits:
-                z = inits[c]
-            else:
-                z = initialize_model(init_key, objs["model"], model_args=args, dynamic_args=True)[
-                    0
-                ].z
-            state = objs["init"](z, run_key, data)
+            state = objs["init"](inits[c] if inits else None, keys[c], data)
             results.append(
                 _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
             )

@@ -14,15 +14,19 @@ Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
   knee: the prior puts the peak inside the TP range, while the data can still
   push it to (or past) an edge, making capacity per GPU monotone over the grid.
 * served throughput = smooth-min(λ, C) = ``(λ^-k + C^-k)^(-1/k)``.
-* utilisation ``ρ = λ / C`` and the congestion term ``h = log(1 + ρ^γ)``: ≈ 0
-  at light load, ``log 2`` at saturation, growing like ``γ log ρ`` beyond (tails
-  in an overloaded 300 s window keep growing but stay finite).
-* tails (TTFT p99, completion p99): ``log L = base_w + slope (u - u_mid) + β_w h``
-  — shares ``C`` (through ``ρ``) with the capacity model, which is what makes a
+* utilisation ``ρ = λ / C`` and two congestion terms (:func:`congestion`):
+  ``h_tail = -log(1 - ρ_s) + overload(ρ)`` with ``ρ_s`` = ``ρ^γ`` smoothly
+  capped at ``1 - RHO_GAP`` — flat at light load, blowing up like ``1/(1-ρ)``
+  (M/M/1-like p99) near saturation, and growing like a power of ``ρ`` beyond
+  (a finite 300 s window); ``h_succ = log(1 + ρ^γ)`` for success.
+* tails (TTFT p99, completion p99): ``log L = base_w + slope (u - u_mid) + β_w h_tail``
+  with a separate amplitude ``β`` per class and per tail metric — shares ``C``
+  (through ``ρ``) with the capacity model, which is what makes a
   high-throughput, tail-infeasible cell visible before it is measured.
-* success: ``logit s = s0_w - η_w h``.
-* partial pooling: every class-level parameter is ``mean + class_sd · ε_w``
-  (non-centred), the means and spreads from the prior card.
+* success: ``logit s = s0_w - η_w h_succ``.
+* partial pooling: every class-level parameter is a shared family offset plus
+  a per-class deviation, both normal with the card's scales
+  (:func:`class_prior`; whitened, so NUTS sees a well-conditioned posterior).
 * noise: Student-t with :data:`NOISE_DF` degrees of freedom on the transformed
   scale (log throughput, log tails, logit success clipped to
   ``[SUCCESS_EPS, 1 - SUCCESS_EPS]``), one scale per metric (:data:`NOISE_FLOOR` plus a half-normal part).
@@ -72,11 +76,16 @@ __all__ = [
     "SUCCESS_EPS",
     "NOISE_FLOOR",
     "usable_mask",
+    "congestion",
+    "class_prior",
+    "latent_metrics",
+    "RHO_GAP",
+    "init_unconstrained",
 ]
 
 # Student-t degrees of freedom of the observation noise (heavy tails: one odd
 # measurement, e.g. the 94.3 % success repeat in the paper, must not drag a curve).
-NOISE_DF = 5.0
+NOISE_DF = 5.0  # an integer: sample_obs draws it from normals
 # Success is modelled on the logit scale clipped to [eps, 1 - eps]; 0.999 and
 # 1.0 are indistinguishable at this resolution (SLOs are ≤ 0.999 in practice).
 SUCCESS_EPS = 1e-3
@@ -84,7 +93,7 @@ SUCCESS_EPS = 1e-3
 # are approximations: a measurement that matches them to 0.1 % (throughput
 # below saturation) must not make the posterior arbitrarily stiff, which would
 # also wreck NUTS's step size.
-NOISE_FLOOR = (0.01, 0.03, 0.03, 0.1)
+NOISE_FLOOR = (0.03, 0.03, 0.03, 0.1)
 # Columns of the class-level parameter matrix (sites class_mean, class_sd, class_eps).
 _CLASS_PARAMS = (
     "knee_logit",
@@ -97,6 +106,11 @@ _CLASS_PARAMS = (
     "succ_logit_base",
     "log_succ_drop",
 )
+# Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
+# 1 - RHO_GAP, so -log(1 - ρ_s) ≤ -log(RHO_GAP) ≈ 3 (tails × e^{3β} at most from
+# queueing; overload adds ≈ β log ρ beyond).
+RHO_GAP = 0.05
+_CAP_SHARPNESS = 25.0
 # Floors/ceilings that keep log transforms finite for degenerate values.
 _TINY = 1e-9
 _HUGE = 1e9
@@ -232,38 +246,135 @@ def obs_logpdf(y: jnp.ndarray, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
 
 def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.ndarray:
     """Draw observations given latent metrics; ``latent (..., 4)``, ``noise (..., 4)`` →
-    ``y (..., 4)`` in natural units (success in ``(0, 1)``)."""
+    ``y (..., 4)`` in natural units (success in ``(0, 1)``).
+
+    The Student-t(5) draw is built from six standard normals,
+    ``t = z0 / sqrt(Σ_{i=1..5} z_i² / 5)`` — exact for the integer
+    :data:`NOISE_DF`, and far cheaper to compile than ``jax.random.t`` (whose
+    gamma rejection sampler costs seconds of XLA compile time per shape).
+    """
     shape = jnp.broadcast_shapes(latent.shape, noise.shape)
-    eps = jax.random.t(key, NOISE_DF, shape)
+    df = int(NOISE_DF)
+    z = jax.random.normal(key, (df + 1, *shape), dtype=jnp.result_type(latent, noise))
+    eps = z[0] * jax.lax.rsqrt(jnp.sum(z[1:] ** 2, axis=0) / df)
     return from_transformed(to_transformed(latent) + noise * eps)
 
 
 # --- the model ----------------------------------------------------------------
 
 
+def congestion(log_rho: jnp.ndarray, exponent: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The two congestion terms of utilisation ``ρ`` (from ``log_rho (...)``).
+
+    Returns ``(h_tail, h_succ)``, each ``(...)``:
+
+    * ``h_tail = -log(1 - ρ_s) + overload(ρ)``: a queueing blow-up. ``ρ_s`` is
+      ``ρ^γ`` smoothly capped at ``1 -`` :data:`RHO_GAP` (``≈ 1 - ρ^γ`` well
+      below saturation, so the term grows like ``-log(1 - ρ^γ)``: flat at light
+      load, steep as ``ρ → 1`` — the M/M/1 p99 scales like ``1/(1-ρ)``), and
+      ``overload = softplus(4 log ρ)/4 ≈ log ρ`` past saturation (a finite
+      300 s window: tails keep growing, but like a power of ``ρ``, not without
+      bound). Near ``ρ ≈ 1`` a small uncertainty in capacity becomes a large
+      one in the tails — which is what makes their intervals honest there.
+    * ``h_succ = log(1 + ρ^γ)``: success degrades mostly in overload.
+    """
+    x = exponent * log_rho  # log ρ^γ
+    rho_g = jnp.exp(jnp.minimum(x, 30.0))
+    # 1 - ρ_s = gap + softplus(k (1 - gap - ρ^γ)) / k  ∈ (gap, 1]
+    one_minus = RHO_GAP + jax.nn.softplus(_CAP_SHARPNESS * (1.0 - RHO_GAP - rho_g)) / _CAP_SHARPNESS
+    h_tail = -jnp.log(one_minus) + jax.nn.softplus(4.0 * log_rho) / 4.0
+    h_succ = jax.nn.softplus(x)
+    return h_tail, h_succ
+
+
 def latent_metrics(
     params: dict[str, jnp.ndarray], data: ModelData
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
-    from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``)."""
+    from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``) and
+    globals (``sharpness``, ``exponent`` scalars, ``tail_slope (2,)``)."""
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
     k = params["sharpness"]
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
-    h = jax.nn.softplus(params["exponent"] * log_rho)  # log(1 + ρ^γ)
+    h_tail, h_succ = congestion(log_rho, params["exponent"])
     u_mid = 0.5 * (data.u_lo + data.u_hi)
     log_tails = (
         params["tail_base"][w]
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
-        + params["tail_blowup"][w] * h[:, None]
+        + params["tail_blowup"][w] * h_tail[:, None]
     )
     # Keep float32 finite for extreme prior draws (e^18 s ~ 2 years: "never").
     log_tails = jnp.clip(log_tails, -18.0, 18.0)
-    logit_s = params["succ_base"][w] - params["succ_drop"][w] * h
+    logit_s = params["succ_base"][w] - params["succ_drop"][w] * h_succ
     z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
     return from_transformed(z), jnp.exp(log_cap)
+
+
+def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Location offsets and Cholesky factors of the class-level prior.
+
+    Column ``j`` of :data:`_CLASS_PARAMS` over the classes is
+    ``θ_j = loc_j + L_j z_j`` with ``z_j ~ N(0, I)`` and
+    ``L_j L_j^T = sd_j² 11^T + τ_j² I``: a shared family-level offset (sd
+    ``sd_j``, the card's ``*_log_sd``) plus a per-class deviation (sd ``τ_j``,
+    the card's ``class_sd``) — the hierarchical model with the shared mean
+    integrated out analytically and the between-class spread fixed at the
+    card's value. With 2-8 classes the spread cannot be learnt anyway, and the
+    whitened parametrisation has no funnel and no ridge between a shared mean
+    and the class offsets: NUTS needs short trajectories (fast) and compiles a
+    small program.
+
+    Returns:
+        ``loc (9,)`` (transformed-scale centres; the capacity column is 0 and
+        is added per class by the model) and ``chol (9, n_classes, n_classes)``.
+    """
+    c = card
+    sd = np.array(
+        [
+            c.knee_logit_sd,
+            c.curvature_log_sd,
+            c.capacity_log_sd,
+            c.ttft_base_log_sd,
+            c.completion_base_log_sd,
+            c.ttft_blowup_log_sd,
+            c.completion_blowup_log_sd,
+            c.success_logit_base_sd,
+            c.success_drop_log_sd,
+        ]
+    )
+    tau = np.array(
+        [
+            c.knee_class_sd,
+            c.curvature_class_sd,
+            c.capacity_class_sd,
+            c.ttft_class_sd,
+            c.completion_class_sd,
+            c.ttft_blowup_class_sd,
+            c.completion_blowup_class_sd,
+            c.success_class_sd,
+            c.success_drop_class_sd,
+        ]
+    )
+    loc = np.array(
+        [
+            0.0,  # knee: added by the model (depends on the grid's TP range)
+            math.log(c.curvature_median),
+            0.0,  # capacity: per class, added by the model
+            math.log(c.ttft_base_median_s),
+            math.log(c.completion_base_median_s),
+            math.log(c.ttft_blowup_median),
+            math.log(c.completion_blowup_median),
+            c.success_logit_base_mean,
+            math.log(c.success_drop_median),
+        ]
+    )
+    ones = np.ones((n_classes, n_classes))
+    eye = np.eye(n_classes)
+    chol = np.stack([np.linalg.cholesky(s * s * ones + t * t * eye) for s, t in zip(sd, tau, strict=True)])
+    return loc, chol
 
 
 def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None) -> None:
@@ -277,8 +388,9 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             ignored. ``None``: the observation site ``"y"`` is sampled for every
             cell (prior / posterior prediction).
 
-    Sample sites: ``class_mean (9,)``, ``class_sd (9,)``, ``class_eps (n_classes, 9)``
-    (columns :data:`_CLASS_PARAMS`), ``global (4,)`` (log sharpness, log
+    Sample sites (three, all vector-valued: a small program compiles fast):
+    ``class_z (n_classes, 9)`` standard normal (columns :data:`_CLASS_PARAMS`,
+    mapped through :func:`class_prior`), ``global (4,)`` (log sharpness, log
     exponent, ttft slope, completion slope), ``noise_raw (4,)`` and the observed
     ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
     class-level ``knee``, ``curvature``, ``cap_level``, ``tail_base``,
@@ -296,66 +408,22 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     else:
         pos0 = (data.u_lo + c.knee_position * (data.u_hi - data.u_lo) - lo) / span
     pos0 = jnp.clip(pos0, 0.02, 0.98)
-    # All class-level parameters share three vector sites (few sites = a small
-    # program, which matters: XLA compile time dominates a first fit on CPU).
-    # Column j of _CLASS_PARAMS is  mean_j + tau_j * eps_{w,j}  (non-centred).
-    mu_loc = jnp.stack(
-        [
-            jnp.log(pos0) - jnp.log1p(-pos0),
-            jnp.asarray(math.log(c.curvature_median)),
-            jnp.asarray(
-                0.0
-            ),  # capacity: shift in units of capacity.log_sd (prior centre may be per class)
-            jnp.asarray(math.log(c.ttft_base_median_s)),
-            jnp.asarray(math.log(c.completion_base_median_s)),
-            jnp.asarray(math.log(c.ttft_blowup_median)),
-            jnp.asarray(math.log(c.completion_blowup_median)),
-            jnp.asarray(c.success_logit_base_mean),
-            jnp.asarray(math.log(c.success_drop_median)),
-        ]
+    loc, chol = class_prior(c, n_classes)
+    z = numpyro.sample(
+        "class_z", dist.Normal(jnp.zeros((n_classes, len(_CLASS_PARAMS))), 1.0).to_event(2)
     )
-    mu_sd = jnp.array(
-        [
-            c.knee_logit_sd,
-            c.curvature_log_sd,
-            1.0,
-            c.ttft_base_log_sd,
-            c.completion_base_log_sd,
-            c.ttft_blowup_log_sd,
-            c.completion_blowup_log_sd,
-            c.success_logit_base_sd,
-            c.success_drop_log_sd,
-        ]
-    )
-    tau_sd = jnp.array(
-        [
-            c.knee_class_sd,
-            c.curvature_class_sd,
-            c.capacity_class_sd,
-            c.ttft_class_sd,
-            c.completion_class_sd,
-            c.ttft_blowup_class_sd,
-            c.completion_blowup_class_sd,
-            c.success_class_sd,
-            c.success_drop_class_sd,
-        ]
-    )
-    mu = numpyro.sample("class_mean", dist.Normal(mu_loc, mu_sd).to_event(1))
-    tau = numpyro.sample("class_sd", dist.HalfNormal(tau_sd).to_event(1))
-    eps = numpyro.sample(
-        "class_eps", dist.Normal(jnp.zeros((n_classes, len(_CLASS_PARAMS))), 1.0).to_event(2)
-    )
-    theta = mu + tau * eps  # (n_classes, 9)
-
-    knee = numpyro.deterministic("knee", lo + span * jax.nn.sigmoid(theta[:, 0]))
-    curvature = numpyro.deterministic("curvature", jnp.exp(theta[:, 1]))
+    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 9)
+    theta = jnp.asarray(loc) + jnp.einsum("jwv,vj->wj", jnp.asarray(chol, dtype=z.dtype), z)
     if c.capacity_per_gpu_at_knee is not None:
         cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
     else:
         cap_loc = data.cap_ref + math.log(c.capacity_relative_to_offered)
-    cap_level = numpyro.deterministic(
-        "cap_level", cap_loc + c.capacity_log_sd * mu[2] + tau[2] * eps[:, 2]
+
+    knee = numpyro.deterministic(
+        "knee", lo + span * jax.nn.sigmoid(theta[:, 0] + jnp.log(pos0) - jnp.log1p(-pos0))
     )
+    curvature = numpyro.deterministic("curvature", jnp.exp(theta[:, 1]))
+    cap_level = numpyro.deterministic("cap_level", cap_loc + theta[:, 2])
     tail_base = numpyro.deterministic("tail_base", theta[:, 3:5])
     tail_blowup = numpyro.deterministic("tail_blowup", jnp.exp(theta[:, 5:7]))
     succ_base = numpyro.deterministic("succ_base", theta[:, 7])
@@ -410,11 +478,52 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     latent, capacity = latent_metrics(params, data)
     numpyro.deterministic("latent", latent)
     numpyro.deterministic("capacity", capacity)
-    loc = to_transformed(latent)
-    y_dist = dist.StudentT(NOISE_DF, loc, noise)
+    loc_y = to_transformed(latent)
+    y_dist = dist.StudentT(NOISE_DF, loc_y, noise)
     if obs is None:
         numpyro.sample("y", y_dist.to_event(2))
     else:
         numpyro.sample(
             "y", y_dist.mask(data.fit_mask).to_event(2), obs=to_transformed(jnp.asarray(obs))
         )
+
+
+def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[str, jnp.ndarray]:
+    """A random starting point for MCMC in NumPyro's unconstrained space.
+
+    Near the prior's centre (``class_z`` uniform in ``(-1, 1)``, ``global``
+    within one prior sd of its mean, ``noise_raw`` within a factor ``e`` of its
+    scale, on the log scale that NumPyro uses for half-normal sites). Built
+    directly rather than by running the model eagerly (``initialize_model``),
+    which costs dozens of one-op XLA compilations on a cold start.
+
+    Returns:
+        ``{"class_z": (n_classes, 9), "global": (4,), "noise_raw": (4,)}``.
+    """
+    k1, k2, k3 = jax.random.split(key, 3)
+    c = card
+    g_loc = jnp.array(
+        [
+            math.log(c.saturation_sharpness_median),
+            math.log(c.utilisation_exponent_median),
+            c.ttft_slope_per_log2tp,
+            c.completion_slope_per_log2tp,
+        ]
+    )
+    g_sd = jnp.array(
+        [
+            c.saturation_sharpness_log_sd,
+            c.utilisation_exponent_log_sd,
+            c.ttft_slope_sd,
+            c.completion_slope_sd,
+        ]
+    )
+    n_scale = jnp.log(
+        jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
+    )
+    u = lambda k, shape: jax.random.uniform(k, shape, minval=-1.0, maxval=1.0)  # noqa: E731
+    return {
+        "class_z": u(k1, (n_classes, len(_CLASS_PARAMS))),
+        "global": g_loc + g_sd * u(k2, (4,)),
+        "noise_raw": n_scale + u(k3, (4,)),
+    }

@@ -13,10 +13,13 @@ did-you-mean) so a typo never silently falls back to a default.
 Notation: ``u = log2(TP)``; a class's per-GPU saturation capacity is
 ``exp(a - b (u - m)^2)`` req/s/GPU (a concave parabola in log space whose peak
 ``m`` is the *knee*); a replica's capacity is ``TP`` times that; utilisation is
-``ρ = offered_rps / capacity``; ``h(ρ) = log(1 + ρ^γ)`` is the congestion term
-shared by tails and success. "log_sd" is a standard deviation on the natural-log
-scale; "class_sd" is the half-normal scale of the between-class spread (partial
-pooling; 0-ish = classes share one value, large = independent classes).
+``ρ = offered_rps / capacity``; the congestion terms are
+``h_tail(ρ) = -log(1 - ρ_s) + overload(ρ)`` (``ρ_s`` = ``ρ^γ`` smoothly capped
+just below 1; ``overload ≈ log ρ`` past saturation) for the tails and
+``h_succ(ρ) = log(1 + ρ^γ)`` for success (see :func:`fleetsieve_bayes.model.congestion`). "log_sd" is a standard deviation on the natural-log
+scale; "class_sd" is the sd of the between-class spread (partial pooling: each class's
+value = family value + a normal class deviation of this sd; 0-ish = classes
+share one value, large = independent classes).
 
 Fields (section.key — meaning):
 
@@ -43,15 +46,15 @@ Fields (section.key — meaning):
   ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
   ``sharpness_log_sd`` give the log-normal prior of ``k``.
 ``[utilisation]`` — ``exponent_median``, ``exponent_log_sd``: log-normal prior
-  of ``γ`` in ``h(ρ) = log(1 + ρ^γ)``.
+  of ``γ`` (the power of ``ρ`` in both congestion terms).
 ``[ttft]`` and ``[completion]`` — tail latency (p99, seconds):
-  ``log L = base + slope (u - u_mid) + blowup · h(ρ)``.
+  ``log L = base + slope (u - u_mid) + blowup · h_tail(ρ)``.
   ``base_median_s`` — p99 at low load at the grid's middle TP (seconds);
   ``base_log_sd``; ``class_sd`` — between-class spread of the base (log);
   ``slope_per_log2tp``, ``slope_sd`` — change of log latency per doubling of TP;
   ``blowup_median``, ``blowup_log_sd``, ``blowup_class_sd`` — log-normal prior
   of the congestion amplitude (log latency gained per unit of ``h``).
-``[success]`` — ``logit(success) = base - drop · h(ρ)``.
+``[success]`` — ``logit(success) = base - drop · h_succ(ρ)``.
   ``logit_base_mean``, ``logit_base_sd``, ``class_sd``;
   ``drop_median``, ``drop_log_sd``, ``drop_class_sd``.
 ``[noise]`` — half-normal scales of the per-metric Student-t noise on the
@@ -90,8 +93,8 @@ DEFAULTS: dict[str, float | str | None] = {
     "capacity.relative_to_offered": None,
     "capacity.log_sd": 1.0,
     "capacity.class_sd": 0.5,
-    "saturation.sharpness_median": 8.0,
-    "saturation.sharpness_log_sd": 0.4,
+    "saturation.sharpness_median": 15.0,
+    "saturation.sharpness_log_sd": 0.6,
     "utilisation.exponent_median": 2.0,
     "utilisation.exponent_log_sd": 0.35,
     "ttft.base_median_s": 0.5,
@@ -99,16 +102,16 @@ DEFAULTS: dict[str, float | str | None] = {
     "ttft.class_sd": 0.5,
     "ttft.slope_per_log2tp": -0.3,
     "ttft.slope_sd": 0.6,
-    "ttft.blowup_median": 2.0,
-    "ttft.blowup_log_sd": 0.7,
+    "ttft.blowup_median": 0.8,
+    "ttft.blowup_log_sd": 0.6,
     "ttft.blowup_class_sd": 0.3,
     "completion.base_median_s": 10.0,
     "completion.base_log_sd": 1.5,
     "completion.class_sd": 0.5,
     "completion.slope_per_log2tp": -0.3,
     "completion.slope_sd": 0.6,
-    "completion.blowup_median": 2.0,
-    "completion.blowup_log_sd": 0.7,
+    "completion.blowup_median": 0.8,
+    "completion.blowup_log_sd": 0.6,
     "completion.blowup_class_sd": 0.3,
     "success.logit_base_mean": 6.0,
     "success.logit_base_sd": 1.5,
