@@ -8,7 +8,8 @@ measured values, widened by ``±repeatability`` (relative) for throughput and
 tails and on the *failure* probability ``1 - success`` for success (a relative
 band on 0.99 itself would be meaninglessly wide), clipped to ``[0, 1]``.
 Measured failed cells keep their values (0 throughput, 0 success, tails
-possibly ``+inf``).
+possibly ``+inf``). Success intervals reaching within ``SUCCESS_EPS`` of 0 or 1
+are extended to 0 or 1 (the model's resolution ends there).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.model import sample_obs
+from fleetsieve_bayes.model import SUCCESS_EPS, sample_obs
 from fleetsieve_bayes.problem import CellGrid
 
 __all__ = [
@@ -90,6 +91,11 @@ def credible_bounds(
     a = (1.0 - level) / 2.0
     lo = np.quantile(draws, a, axis=0)
     hi = np.quantile(draws, 1.0 - a, axis=0)
+    # The model resolves success only within [SUCCESS_EPS, 1 - SUCCESS_EPS]
+    # (logit of clipped values): an interval reaching past either end reaches
+    # the end itself, so a measured 1.0 (or 0.0) is inside it.
+    lo[:, 3] = np.where(lo[:, 3] <= SUCCESS_EPS, 0.0, lo[:, 3])
+    hi[:, 3] = np.where(hi[:, 3] >= 1.0 - SUCCESS_EPS, 1.0, hi[:, 3])
     m = np.asarray(measured_mask, dtype=bool)
     obs = np.asarray(observed, dtype=np.float64)
     r = float(repeatability)

@@ -1,0 +1,195 @@
+"""Calibration of the model's 90 % intervals: held-out cells of the shipped grid and simulated fleets.
+
+Three studies, each a fit per held-out set with the chosen inference preset:
+
+* ``loo-cell``: on the shipped H100 grid (22 cells), leave each cell out in
+  turn (fit on the other 21) and check whether the central ``--level``
+  posterior-predictive interval (:func:`fleetsieve_bayes.bounds.credible_bounds`)
+  contains each of its 4 measured metrics.
+* ``loo-tp``: leave out every cell of one TP (both classes) and check the
+  interval of per-GPU served throughput of the left-out cells.
+* ``sbc``: simulate ``--fleets`` fleets from the prior card on the shipped
+  grid's cells, measure the initial design plus ``--extra`` random cells, fit,
+  and count how often the held-out cells' intervals contain the simulated
+  values (nominal ``--level``). Also reports the posterior z-score of the
+  true knee (recovery).
+
+    python benchmarks/calibration_study.py                       # quick: loo-cell + loo-tp + 10 fleets
+    python benchmarks/calibration_study.py --fleets 100 --preset default --out FILE
+
+Prints markdown tables and writes JSON (default benchmarks/results/calibration_study.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from numpyro.infer import Predictive
+
+from fleetsieve_bayes.bounds import credible_bounds
+from fleetsieve_bayes.design import initial_design
+from fleetsieve_bayes.inference import _bind, fit, load_preset
+from fleetsieve_bayes.model import model_data
+from fleetsieve_bayes.priors import load_card
+from fleetsieve_bayes.problem import CellGrid, grid_from_table, values_from_table
+from fleetsieve_bayes.table import METRICS, read_table
+
+REPO = Path(__file__).resolve().parent.parent
+GRID = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
+CARD = "dense-31b-fp8-h100"
+
+
+def shipped() -> tuple[CellGrid, np.ndarray]:
+    """The shipped grid and its measured values ``(22, 4)``."""
+    df = read_table(GRID)
+    grid = grid_from_table(df, ("chat", "code"))
+    return grid, values_from_table(grid, df)
+
+
+def covered(lo: np.ndarray, hi: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Elementwise ``lo <= y <= hi`` (arrays of one shape)."""
+    return (lo <= y) & (y <= hi)
+
+
+def loo_cell(grid: CellGrid, obs: np.ndarray, preset: str, level: float) -> dict:
+    """Leave each cell out; per-cell, per-metric coverage and the intervals."""
+    rows = []
+    post = None
+    for c in range(grid.n_cells):
+        m = np.ones(grid.n_cells, bool)
+        m[c] = False
+        post = fit(grid, obs, m, CARD, preset, seed=c, warm_start=post)
+        b = credible_bounds(post, obs, m, level)
+        cov = covered(b.lo[c], b.hi[c], obs[c])
+        rows.append(
+            {
+                "cell": grid.describe(c),
+                "measured": obs[c].tolist(),
+                "lo": b.lo[c].tolist(),
+                "hi": b.hi[c].tolist(),
+                "median": np.median(post.latent[:, c], axis=0).tolist(),
+                "covered": cov.tolist(),
+            }
+        )
+    cov = np.array([r["covered"] for r in rows])
+    return {
+        "per_metric": dict(zip(METRICS, cov.mean(0).tolist(), strict=True)),
+        "overall": float(cov.mean()),
+        "cells": rows,
+    }
+
+
+def loo_tp(grid: CellGrid, obs: np.ndarray, preset: str, level: float) -> dict:
+    """Leave out each TP (all classes); coverage of per-GPU served throughput."""
+    out = []
+    for tp in np.unique(grid.tp):
+        m = grid.tp != tp
+        post = fit(grid, obs, m, CARD, preset, seed=int(tp))
+        b = credible_bounds(post, obs, m, level)
+        for c in np.flatnonzero(~m):
+            out.append(
+                {
+                    "cell": grid.describe(int(c)),
+                    "per_gpu_measured": float(obs[c, 0] / tp),
+                    "per_gpu_lo": float(b.lo[c, 0] / tp),
+                    "per_gpu_hi": float(b.hi[c, 0] / tp),
+                    "covered": bool(covered(b.lo[c, 0], b.hi[c, 0], obs[c, 0])),
+                }
+            )
+    return {"coverage": float(np.mean([r["covered"] for r in out])), "cells": out}
+
+
+def simulate_fleets(grid: CellGrid, card_name: str, n: int, seed: int) -> dict[str, np.ndarray]:
+    """``n`` fleets from the prior: ``y (n, n_cells, 4)``, ``latent``, ``knee (n, n_classes)``."""
+    card = load_card(card_name)
+    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
+    pred = Predictive(_bind(card), num_samples=n)(jax.random.PRNGKey(seed), data, None)
+    from fleetsieve_bayes.model import from_transformed
+
+    y = np.asarray(from_transformed(pred["y"]))
+    return {"y": y, "latent": np.asarray(pred["latent"]), "knee": np.asarray(pred["knee"])}
+
+
+def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed: int) -> dict:
+    """Simulated fleets: coverage of held-out cells and knee recovery."""
+    sims = simulate_fleets(grid, CARD, fleets, seed)
+    rng = np.random.default_rng(seed)
+    hits, zs, per_metric = [], [], []
+    post = None
+    for f in range(fleets):
+        y = sims["y"][f]
+        m = np.zeros(grid.n_cells, bool)
+        m[initial_design(grid)] = True
+        m[rng.choice(np.flatnonzero(~m), size=extra, replace=False)] = True
+        post = fit(grid, y, m, CARD, preset, seed=f, warm_start=post)
+        b = credible_bounds(post, y, m, level)
+        cov = covered(b.lo[~m], b.hi[~m], y[~m])
+        hits.append(float(cov.mean()))
+        per_metric.append(cov.mean(0))
+        knee = np.asarray(post.idata.posterior["knee"]).reshape(-1, grid.n_classes)
+        zs.extend(((sims["knee"][f] - knee.mean(0)) / knee.std(0)).tolist())
+    return {
+        "fleets": fleets,
+        "coverage": float(np.mean(hits)),
+        "coverage_per_metric": dict(zip(METRICS, np.mean(per_metric, 0).tolist(), strict=True)),
+        "coverage_fleet_min": float(np.min(hits)),
+        "knee_z_mean": float(np.mean(zs)),
+        "knee_z_sd": float(np.std(zs)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="fast")
+    ap.add_argument("--level", type=float, default=0.9)
+    ap.add_argument("--fleets", type=int, default=10)
+    ap.add_argument("--extra", type=int, default=4, help="random cells measured beyond the design")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "calibration_study.json")
+    args = ap.parse_args()
+    load_preset(args.preset)
+    grid, obs = shipped()
+    res: dict = {"preset": args.preset, "level": args.level, "card": CARD}
+    studies = args.studies.split(",")
+    t0 = time.perf_counter()
+    if "loo-cell" in studies:
+        res["loo_cell"] = loo_cell(grid, obs, args.preset, args.level)
+        lc = res["loo_cell"]
+        print(f"\n## Leave one cell out (shipped grid, 22 cells, preset {args.preset}, {args.level:.0%})\n")
+        print("| cell | metric | measured | interval | covered |\n|---|---|---|---|---|")
+        for r in lc["cells"]:
+            for j, name in enumerate(METRICS):
+                print(f"| {r['cell']} | {name} | {r['measured'][j]:.4g} | "
+                      f"[{r['lo'][j]:.4g}, {r['hi'][j]:.4g}] | {'yes' if r['covered'][j] else '**no**'} |")
+        print("\ncoverage per metric: " + ", ".join(f"{k} {v:.2f}" for k, v in lc["per_metric"].items())
+              + f"; overall {lc['overall']:.3f}")
+    if "loo-tp" in studies:
+        res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
+        print(f"\n## Leave one TP out: per-GPU served throughput ({args.level:.0%})\n")
+        print("| cell | measured /GPU | interval /GPU | covered |\n|---|---|---|---|")
+        for r in res["loo_tp"]["cells"]:
+            print(f"| {r['cell']} | {r['per_gpu_measured']:.3g} | [{r['per_gpu_lo']:.3g}, "
+                  f"{r['per_gpu_hi']:.3g}] | {'yes' if r['covered'] else '**no**'} |")
+        print(f"\ncoverage {res['loo_tp']['coverage']:.3f}")
+    if "sbc" in studies:
+        s = sbc(grid, args.preset, args.level, args.fleets, args.extra, args.seed)
+        res["sbc"] = s
+        print(f"\n## Simulated fleets from the prior ({s['fleets']} fleets, held-out cells)\n")
+        print("| coverage | per metric | worst fleet | knee z mean | knee z sd |\n|---|---|---|---|---|")
+        pm = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric"].items())
+        print(f"| {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | "
+              f"{s['knee_z_mean']:.2f} | {s['knee_z_sd']:.2f} |")
+    res["seconds"] = time.perf_counter() - t0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    print(f"\n{res['seconds']:.0f} s; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
