@@ -79,6 +79,8 @@ _DERIVED = (
     "tail_slope",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
+# The model's sample sites (see fleetsieve_bayes.model.fleet_model).
+_SITES = ("class_z", "global", "noise_raw")
 
 
 class InferencePreset(NamedTuple):
@@ -459,7 +461,7 @@ def _svi_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> d
                 guide=guide,
                 params=params,
                 num_samples=preset.draws,
-                exclude_deterministic=False,
+                return_sites=[*_SITES, *_DERIVED, "latent", "capacity"],
             )
             return pred(rng, d, None)
 
@@ -544,6 +546,8 @@ def _assemble(
         dims=dims,
         attrs={"inference_method": method, "seed": seed},
     )
+    for group in ("posterior", "sample_stats"):  # from_dict does not place attrs on groups
+        idata[group].attrs.update({"inference_method": method, "seed": seed})
     return Posterior(
         latent=latent_c.reshape(n_chains * n_draw, *latent_c.shape[2:]),
         noise=noise_c.reshape(n_chains * n_draw, 4),
