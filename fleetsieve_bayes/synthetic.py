@@ -229,7 +229,9 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
         best_i = 0.0  # best SLO-admissible served rate per GPU over the grid (truth)
         for t_i, tp in enumerate(tps):
             idx = picks[t_i]
-            offered = ladder[idx]
+            # Round the offered rate as the table stores it first, so the
+            # true served rate never exceeds the offered rate in the file.
+            offered = np.round(ladder[idx], 4)
             truth = _metrics(p, np.full(offered.shape, tp), offered)
             z = rng.standard_normal(truth.shape)
             s = spec.noise
