@@ -23,6 +23,7 @@ import pandas as pd
 
 from fleetsieve_bayes.model import SUCCESS_EPS, sample_obs
 from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [
     "Bounds",
@@ -33,20 +34,6 @@ __all__ = [
     "BOUNDS_COLUMNS",
 ]
 
-BOUNDS_COLUMNS: tuple[str, ...] = (
-    "workload",
-    "tp",
-    "load",
-    "measured",
-    "throughput_lo",
-    "throughput_hi",
-    "ttft_p99_lo",
-    "ttft_p99_hi",
-    "completion_p99_lo",
-    "completion_p99_hi",
-    "success_lo",
-    "success_hi",
-)
 
 
 class Bounds(NamedTuple):

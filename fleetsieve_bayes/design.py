@@ -15,7 +15,20 @@ import numpy as np
 
 from fleetsieve_bayes.problem import CellGrid
 
-__all__ = ["initial_design"]
+__all__ = ["initial_design", "STRATEGY_NAMES"]
+
+# The acquisition strategies (``run --strategy``); all share this initial
+# design, the model, the allocator and the stopping rule.
+STRATEGY_NAMES: tuple[str, ...] = (
+    "fleetsieve",
+    "random",
+    "grid",
+    "max-uncertainty",
+    "shared-uncertainty",
+    "targeted",
+    "voi",
+    "constrained-bo",
+)
 
 
 def initial_design(grid: CellGrid) -> list[int]:

@@ -34,6 +34,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
+from fleetsieve_bayes.table import BOUNDS_COLUMNS  # noqa: E402
+
 __all__ = [
     "Plotted",
     "BOUNDS_COLUMNS",
@@ -50,20 +52,6 @@ __all__ = [
     "knee_quantiles",
 ]
 
-BOUNDS_COLUMNS: tuple[str, ...] = (
-    "workload",
-    "tp",
-    "load",
-    "measured",
-    "throughput_lo",
-    "throughput_hi",
-    "ttft_p99_lo",
-    "ttft_p99_hi",
-    "completion_p99_lo",
-    "completion_p99_hi",
-    "success_lo",
-    "success_hi",
-)
 # Tail metrics: (measurement-table column, bounds prefix, SLO key, axis label).
 _TAILS = (
     ("ttft_p99_s", "ttft_p99", "ttft_p99_s", "TTFT p99 (s)"),

@@ -205,9 +205,9 @@ def read_bounds(view: CampaignView, measurements: pd.DataFrame) -> pd.DataFrame:
     """``bounds.csv``; before the first round, the measured cells collapsed to their values.
 
     Raises:
-        InputError: the file lacks a column of :data:`fleetsieve_bayes.plots.BOUNDS_COLUMNS`.
+        InputError: the file lacks a column of :data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`.
     """
-    from fleetsieve_bayes.plots import BOUNDS_COLUMNS
+    from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
     path = view.directory / "bounds.csv"
     if path.is_file():
@@ -454,7 +454,7 @@ def build_report(
 
     Args:
         measurements: the measurement table (DESIGN.md columns).
-        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.plots.BOUNDS_COLUMNS`).
+        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
         idata: the posterior InferenceData, or ``None``.
     """
     from fleetsieve_bayes import plots

@@ -55,6 +55,7 @@ from scipy.special import ndtr
 
 from fleetsieve_bayes.acquisition import make_acquisition, select_cell
 from fleetsieve_bayes.certificate import Certificate
+from fleetsieve_bayes.design import STRATEGY_NAMES
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid, admissible
 from fleetsieve_bayes.surrogates import gp_predictive_std, independent_arms, transform
@@ -68,16 +69,6 @@ __all__ = [
     "interval_widths",
 ]
 
-STRATEGY_NAMES: tuple[str, ...] = (
-    "fleetsieve",
-    "random",
-    "grid",
-    "max-uncertainty",
-    "shared-uncertainty",
-    "targeted",
-    "voi",
-    "constrained-bo",
-)
 
 # Scores within this (relative to max(1, |best|)) of the best are ties → cheaper cell.
 TIE_TOLERANCE = 1e-6

@@ -21,6 +21,7 @@ __all__ = [
     "COLUMNS",
     "OPTIONAL_COLUMNS",
     "METRICS",
+    "BOUNDS_COLUMNS",
     "read_table",
     "write_table",
     "validate_table",
@@ -41,6 +42,22 @@ COLUMNS: tuple[str, ...] = (
 # `failure` is empty for a normal cell, or a failure class from a backend
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
 OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure")
+# bounds.csv in a campaign directory: the final round's credible interval of
+# every cell (measured cells collapse to their measured values).
+BOUNDS_COLUMNS: tuple[str, ...] = (
+    "workload",
+    "tp",
+    "load",
+    "measured",
+    "throughput_lo",
+    "throughput_hi",
+    "ttft_p99_lo",
+    "ttft_p99_hi",
+    "completion_p99_lo",
+    "completion_p99_hi",
+    "success_lo",
+    "success_hi",
+)
 # The four outcome metrics of a cell, in the order every (…, 4) array uses.
 METRICS: tuple[str, ...] = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,12 @@ def shared_grid() -> Path:
     if not path.exists():
         pytest.skip("../shared is not present")
     return path
+
+
+# CI runs must be reproducible: hypothesis explores a fixed set of examples
+# there (CI=true), and random ones on developers' machines.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI", "").lower() == "true":
+    settings.load_profile("ci")

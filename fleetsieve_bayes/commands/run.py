@@ -8,17 +8,7 @@ import sys
 from pathlib import Path
 
 from fleetsieve_bayes.config import load_campaign
-
-STRATEGIES = (
-    "fleetsieve",
-    "random",
-    "grid",
-    "max-uncertainty",
-    "shared-uncertainty",
-    "targeted",
-    "voi",
-    "constrained-bo",
-)
+from fleetsieve_bayes.design import STRATEGY_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("campaign", type=Path, help="campaign TOML file")
     p.add_argument("--out", type=Path, required=True, help="campaign directory (created; resumed if it exists)")
-    p.add_argument("--strategy", default="fleetsieve", choices=STRATEGIES, help="acquisition strategy")
+    p.add_argument("--strategy", default="fleetsieve", choices=STRATEGY_NAMES, help="acquisition strategy")
     p.add_argument("--seed", type=int, default=0, help="seed for every round's randomness")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print result.json to stdout at the end")
