@@ -74,7 +74,7 @@ class Campaign:
     epsilon: float = 0.05
     credible_level: float = 0.9
     max_rounds: int | None = None
-    inference: str = "default"
+    inference: str = "fast"
     repeatability: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -204,7 +204,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     if "family" not in model:
         raise ctx.fail("[model] family", "missing")
     family = ctx.string("[model] family", model["family"])
-    inference = ctx.string("[model] inference", model.get("inference", "default"))
+    inference = ctx.string("[model] inference", model.get("inference", "fast"))
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
 
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
