@@ -261,13 +261,8 @@ def _run_locked(
 ) -> CampaignOutcome:
     # Imported here: these pull in JAX/NumPyro, which `status`/`report` don't need.
     from fleetsieve_bayes.allocation_milp import allocate_milp
-    from fleetsieve_bayes.bounds import (
-        bounds_frame,
-        conservative_table,
-        credible_bounds,
-        optimistic_table,
-    )
-    from fleetsieve_bayes.inference import fit, load_preset, save_posterior
+    from fleetsieve_bayes.bounds import conservative_table, credible_bounds, optimistic_table
+    from fleetsieve_bayes.inference import fit, load_preset
     from fleetsieve_bayes.priors import load_card
     from fleetsieve_bayes.strategies import RoundState, make_strategy
     from fleetsieve_bayes.warm_start import load_warm_start, save_warm_start
@@ -385,7 +380,7 @@ def _run_locked(
                 "timings": {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": t_acq},
             }
             # Persist this round's view for status/report before measuring.
-            _write_round_files(out, grid, posterior, bounds, measured, bounds_frame, save_posterior)
+            _write_round_files(out, grid, posterior, bounds, measured)
             if chosen is None:
                 journal.append(round_rec)
                 on_event("round", round_rec)
@@ -405,7 +400,11 @@ def _run_locked(
         journal.close()
 
 
-def _write_round_files(out, grid, posterior, bounds, measured, bounds_frame, save_posterior) -> None:  # noqa: ANN001
+def _write_round_files(out: Path, grid: CellGrid, posterior: Any, bounds: Any, measured: np.ndarray) -> None:
+    """This round's ``bounds.csv`` and ``posterior.nc``, each replaced atomically."""
+    from fleetsieve_bayes.bounds import bounds_frame
+    from fleetsieve_bayes.inference import save_posterior
+
     frame = bounds_frame(grid, bounds, measured)
     atomic_write_text(out / "bounds.csv", frame.to_csv(index=False))
     tmp = out / ".posterior.nc.tmp"

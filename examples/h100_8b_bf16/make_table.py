@@ -31,7 +31,10 @@ TPS = (1, 2, 4, 8)
 LOAD_FRACTIONS = {"L25": 0.25, "L50": 0.5, "L75": 0.75, "L100": 1.0, "L125": 1.25}
 
 
-def main(out: Path = Path(__file__).with_name("grid_synthetic.csv"), seed: int = 7) -> None:
+DEFAULT_OUT = Path(__file__).with_name("grid_synthetic.csv")
+
+
+def main(out: Path = DEFAULT_OUT, seed: int = 7) -> None:
     rng = np.random.default_rng(seed)
     rows = []
     for name, (k, m, b, t0, c0) in CLASSES.items():
