@@ -193,3 +193,30 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tupl
     assert good == (out / "journal.jsonl").stat().st_size
     cells = [json.dumps(r["cell"], sort_keys=True) for r in records if r["type"] == "measurement"]
     assert len(cells) == len(set(cells))
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_journal(tmp_path: Path) -> None:
+    campaign = _campaign_file(
+        tmp_path, table=REPO / "examples" / "h100_31b_fp8" / "grid.csv", extra_measurement="delay_s = 0.5"
+    )
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        _cli("run", str(campaign), "--out", str(out), "--quiet"), stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (out / "journal.jsonl").exists() and b'"type":"measurement"' in (out / "journal.jsonl").read_bytes():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert stderr.strip().splitlines()[-1] == "fleetsieve-bayes run: interrupted"
+    assert "Traceback" not in stderr
+    records, good = read_journal(out / "journal.jsonl")
+    assert good == (out / "journal.jsonl").stat().st_size
+    assert sum(r["type"] == "measurement" for r in records) >= 1
+    from fleetsieve_bayes.journal import campaign_lock
+
+    with campaign_lock(out):  # the lock was released
+        pass
