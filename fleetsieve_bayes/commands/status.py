@@ -13,16 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetsieve_bayes.progress import CERT_STYLE
 from fleetsieve_bayes.report import CampaignView, load_campaign_dir
 
 __all__ = ["register", "main", "status_json", "render_status"]
 
-_CERT_STYLE = {
-    "certified-feasible": "bold green",
-    "certified-infeasible": "bold red",
-    "undecided": "bold yellow",
-    "exhausted": "bold magenta",
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,7 +97,7 @@ def render_status(view: CampaignView, console: Any) -> None:
     head.append(f"{view.header.get('campaign', view.directory.name)}", style="bold")
     head.append(f"  ({view.directory}, {view.state})\n")
     head.append("status: ")
-    head.append(status, style=_CERT_STYLE.get(status, "bold"))
+    head.append(status, style=CERT_STYLE.get(status, "bold"))
     total = view.n_candidates
     head.append(
         f"   cells measured: {len(view.measurements)} / {total if total is not None else '?'}"
