@@ -123,23 +123,15 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
     ok_mask = None
     if isinstance(data.get("errors"), list):
         ok_mask = [not e for e in data["errors"]]
-    ttft = _num(src, data, "p99_ttft_ms", required=False)
-    if ttft is not None:
-        ttft_s = ttft / 1000.0
-    elif isinstance(data.get("ttfts"), list):
-        vals = data["ttfts"] if ok_mask is None else [v for v, ok in zip(data["ttfts"], ok_mask, strict=False) if ok]
-        ttft_s = _p99(vals)
-    else:
-        raise InputError(f"{src}: missing field 'p99_ttft_ms' (and no per-request 'ttfts')")
-    e2el = _num(src, data, "p99_e2el_ms", required=False)
-    if e2el is not None:
-        comp_s = e2el / 1000.0
-    elif isinstance(data.get("latencies"), list):
-        vals = data["latencies"] if ok_mask is None else [v for v, ok in zip(data["latencies"], ok_mask, strict=False) if ok]
-        comp_s = _p99(vals)
-    else:
-        raise InputError(f"{src}: missing field 'p99_e2el_ms' (run vllm bench serve with "
-                         f"--percentile-metrics ttft,e2el, or --save-detailed for per-request latencies)")
+    ttft_s = _p99_seconds(
+        src, data, "p99_ttft_ms", "ttfts", ok_mask,
+        "missing field 'p99_ttft_ms' (and no per-request 'ttfts')",
+    )
+    comp_s = _p99_seconds(
+        src, data, "p99_e2el_ms", "latencies", ok_mask,
+        "missing field 'p99_e2el_ms' (run vllm bench serve with "
+        "--percentile-metrics ttft,e2el, or --save-detailed for per-request latencies)",
+    )
     if n <= 0:
         raise InputError(f"{src}: field 'num_prompts': no requests")
     return {
@@ -223,3 +215,19 @@ def _strategy_label(b: dict[str, Any], i: int) -> str:
             rate = s.get("rate", s.get("streams"))
             return f"{kind}@{rate:g}" if isinstance(rate, (int, float)) else kind
     return f"bench{i}"
+
+
+def _p99_seconds(
+    src: str, data: dict, summary_key: str, per_request_key: str, ok_mask: list[bool] | None, missing: str
+) -> float:
+    """A p99 in seconds: the summary field (ms) if present, else the p99 of the
+    successful per-request values; ``InputError`` naming the file if neither."""
+    summary = _num(src, data, summary_key, required=False)
+    if summary is not None:
+        return summary / 1000.0
+    values = data.get(per_request_key)
+    if isinstance(values, list):
+        if ok_mask is not None:
+            values = [v for v, ok in zip(values, ok_mask, strict=False) if ok]
+        return _p99(values)
+    raise InputError(f"{src}: {missing}")
