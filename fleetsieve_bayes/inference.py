@@ -72,6 +72,7 @@ _DERIVED = (
     "cap_level",
     "tail_base",
     "tail_blowup",
+    "tail_elasticity",
     "succ_base",
     "succ_drop",
     "sharpness",

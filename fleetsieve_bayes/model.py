@@ -19,8 +19,10 @@ Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
   capped at ``1 - RHO_GAP`` — flat at light load, blowing up like ``1/(1-ρ)``
   (M/M/1-like p99) near saturation, and growing like a power of ``ρ`` beyond
   (a finite 300 s window); ``h_succ = log(1 + ρ^γ)`` for success.
-* tails (TTFT p99, completion p99): ``log L = base_w + slope (u - u_mid) + β_w h_tail``
-  with a separate amplitude ``β`` per class and per tail metric — shares ``C``
+* tails (TTFT p99, completion p99):
+  ``log L = base_w + slope (u - u_mid) + α_w (log λ - log λ_ref,w) + β_w h_tail``
+  with a separate load elasticity ``α`` (the gradual rise below saturation as
+  batches grow) and amplitude ``β`` per class and per tail metric — shares ``C``
   (through ``ρ``) with the capacity model, which is what makes a
   high-throughput, tail-infeasible cell visible before it is measured.
 * success: ``logit s = s0_w - η_w h_succ``.
@@ -105,6 +107,8 @@ _CLASS_PARAMS = (
     "log_completion_blowup",
     "succ_logit_base",
     "log_succ_drop",
+    "ttft_elasticity",
+    "completion_elasticity",
 )
 # Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
 # 1 - RHO_GAP, so -log(1 - ρ_s) ≤ -log(RHO_GAP) ≈ 3 (tails × e^{3β} at most from
@@ -129,6 +133,7 @@ class ModelData(NamedTuple):
     u_lo: jnp.ndarray  # (): smallest log2(TP) of the grid
     u_hi: jnp.ndarray  # (): largest log2(TP) of the grid
     cap_ref: jnp.ndarray  # (n_classes,): log median(offered_rps / TP) of the class
+    load_ref: jnp.ndarray  # (n_classes,): median log offered_rps of the class
     observed: jnp.ndarray  # (n_cells, 4): natural units, placeholders (1.0) where not usable
     fit_mask: jnp.ndarray  # bool (n_cells, 4): metric enters the likelihood
     measured: jnp.ndarray  # bool (n_cells,)
@@ -189,10 +194,14 @@ def model_data(
     u = np.log2(grid.tp.astype(np.float64))
     per_gpu = grid.offered_rps / grid.tp
     cap_ref = np.zeros(n_classes)
+    load_ref = np.zeros(n_classes)
     overall = float(np.median(per_gpu[per_gpu > 0])) if np.any(per_gpu > 0) else 1.0
+    log_load = np.log(np.maximum(grid.offered_rps, _TINY))
+    overall_load = float(np.median(log_load)) if n else 0.0
     for w in range(n_classes):
         sel = (grid.workload_idx == w) & (per_gpu > 0)
         cap_ref[w] = math.log(float(np.median(per_gpu[sel])) if sel.any() else overall)
+        load_ref[w] = float(np.median(log_load[sel])) if sel.any() else overall_load
     return ModelData(
         widx=jnp.asarray(grid.workload_idx, dtype=jnp.int32),
         u=jnp.asarray(u),
@@ -200,6 +209,7 @@ def model_data(
         u_lo=jnp.asarray(float(u.min())),
         u_hi=jnp.asarray(float(u.max())),
         cap_ref=jnp.asarray(cap_ref),
+        load_ref=jnp.asarray(load_ref),
         observed=jnp.asarray(clean),
         fit_mask=jnp.asarray(fit),
         measured=jnp.asarray(measured),
@@ -292,7 +302,9 @@ def latent_metrics(
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
     from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``) and
-    globals (``sharpness``, ``exponent`` scalars, ``tail_slope (2,)``)."""
+    globals (``sharpness``, ``exponent`` scalars, ``tail_slope (2,)``).
+    ``tail_elasticity (n_classes, 2)`` is optional (default 0: tails flat in the
+    load below saturation)."""
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
@@ -306,6 +318,12 @@ def latent_metrics(
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
         + params["tail_blowup"][w] * h_tail[:, None]
     )
+    if "tail_elasticity" in params:
+        # Gradual rise with the load below saturation (bigger batches), on the
+        # class's own load scale; separate from the utilisation term so that a
+        # rising tail is not all read as a lower capacity.
+        x = data.log_offered - data.load_ref[w]
+        log_tails = log_tails + params["tail_elasticity"][w] * x[:, None]
     # Keep float32 finite for extreme prior draws (e^18 s ~ 2 years: "never").
     log_tails = jnp.clip(log_tails, -18.0, 18.0)
     logit_s = params["succ_base"][w] - params["succ_drop"][w] * h_succ
@@ -328,8 +346,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
     small program.
 
     Returns:
-        ``loc (9,)`` (transformed-scale centres; the capacity column is 0 and
-        is added per class by the model) and ``chol (9, n_classes, n_classes)``.
+        ``loc (11,)`` (transformed-scale centres; the capacity column is 0 and
+        is added per class by the model) and ``chol (11, n_classes, n_classes)``.
     """
     c = card
     sd = np.array(
@@ -343,6 +361,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.completion_blowup_log_sd,
             c.success_logit_base_sd,
             c.success_drop_log_sd,
+            c.ttft_load_elasticity_sd,
+            c.completion_load_elasticity_sd,
         ]
     )
     tau = np.array(
@@ -356,6 +376,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.completion_blowup_class_sd,
             c.success_class_sd,
             c.success_drop_class_sd,
+            c.ttft_load_elasticity_class_sd,
+            c.completion_load_elasticity_class_sd,
         ]
     )
     loc = np.array(
@@ -369,6 +391,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             math.log(c.completion_blowup_median),
             c.success_logit_base_mean,
             math.log(c.success_drop_median),
+            c.ttft_load_elasticity_mean,
+            c.completion_load_elasticity_mean,
         ]
     )
     ones = np.ones((n_classes, n_classes))
@@ -389,7 +413,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             cell (prior / posterior prediction).
 
     Sample sites (three, all vector-valued: a small program compiles fast):
-    ``class_z (n_classes, 9)`` standard normal (columns :data:`_CLASS_PARAMS`,
+    ``class_z (n_classes, 11)`` standard normal (columns :data:`_CLASS_PARAMS`,
     mapped through :func:`class_prior`), ``global (4,)`` (log sharpness, log
     exponent, ttft slope, completion slope), ``noise_raw (4,)`` and the observed
     ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
@@ -412,7 +436,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     z = numpyro.sample(
         "class_z", dist.Normal(jnp.zeros((n_classes, len(_CLASS_PARAMS))), 1.0).to_event(2)
     )
-    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 9)
+    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 11)
     theta = jnp.asarray(loc) + jnp.einsum("jwv,vj->wj", jnp.asarray(chol, dtype=z.dtype), z)
     if c.capacity_per_gpu_at_knee is not None:
         cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
@@ -428,6 +452,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     tail_blowup = numpyro.deterministic("tail_blowup", jnp.exp(theta[:, 5:7]))
     succ_base = numpyro.deterministic("succ_base", theta[:, 7])
     succ_drop = numpyro.deterministic("succ_drop", jnp.exp(theta[:, 8]))
+    tail_elasticity = numpyro.deterministic("tail_elasticity", theta[:, 9:11])
 
     # Globals: log sharpness, log exponent, ttft slope, completion slope.
     g = numpyro.sample(
@@ -474,6 +499,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         "tail_blowup": tail_blowup,
         "succ_base": succ_base,
         "succ_drop": succ_drop,
+        "tail_elasticity": tail_elasticity,
     }
     latent, capacity = latent_metrics(params, data)
     numpyro.deterministic("latent", latent)
@@ -498,7 +524,7 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
     which costs dozens of one-op XLA compilations on a cold start.
 
     Returns:
-        ``{"class_z": (n_classes, 9), "global": (4,), "noise_raw": (4,)}``.
+        ``{"class_z": (n_classes, 11), "global": (4,), "noise_raw": (4,)}``.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card

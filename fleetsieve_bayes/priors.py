@@ -48,12 +48,19 @@ Fields (section.key — meaning):
 ``[utilisation]`` — ``exponent_median``, ``exponent_log_sd``: log-normal prior
   of ``γ`` (the power of ``ρ`` in both congestion terms).
 ``[ttft]`` and ``[completion]`` — tail latency (p99, seconds):
-  ``log L = base + slope (u - u_mid) + blowup · h_tail(ρ)``.
-  ``base_median_s`` — p99 at low load at the grid's middle TP (seconds);
+  ``log L = base + slope (u - u_mid) + elasticity · (log λ - log λ_ref) + blowup · h_tail(ρ)``.
+  ``base_median_s`` — p99 at the class's reference load (the median offered
+  load of its cells, ``λ_ref``) and low utilisation, at the grid's middle TP (seconds);
   ``base_log_sd``; ``class_sd`` — between-class spread of the base (log);
   ``slope_per_log2tp``, ``slope_sd`` — change of log latency per doubling of TP;
   ``blowup_median``, ``blowup_log_sd``, ``blowup_class_sd`` — log-normal prior
-  of the congestion amplitude (log latency gained per unit of ``h``).
+  of the congestion amplitude (log latency gained per unit of ``h``);
+  ``load_elasticity_mean``, ``load_elasticity_sd``, ``load_elasticity_class_sd``
+  — normal prior of the elasticity of the tail to the offered load *below*
+  saturation (log latency per unit of log load): batches grow with the load, so
+  a real p99 rises gradually long before queueing sets in. Without this term
+  every such rise would have to be read as utilisation, i.e. as a lower
+  capacity (an over-confident capacity posterior).
 ``[success]`` — ``logit(success) = base - drop · h_succ(ρ)``.
   ``logit_base_mean``, ``logit_base_sd``, ``class_sd``;
   ``drop_median``, ``drop_log_sd``, ``drop_class_sd``.
@@ -105,6 +112,9 @@ DEFAULTS: dict[str, float | str | None] = {
     "ttft.blowup_median": 0.8,
     "ttft.blowup_log_sd": 0.6,
     "ttft.blowup_class_sd": 0.3,
+    "ttft.load_elasticity_mean": 0.2,
+    "ttft.load_elasticity_sd": 0.3,
+    "ttft.load_elasticity_class_sd": 0.15,
     "completion.base_median_s": 10.0,
     "completion.base_log_sd": 1.5,
     "completion.class_sd": 0.5,
@@ -113,6 +123,9 @@ DEFAULTS: dict[str, float | str | None] = {
     "completion.blowup_median": 0.8,
     "completion.blowup_log_sd": 0.6,
     "completion.blowup_class_sd": 0.3,
+    "completion.load_elasticity_mean": 0.2,
+    "completion.load_elasticity_sd": 0.3,
+    "completion.load_elasticity_class_sd": 0.15,
     "success.logit_base_mean": 6.0,
     "success.logit_base_sd": 1.5,
     "success.class_sd": 0.5,
@@ -126,7 +139,13 @@ DEFAULTS: dict[str, float | str | None] = {
 }
 _STRINGS = {"card.family", "card.description", "card.gpu"}
 # Fields that must be > 0 (scales, medians); the rest may be any finite number.
-_REAL = {"ttft.slope_per_log2tp", "completion.slope_per_log2tp", "success.logit_base_mean"}
+_REAL = {
+    "ttft.slope_per_log2tp",
+    "completion.slope_per_log2tp",
+    "success.logit_base_mean",
+    "ttft.load_elasticity_mean",
+    "completion.load_elasticity_mean",
+}
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,9 @@ class PriorCard:
     ttft_blowup_median: float
     ttft_blowup_log_sd: float
     ttft_blowup_class_sd: float
+    ttft_load_elasticity_mean: float
+    ttft_load_elasticity_sd: float
+    ttft_load_elasticity_class_sd: float
     completion_base_median_s: float
     completion_base_log_sd: float
     completion_class_sd: float
@@ -175,6 +197,9 @@ class PriorCard:
     completion_blowup_median: float
     completion_blowup_log_sd: float
     completion_blowup_class_sd: float
+    completion_load_elasticity_mean: float
+    completion_load_elasticity_sd: float
+    completion_load_elasticity_class_sd: float
     success_logit_base_mean: float
     success_logit_base_sd: float
     success_class_sd: float
