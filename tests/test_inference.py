@@ -102,6 +102,27 @@ def test_data_override_the_knee(shipped, design_fit):
         assert np.mean(cap_draws[:, c8] > cap_draws[:, c4]) > 0.9
 
 
+def test_tails_rising_below_saturation_do_not_pin_capacity(shipped):
+    """A regression from the random-order benchmark: code's TTFT rises from 0.9 s
+    to 1.6 s between TP4@C32 and TP4@C64, far below saturation (capacity > 13
+    req/s). Read as utilisation alone, that rise put code TP4's capacity near
+    9 req/s and the optimistic TTFT of TP4@C96 above its 5 s SLO (measured:
+    4.1 s, success 0.996) — so a campaign could certify TP4@C64 without ever
+    measuring the better C96. With the tails' load elasticity the optimistic
+    table keeps TP4@C96 SLO-feasible on the same measurements."""
+    grid, obs = shipped
+    names = [grid.describe(c) for c in range(grid.n_cells)]
+    measured = ["chat TP2@C32", "chat TP4@C64", "chat TP8@C64", "code TP2@C16", "code TP4@C64",
+                "code TP8@C96", "code TP8@C128", "chat TP4@C96", "chat TP4@C32"]
+    m = np.array([n in measured for n in names])
+    c = names.index("code TP4@C96")
+    post = fit(grid, obs, m, CARD, "fast", seed=0)
+    b = credible_bounds(post, obs, m, 0.9)
+    assert b.lo[c, 1] <= 5.0, b.lo[c]  # optimistic TTFT within the code SLO
+    assert b.hi[c, 3] >= 0.99, b.hi[c]  # optimistic success within it
+    assert b.hi[c, 0] >= 0.95 * obs[c, 0], b.hi[c]  # capacity not pinned below the offered load
+
+
 def _simulate(grid, n, seed):
     data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
     pred = Predictive(_bind(load_card(CARD)), num_samples=n)(jax.random.PRNGKey(seed), data, None)
@@ -133,9 +154,8 @@ def test_simulated_fleets_are_recovered(shipped, design_fit):
     grid, _ = shipped
     cov, z = _sbc(grid, fleets=8, seed=11)
     assert 0.8 <= cov <= 0.98, cov
-    # Knee recovery: typical |z| is small. (With the ``fast`` preset a few
-    # fleets' knee posteriors are too narrow — |z| ≈ 4 in 2 of 12 here; see the
-    # calibration benchmark.)
+    # Knee recovery: the true knee sits within the posterior's spread (over 40
+    # fleets in benchmarks/calibration_study.py: z mean -0.05, sd 1.02).
     assert np.median(np.abs(z)) < 1.5, z
 
 

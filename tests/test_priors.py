@@ -58,3 +58,18 @@ def test_priors_cli(capsys):
     out = capsys.readouterr().out
     assert "knee.tp" in out and "4.0" in out
     assert main(["priors", "show", "nope-card"]) == 2
+
+
+def test_load_elasticity_keys(tmp_path: Path):
+    """The tails' load elasticity: the mean may be negative, its scales may not;
+    a misspelling is caught with a did-you-mean."""
+    p = tmp_path / "c.toml"
+    p.write_text("[ttft]\nload_elasticity_mean = -0.1\n[completion]\nload_elasticity_sd = 0.5\n")
+    card = load_card(p)
+    assert card.ttft_load_elasticity_mean == -0.1 and card.completion_load_elasticity_sd == 0.5
+    p.write_text("[ttft]\nload_elasticity_sd = 0\n")
+    with pytest.raises(InputError, match="'ttft.load_elasticity_sd' must be > 0"):
+        load_card(p)
+    p.write_text("[completion]\nload_elasticty_mean = 0.2\n")
+    with pytest.raises(InputError, match=r"did you mean completion\.'load_elasticity_mean'"):
+        load_card(p)
