@@ -72,6 +72,7 @@ _PREFERRED_VARS = (
     "succ_drop",
     "tail_base",
     "tail_blowup",
+    "tail_elasticity",
 )
 
 
