@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.acquisition import make_acquisition
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.acquisition import make_acquisition
 
 TPS = (1, 2, 4, 8)
 

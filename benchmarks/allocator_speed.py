@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.allocation_jax import make_jax_allocator
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.batched import make_jax_allocator
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 
 DEFAULT_SIZES = "2x20x16,4x50x64,8x100x256,8x200x512"
 TP_CHOICES = np.array([1, 2, 4, 8])
@@ -170,8 +170,12 @@ def bench_batch(
 
 
 def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
-    from fleetsieve_bayes.config import load_campaign
-    from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign, values_from_table
+    from fleetsieve_bayes.allocation.problem import (
+        grid_from_table,
+        problem_from_campaign,
+        values_from_table,
+    )
+    from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.resources import data_dir
     from fleetsieve_bayes.table import read_table
 

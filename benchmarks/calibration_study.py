@@ -4,7 +4,7 @@ Three studies, each a fit per held-out set with the chosen inference preset:
 
 * ``loo-cell``: on the shipped H100 grid (22 cells), leave each cell out in
   turn (fit on the other 21) and check whether the central ``--level``
-  posterior-predictive interval (:func:`fleetsieve_bayes.bounds.credible_bounds`)
+  posterior-predictive interval (:func:`fleetsieve_bayes.decision.bounds.credible_bounds`)
   contains each of its 4 measured metrics.
 * ``loo-tp``: leave out every cell of one TP (both classes) and check the
   interval of per-GPU served throughput of the left-out cells.
@@ -31,12 +31,12 @@ import jax
 import numpy as np
 from numpyro.infer import Predictive
 
-from fleetsieve_bayes.bounds import credible_bounds
-from fleetsieve_bayes.design import initial_design
-from fleetsieve_bayes.inference import _bind, fit, load_preset
-from fleetsieve_bayes.model import model_data
-from fleetsieve_bayes.priors import load_card
-from fleetsieve_bayes.problem import CellGrid, grid_from_table, values_from_table
+from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table
+from fleetsieve_bayes.decision.bounds import credible_bounds
+from fleetsieve_bayes.decision.design import initial_design
+from fleetsieve_bayes.model.inference import _bind, fit, load_preset
+from fleetsieve_bayes.model.joint import model_data
+from fleetsieve_bayes.model.priors import load_card
 from fleetsieve_bayes.table import METRICS, read_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def simulate_fleets(grid: CellGrid, card_name: str, n: int, seed: int) -> dict[s
     card = load_card(card_name)
     data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
     pred = Predictive(_bind(card), num_samples=n)(jax.random.PRNGKey(seed), data, None)
-    from fleetsieve_bayes.model import from_transformed
+    from fleetsieve_bayes.model.joint import from_transformed
 
     y = np.asarray(from_transformed(pred["y"]))
     return {"y": y, "latent": np.asarray(pred["latent"]), "knee": np.asarray(pred["knee"])}

@@ -33,12 +33,12 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from numpyro.infer import Predictive  # noqa: E402
 
-from fleetsieve_bayes.design import initial_design  # noqa: E402
-from fleetsieve_bayes.diagnostics import summarize  # noqa: E402
-from fleetsieve_bayes.inference import _bind, fit  # noqa: E402
-from fleetsieve_bayes.model import from_transformed, model_data  # noqa: E402
-from fleetsieve_bayes.priors import load_card  # noqa: E402
-from fleetsieve_bayes.problem import CellGrid, grid_from_table, values_from_table  # noqa: E402
+from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table  # noqa: E402
+from fleetsieve_bayes.decision.design import initial_design  # noqa: E402
+from fleetsieve_bayes.model.diagnostics import summarize  # noqa: E402
+from fleetsieve_bayes.model.inference import _bind, fit  # noqa: E402
+from fleetsieve_bayes.model.joint import from_transformed, model_data  # noqa: E402
+from fleetsieve_bayes.model.priors import load_card  # noqa: E402
 from fleetsieve_bayes.table import read_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

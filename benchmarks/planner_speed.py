@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from acquisition_scaling import synthetic  # noqa: E402
 
-from fleetsieve_bayes.campaign import run_campaign  # noqa: E402
-from fleetsieve_bayes.config import load_campaign  # noqa: E402
-from fleetsieve_bayes.strategies import _shared_acquisition  # noqa: E402
+from fleetsieve_bayes.campaign.config import load_campaign  # noqa: E402
+from fleetsieve_bayes.campaign.loop import run_campaign  # noqa: E402
+from fleetsieve_bayes.decision.strategies import _shared_acquisition  # noqa: E402
 
 CELL_S = 300.0
 

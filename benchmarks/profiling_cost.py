@@ -8,7 +8,7 @@ AUC, the hindsight-floor ratio, and — against uniform random — the
 ratio-of-means saving (bootstrap CI) and how often one fleetsieve run beats a
 single random order. ``--split`` adds chat-only and code-only campaigns (same
 table, one class). ``--suite N`` runs N synthetic ground-truth fleets
-(:mod:`fleetsieve_bayes.synthetic`) instead.
+(:mod:`fleetsieve_bayes.evaluation.synthetic`) instead.
 
 Prints a markdown table, writes JSON (default
 ``benchmarks/results/profiling_cost.json``) and a PNG of regret against
@@ -52,8 +52,8 @@ RANDOMISED = {"random"}  # strategies whose runs differ only by the reveal order
 
 def _load_scenario(campaign_path: str, demand_scale: float, only: str | None, inference: str | None) -> Any:
     """The campaign (scaled, optionally restricted to one class), its grid, true values and problem."""
-    from fleetsieve_bayes.config import load_campaign
-    from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.table import read_table
 
     campaign = load_campaign(campaign_path).scaled(demand_scale)
@@ -70,8 +70,8 @@ def _true_values(campaign: Any, grid: Any, truth: str) -> np.ndarray:
     """``(n_cells, 4)``: the replayed table, or its noise-free ``true_*`` columns (synthetic)."""
     import pandas as pd
 
-    from fleetsieve_bayes.problem import values_from_table
-    from fleetsieve_bayes.synthetic import truth_table
+    from fleetsieve_bayes.allocation.problem import values_from_table
+    from fleetsieve_bayes.evaluation.synthetic import truth_table
     from fleetsieve_bayes.table import read_table
 
     df = read_table(campaign.measurement.table)
@@ -83,9 +83,9 @@ def _true_values(campaign: Any, grid: Any, truth: str) -> np.ndarray:
 
 def run_one(task: dict[str, Any]) -> dict[str, Any]:
     """Run one campaign to its stop in a temporary directory and evaluate it on the truth."""
-    from fleetsieve_bayes.campaign import run_campaign
-    from fleetsieve_bayes.evaluation import evaluate_run, make_oracle
-    from fleetsieve_bayes.journal import read_journal
+    from fleetsieve_bayes.campaign.journal import read_journal
+    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.evaluation.regret import evaluate_run, make_oracle
 
     campaign, grid, problem = _load_scenario(
         task["campaign"], task["demand_scale"], task["only"], task["inference"]
@@ -221,8 +221,8 @@ def _seeds(strategy: str, orders: int, fs_seeds: int) -> list[int]:
 
 
 def bench_campaign(args: argparse.Namespace) -> dict[str, Any]:
-    from fleetsieve_bayes.evaluation import make_oracle
-    from fleetsieve_bayes.problem import allocation_to_json
+    from fleetsieve_bayes.allocation.problem import allocation_to_json
+    from fleetsieve_bayes.evaluation.regret import make_oracle
 
     campaign0, _, _ = _load_scenario(str(args.campaign), args.demand_scale, None, args.inference)
     scenarios: list[tuple[str, str | None]] = [("aggregate", None)]
@@ -313,7 +313,7 @@ def _suite_slices(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
-    from fleetsieve_bayes.synthetic import random_spec, synthetic_fleet, write_synthetic
+    from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
 
     root = Path(tempfile.mkdtemp(prefix="fsb-suite-"))
     tasks = []
@@ -423,7 +423,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fleetsieve_bayes.evaluation import curve_at
+    from fleetsieve_bayes.evaluation.regret import curve_at
 
     scen = res.get("scenarios", {})
     if not scen:

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fleetsieve_bayes.acquisition import (
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.acquisition import (
     AcquisitionScores,
     _related_cells,
     bound_tables,
@@ -19,7 +20,6 @@ from fleetsieve_bayes.acquisition import (
     select_cell,
     weighted_intervals,
 )
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid
 
 N_DRAWS = 400
 N_FANT = 8
@@ -139,7 +139,7 @@ def test_common_random_numbers_across_candidates():
     assert y.shape == (grid.n_cells, N_FANT, 4)
     # Same draw index and the same standard normals for every candidate:
     # log(y / latent[d_f]) is identical across cells.
-    from fleetsieve_bayes.acquisition import fantasy_plan
+    from fleetsieve_bayes.decision.acquisition import fantasy_plan
 
     d_f, _ = fantasy_plan(key, N_DRAWS, N_FANT)
     d_f = np.asarray(d_f)

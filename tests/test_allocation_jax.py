@@ -17,16 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_milp import KNOWN_CASES, build_case, check_known
 
-import fleetsieve_bayes.allocation_jax as aj
-from fleetsieve_bayes.allocation_jax import (
+import fleetsieve_bayes.allocation.batched as aj
+from fleetsieve_bayes.allocation.batched import (
     allocate_jax,
     allocation_from_choice,
     jax_problem,
     make_jax_allocator,
     solve_jax_problem,
 )
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid, admissible
 
 MAX_CELLS, MAX_CLASSES, MAX_GPUS, LEVELS = 40, 5, 128, (1, 2, 4, 8)
 _padded_solve = jax.jit(solve_jax_problem, static_argnames=("max_gpus", "tol"))

@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetsieve_bayes.allocation_milp import allocate_milp, pareto_cells
-from fleetsieve_bayes.config import load_campaign
-from fleetsieve_bayes.problem import (
+from fleetsieve_bayes.allocation.milp import allocate_milp, pareto_cells
+from fleetsieve_bayes.allocation.problem import (
     AllocationProblem,
     CellGrid,
     admissible,
@@ -32,6 +31,7 @@ from fleetsieve_bayes.problem import (
     problem_from_campaign,
     values_from_table,
 )
+from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.table import read_table
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h100_31b_fp8" / "campaign.toml"

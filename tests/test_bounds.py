@@ -1,15 +1,15 @@
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.bounds import (
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.decision.bounds import (
     BOUNDS_COLUMNS,
     bounds_frame,
     conservative_table,
     credible_bounds,
     optimistic_table,
 )
-from fleetsieve_bayes.inference import Posterior
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.model.inference import Posterior
 
 
 def _posterior(n_draws=2000, n_cells=3, seed=0):

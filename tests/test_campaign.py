@@ -15,11 +15,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.campaign import run_campaign
-from fleetsieve_bayes.config import load_campaign
-from fleetsieve_bayes.journal import read_journal
-from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign, values_from_table
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import (
+    grid_from_table,
+    problem_from_campaign,
+    values_from_table,
+)
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.journal import read_journal
+from fleetsieve_bayes.campaign.loop import run_campaign
 from fleetsieve_bayes.table import read_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,7 +220,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_journal(tmp_path: Path) -> None:
     records, good = read_journal(out / "journal.jsonl")
     assert good == (out / "journal.jsonl").stat().st_size
     assert sum(r["type"] == "measurement" for r in records) >= 1
-    from fleetsieve_bayes.journal import campaign_lock
+    from fleetsieve_bayes.campaign.journal import campaign_lock
 
     with campaign_lock(out):  # the lock was released
         pass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetsieve_bayes.certificate import (
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
     UNDECIDED,
@@ -13,7 +14,6 @@ from fleetsieve_bayes.certificate import (
     scalar_gap,
     stagewise_gap,
 )
-from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid
 
 GRID = CellGrid(
     workloads=("a", "b"),

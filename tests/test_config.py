@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetsieve_bayes.config import load_campaign
+from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.errors import InputError
 
 GOOD = """

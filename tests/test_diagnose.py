@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fleetsieve_bayes.cli import main
-from fleetsieve_bayes.diagnostics import diagnose_file
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.model.diagnostics import diagnose_file
 
 
 def _idata(seed=0, diverge=3):

@@ -18,7 +18,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetsieve_bayes.evaluation import (
+from fleetsieve_bayes.allocation.problem import (
+    AllocationProblem,
+    grid_from_table,
+    values_from_table,
+)
+from fleetsieve_bayes.evaluation.regret import (
     cells_from_json,
     curve_at,
     eps_correct,
@@ -30,7 +35,6 @@ from fleetsieve_bayes.evaluation import (
     regret_curve,
     scalar_regret,
 )
-from fleetsieve_bayes.problem import AllocationProblem, grid_from_table, values_from_table
 
 ROWS = [
     # workload, tp, load, offered, thr, ttft, comp, success

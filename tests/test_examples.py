@@ -13,9 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.config import load_campaign
-from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign, values_from_table
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import (
+    grid_from_table,
+    problem_from_campaign,
+    values_from_table,
+)
+from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
@@ -51,7 +55,7 @@ def test_examples_ship_with_the_package() -> None:
 
 @pytest.mark.slow
 def test_8b_campaign_certifies_the_full_table_optimum(tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign import run_campaign
+    from fleetsieve_bayes.campaign.loop import run_campaign
 
     campaign = load_campaign(EXAMPLES / "h100_8b_bf16" / "campaign.toml")
     result = run_campaign(campaign, tmp_path).result

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from numpyro.infer import Predictive
 
-from fleetsieve_bayes.bounds import credible_bounds
-from fleetsieve_bayes.design import initial_design
-from fleetsieve_bayes.diagnostics import summarize
-from fleetsieve_bayes.inference import Posterior, _bind, fit, load_preset
-from fleetsieve_bayes.model import from_transformed, latent_metrics, model_data
-from fleetsieve_bayes.priors import load_card
-from fleetsieve_bayes.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.decision.bounds import credible_bounds
+from fleetsieve_bayes.decision.design import initial_design
+from fleetsieve_bayes.model.diagnostics import summarize
+from fleetsieve_bayes.model.inference import Posterior, _bind, fit, load_preset
+from fleetsieve_bayes.model.joint import from_transformed, latent_metrics, model_data
+from fleetsieve_bayes.model.priors import load_card
 from fleetsieve_bayes.table import read_table
 
 GRID_CSV = "examples/h100_31b_fp8/grid.csv"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetsieve_bayes.campaign.journal import campaign_lock, open_journal, read_journal
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.journal import campaign_lock, open_journal, read_journal
 
 
 def test_append_and_reopen(tmp_path: Path) -> None:

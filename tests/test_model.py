@@ -5,7 +5,8 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import Predictive
 
-from fleetsieve_bayes.model import (
+from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.model.joint import (
     NOISE_DF,
     fleet_model,
     from_transformed,
@@ -15,8 +16,7 @@ from fleetsieve_bayes.model import (
     to_transformed,
     usable_mask,
 )
-from fleetsieve_bayes.priors import load_card
-from fleetsieve_bayes.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.model.priors import load_card
 from fleetsieve_bayes.table import read_table
 
 GRID_CSV = "examples/h100_8b_bf16/grid_synthetic.csv"

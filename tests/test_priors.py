@@ -4,7 +4,7 @@ import pytest
 
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.priors import card_fields, list_cards, load_card
+from fleetsieve_bayes.model.priors import card_fields, list_cards, load_card
 
 
 def test_shipped_cards_load():

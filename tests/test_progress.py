@@ -9,7 +9,12 @@ from typing import Any
 
 from rich.console import Console
 
-from fleetsieve_bayes.progress import ProgressState, make_progress, render_progress, update_state
+from fleetsieve_bayes.reporting.progress import (
+    ProgressState,
+    make_progress,
+    render_progress,
+    update_state,
+)
 
 ROUND = {
     "type": "round",

@@ -171,7 +171,7 @@ def campaign_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
 
 @pytest.fixture(scope="module")
 def written(campaign_dir: tuple[Path, dict[str, Any]]) -> tuple[Path, Any]:
-    from fleetsieve_bayes.report import write_report
+    from fleetsieve_bayes.reporting.report import write_report
 
     d, _ = campaign_dir
     return write_report(d)
@@ -375,7 +375,7 @@ def test_report_cli_on_interrupted_campaign_without_posterior(tmp_path: Path) ->
 
 
 def test_report_errors_are_one_line(tmp_path: Path) -> None:
-    from fleetsieve_bayes.report import write_report
+    from fleetsieve_bayes.reporting.report import write_report
 
     with pytest.raises(InputError, match="no journal.jsonl"):
         write_report(tmp_path)
@@ -387,7 +387,7 @@ def test_report_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_report_module_does_not_import_jax() -> None:
     code = (
-        "import sys; import fleetsieve_bayes.report, fleetsieve_bayes.commands.status, fleetsieve_bayes.commands.report; "
+        "import sys; import fleetsieve_bayes.reporting.report, fleetsieve_bayes.commands.status, fleetsieve_bayes.commands.report; "
         "assert 'jax' not in sys.modules and 'matplotlib' not in sys.modules, sorted(m for m in sys.modules if m in ('jax', 'matplotlib'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 from test_report import FINAL, build_campaign_dir
 
+from fleetsieve_bayes.campaign.journal import campaign_lock
 from fleetsieve_bayes.commands.status import render_status, status_json
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.journal import campaign_lock
-from fleetsieve_bayes.report import load_campaign_dir
+from fleetsieve_bayes.reporting.report import load_campaign_dir
 
 
 @pytest.fixture(scope="module")

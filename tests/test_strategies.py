@@ -8,19 +8,19 @@ import jax
 import numpy as np
 import pytest
 
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.bounds import conservative_table, credible_bounds, optimistic_table
-from fleetsieve_bayes.certificate import Certificate, Gap, certify
-from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.strategies import (
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.bounds import conservative_table, credible_bounds, optimistic_table
+from fleetsieve_bayes.decision.certificate import Certificate, Gap, certify
+from fleetsieve_bayes.decision.strategies import (
     STRATEGY_NAMES,
     RoundState,
     grid_order,
     interval_widths,
     make_strategy,
 )
-from fleetsieve_bayes.surrogates import gp_predictive_std, independent_arms
+from fleetsieve_bayes.decision.surrogates import gp_predictive_std, independent_arms
+from fleetsieve_bayes.errors import InputError
 
 N_DRAWS = 200
 

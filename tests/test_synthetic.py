@@ -10,10 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetsieve_bayes.config import parse_campaign
-from fleetsieve_bayes.evaluation import make_oracle
-from fleetsieve_bayes.problem import grid_from_table, problem_from_campaign, values_from_table
-from fleetsieve_bayes.synthetic import (
+from fleetsieve_bayes.allocation.problem import (
+    grid_from_table,
+    problem_from_campaign,
+    values_from_table,
+)
+from fleetsieve_bayes.campaign.config import parse_campaign
+from fleetsieve_bayes.evaluation.regret import make_oracle
+from fleetsieve_bayes.evaluation.synthetic import (
     TRUE_COLUMNS,
     SyntheticSpec,
     _capacity,

@@ -13,7 +13,7 @@ from fleetsieve_bayes.backends import make_backend
 from fleetsieve_bayes.backends.server import group_members
 from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.backends.vllm import parse_vllm_options
-from fleetsieve_bayes.config import load_campaign
+from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import COLUMNS, validate_table
 from fleetsieve_bayes.testing import fake_server_command

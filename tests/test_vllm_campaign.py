@@ -19,7 +19,7 @@ from fleetsieve_bayes.table import read_table
 from fleetsieve_bayes.testing import fake_server_command
 
 # The decision loop's pieces; skip (not fail) while they are still being written.
-pytest.importorskip("fleetsieve_bayes.bounds")
+pytest.importorskip("fleetsieve_bayes.decision.bounds")
 
 
 def test_vllm_campaign_certifies_on_the_fake_engine(tmp_path, capsys) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fleetsieve_bayes.config import Campaign
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.problem import CellGrid
 
 
 class Backend(NamedTuple):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fleetsieve_bayes.allocation.problem import grid_from_table
 from fleetsieve_bayes.backends import Backend
-from fleetsieve_bayes.config import Campaign
-from fleetsieve_bayes.problem import grid_from_table
+from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.table import read_table
 
 

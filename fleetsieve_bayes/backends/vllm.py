@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.backends import Backend
 from fleetsieve_bayes.backends.failures import (
     MEMORY_GUARD,
@@ -80,9 +81,8 @@ from fleetsieve_bayes.backends.server import (
     wait_ready,
 )
 from fleetsieve_bayes.backends.traces import Trace, read_trace, schedule, window_rate
-from fleetsieve_bayes.config import Campaign
+from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError, MeasurementError
-from fleetsieve_bayes.problem import CellGrid
 
 __all__ = ["VllmSettings", "VLLM_KEYS", "parse_vllm_options", "make_vllm_backend"]
 
@@ -278,7 +278,7 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
 def _card_sizes(campaign: Campaign) -> dict[str, float]:
     """``model_size_gb`` / ``gpu_memory_gb`` from the prior card's ``[card]`` table, if it has them."""
     try:
-        from fleetsieve_bayes.priors import card_path
+        from fleetsieve_bayes.model.priors import card_path
 
         path = card_path(campaign.family)
         raw = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -14,9 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.config import Campaign, load_campaign
-from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.problem import (
+from fleetsieve_bayes.allocation.problem import (
     Allocation,
     CellGrid,
     allocation_to_json,
@@ -24,6 +22,8 @@ from fleetsieve_bayes.problem import (
     problem_from_campaign,
     values_from_table,
 )
+from fleetsieve_bayes.campaign.config import Campaign, load_campaign
+from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table
 
 
@@ -82,10 +82,10 @@ def solve(campaign: Campaign, grid: CellGrid, values: Any, scale: float, solver:
     """One allocation at ``scale`` × demand with the chosen exact solver."""
     problem = problem_from_campaign(campaign, demand_scale=scale)
     if solver == "jax":
-        from fleetsieve_bayes.allocation_jax import allocate_jax
+        from fleetsieve_bayes.allocation.batched import allocate_jax
 
         return allocate_jax(grid, values, problem)
-    from fleetsieve_bayes.allocation_milp import allocate_milp
+    from fleetsieve_bayes.allocation.milp import allocate_milp
 
     return allocate_milp(grid, values, problem)
 

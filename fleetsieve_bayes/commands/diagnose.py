@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.diagnostics import diagnose_file
+    from fleetsieve_bayes.model.diagnostics import diagnose_file
 
     path = Path(args.dir)
     if path.is_dir() or path.suffix != ".nc":

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.priors import list_cards, load_card
+    from fleetsieve_bayes.model.priors import list_cards, load_card
 
     for name in list_cards():
         card = load_card(name)
@@ -26,7 +26,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.priors import card_fields, load_card
+    from fleetsieve_bayes.model.priors import card_fields, load_card
 
     card = load_card(args.name)
     print(f"# {card.name}  ({card.path})")

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.report import write_report
+    from fleetsieve_bayes.reporting.report import write_report
 
     path, report = write_report(args.directory, args.out, campaign_file=args.campaign)
     print(f"report: {path} ({len(report.figures)} figures)")

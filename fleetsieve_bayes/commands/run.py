@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from fleetsieve_bayes.config import load_campaign
-from fleetsieve_bayes.design import STRATEGY_NAMES
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.decision.design import STRATEGY_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.campaign import run_campaign
-    from fleetsieve_bayes.progress import make_progress
+    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.reporting.progress import make_progress
 
     campaign = load_campaign(args.campaign)
     quiet = args.quiet or args.json

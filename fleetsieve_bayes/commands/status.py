@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.progress import CERT_STYLE
-from fleetsieve_bayes.report import CampaignView, load_campaign_dir
+from fleetsieve_bayes.reporting.progress import CERT_STYLE
+from fleetsieve_bayes.reporting.report import CampaignView, load_campaign_dir
 
 __all__ = ["register", "main", "status_json", "render_status"]
 

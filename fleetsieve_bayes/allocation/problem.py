@@ -1,7 +1,7 @@
 """The allocation problem as fixed-shape arrays, and its result.
 
-Both allocators (the exact MILP in :mod:`fleetsieve_bayes.allocation_milp` and
-the batched JAX one in :mod:`fleetsieve_bayes.allocation_jax`) take the same
+Both allocators (the exact MILP in :mod:`fleetsieve_bayes.allocation.milp` and
+the batched JAX one in :mod:`fleetsieve_bayes.allocation.batched`) take the same
 inputs: a :class:`CellGrid` (which cells exist), a ``(n_cells, 4)`` array of cell
 values in :data:`~fleetsieve_bayes.table.METRICS` order, and an
 :class:`AllocationProblem` (classes, demands, floors, SLOs, GPU budget). They
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.config import Campaign
+from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS
 

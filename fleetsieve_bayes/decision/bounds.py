@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.model import SUCCESS_EPS, sample_obs
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model.joint import SUCCESS_EPS, sample_obs
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [
@@ -56,7 +56,7 @@ def credible_bounds(
     """Central ``level`` credible intervals, measured cells collapsed.
 
     Args:
-        posterior: a :class:`fleetsieve_bayes.inference.Posterior` (uses
+        posterior: a :class:`fleetsieve_bayes.model.inference.Posterior` (uses
             ``latent (n_draws, n_cells, 4)`` and ``noise (n_draws, 4)``).
         observed: ``(n_cells, 4)`` measured values (read where measured).
         measured_mask: bool ``(n_cells,)``.

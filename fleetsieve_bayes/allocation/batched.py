@@ -1,6 +1,6 @@
 """Exact lexicographic fleet allocation in JAX, batched over tables.
 
-The same problem as :mod:`fleetsieve_bayes.allocation_milp` (DESIGN.md, "The
+The same problem as :mod:`fleetsieve_bayes.allocation.milp` (DESIGN.md, "The
 allocation problem (exact)"), solved by a fixed-shape combinatorial algorithm
 so that the acquisition kernel and the certificate can call it inside their own
 ``jit``/``vmap`` on thousands of tables at once.
@@ -47,7 +47,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.problem import ADMISSIBILITY_TOL, Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import (
+    ADMISSIBILITY_TOL,
+    Allocation,
+    AllocationProblem,
+    CellGrid,
+)
 
 __all__ = [
     "DEFAULT_TOL",

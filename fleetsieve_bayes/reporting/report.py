@@ -7,7 +7,7 @@ and never imports JAX or matplotlib, so ``status`` stays fast.
 
 :func:`write_report` renders one HTML file with every figure embedded as a
 base64 PNG and the styles inline: it opens offline, from a mail attachment,
-with no network. The figures come from :mod:`fleetsieve_bayes.plots`.
+with no network. The figures come from :mod:`fleetsieve_bayes.reporting.plots`.
 
 SLOs and demands are not in the journal header of every campaign; they come
 from, in order: an explicit campaign file (``--campaign``), the header's
@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from fleetsieve_bayes.campaign.journal import JOURNAL_NAME, LOCK_NAME, read_journal
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.journal import JOURNAL_NAME, LOCK_NAME, read_journal
 
 __all__ = [
     "CampaignView",
@@ -109,7 +109,7 @@ def _is_locked(directory: Path) -> bool:
 
 
 def _slos_from_campaign(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, float], float, int]:
-    from fleetsieve_bayes.config import load_campaign
+    from fleetsieve_bayes.campaign.config import load_campaign
 
     c = load_campaign(path)
     slos = {
@@ -457,7 +457,7 @@ def build_report(
         bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
         idata: the posterior InferenceData, or ``None``.
     """
-    from fleetsieve_bayes import plots
+    from fleetsieve_bayes.reporting import plots
 
     figures: dict[str, Any] = {}
     parts: list[str] = []
@@ -636,7 +636,7 @@ def write_report(
     idata = read_posterior(view)
     report = build_report(view, measurements, bounds, idata)
     path = Path(out) if out is not None else view.directory / "report.html"
-    from fleetsieve_bayes.journal import atomic_write_text
+    from fleetsieve_bayes.campaign.journal import atomic_write_text
 
     with contextlib.suppress(FileNotFoundError):
         path.parent.mkdir(parents=True, exist_ok=True)

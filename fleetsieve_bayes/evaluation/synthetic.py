@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.config import Campaign, parse_campaign
+from fleetsieve_bayes.campaign.config import Campaign, parse_campaign
 from fleetsieve_bayes.table import COLUMNS, METRICS
 
 __all__ = [

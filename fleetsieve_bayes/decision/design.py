@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import CellGrid
 
 __all__ = ["initial_design", "STRATEGY_NAMES"]
 

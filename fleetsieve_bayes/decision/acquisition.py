@@ -5,7 +5,7 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
 
 1. draw ``n_fantasies`` fantasy outcomes ``y_f`` of ``e`` from its posterior
    predictive: a systematic sample of posterior draws ``d_f`` and one
-   observation per draw from :func:`fleetsieve_bayes.model.sample_obs`.
+   observation per draw from :func:`fleetsieve_bayes.model.joint.sample_obs`.
    The draw indices and the random numbers are *common* to every candidate
    (common random numbers), so score differences between cells are not
    Monte-Carlo noise of independent fantasies;
@@ -14,15 +14,15 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
    without refitting);
 3. recompute every cell's credible interval as *weighted* quantiles of its
    posterior-predictive draws (latent + one fixed noise draw per posterior
-   draw, as :mod:`fleetsieve_bayes.bounds` does) (the draws of each cell/metric are sorted once per call — the order
+   draw, as :mod:`fleetsieve_bayes.decision.bounds` does) (the draws of each cell/metric are sorted once per call — the order
    does not depend on the weights — then weights are accumulated in that
    order);
 4. rebuild the conservative table (low throughput, high tails, low success)
    and the optimistic table (the reverse); measured cells, and the candidate
    itself, collapse to their (fantasy) value ± the relative repeatability
-   band, exactly as :mod:`fleetsieve_bayes.bounds` does;
+   band, exactly as :mod:`fleetsieve_bayes.decision.bounds` does;
 5. solve both tables with the JAX allocator and evaluate the stage-wise gap of
-   :mod:`fleetsieve_bayes.certificate` (``stagewise_gap`` / ``scalar_gap``,
+   :mod:`fleetsieve_bayes.decision.certificate` (``stagewise_gap`` / ``scalar_gap``,
    the very same functions the certificate uses);
 6. average over fantasies: ``score(e) = gap_now − E_f[gap(e, y_f)]``.
 
@@ -71,8 +71,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.certificate import scalar_gap, stagewise_gap
-from fleetsieve_bayes.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.certificate import scalar_gap, stagewise_gap
 
 __all__ = [
     "AcquisitionScores",
@@ -204,7 +204,7 @@ def weighted_intervals(
 
 
 def collapse_measured(values: jax.Array, repeatability: float) -> tuple[jax.Array, jax.Array]:
-    """A measured cell's interval, exactly as :func:`fleetsieve_bayes.bounds.credible_bounds`.
+    """A measured cell's interval, exactly as :func:`fleetsieve_bayes.decision.bounds.credible_bounds`.
 
     Throughput and tails: value ± the relative repeatability band; success: the
     band is relative on the failure probability ``1 − s``, clipped to [0, 1].
@@ -360,7 +360,7 @@ def make_acquisition(
             min_effective_draws / n_draws))``; set both to 0 to never temper).
         predictive: intervals of the posterior predictive (latent + noise, one
             fixed draw of noise per posterior draw, key ``predictive_seed``) —
-            the default of :func:`fleetsieve_bayes.bounds.credible_bounds` —
+            the default of :func:`fleetsieve_bayes.decision.bounds.credible_bounds` —
             rather than of the latent metrics.
         n_related: reweight only this many most-correlated unmeasured cells
             per candidate (None: all cells, exact). See the module docstring.
@@ -369,7 +369,7 @@ def make_acquisition(
         allocator_solve: ``values (..., n_cells, 4) -> JaxAllocation``; default
             ``allocation_jax.make_jax_allocator(grid, problem).solve``.
         obs_logpdf, sample_obs: the observation model; default those of
-            :mod:`fleetsieve_bayes.model`.
+            :mod:`fleetsieve_bayes.model.joint`.
 
     Returns:
         An :class:`Acquisition`. ``score(key, latent, noise, observed,
@@ -380,11 +380,11 @@ def make_acquisition(
         (chunked along candidates). It is jitted once per input shape.
     """
     if allocator_solve is None:
-        from fleetsieve_bayes.allocation_jax import make_jax_allocator
+        from fleetsieve_bayes.allocation.batched import make_jax_allocator
 
         allocator_solve = make_jax_allocator(grid, problem).solve
     if obs_logpdf is None or sample_obs is None:
-        from fleetsieve_bayes import model as _model
+        from fleetsieve_bayes.model import joint as _model
 
         obs_logpdf = obs_logpdf or _model.obs_logpdf
         sample_obs = sample_obs or _model.sample_obs

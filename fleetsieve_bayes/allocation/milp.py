@@ -35,7 +35,7 @@ from __future__ import annotations
 import mip
 import numpy as np
 
-from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 
 __all__ = ["allocate_milp", "pareto_cells", "canonical_cells", "DEFAULT_TOL"]
 

@@ -13,7 +13,7 @@ Strategies (the paper's Appendix B):
   critical disagreement, both continuous stages ≤ ε) but A⁻ commits to
   unmeasured cells, measure the cheapest of those; otherwise the argmax of
   the acquisition kernel's expected gap reduction
-  (:mod:`fleetsieve_bayes.acquisition`), GPU-seconds as strict tie-breaker.
+  (:mod:`fleetsieve_bayes.decision.acquisition`), GPU-seconds as strict tie-breaker.
   If no cell can reduce the gap (all scores ≈ 0) and A⁻ still commits to
   unmeasured cells, those are measured first (the certificate needs them).
 - ``random``: uniform over unmeasured cells.
@@ -24,7 +24,7 @@ Strategies (the paper's Appendix B):
   throughput and tails, log failure rate for success), no decision impact.
 - ``shared-uncertainty``: max predictive std of an RBF Gaussian process over
   (class, log2 TP, log load) fitted to the measured cells
-  (:func:`fleetsieve_bayes.surrogates.gp_predictive_std`).
+  (:func:`fleetsieve_bayes.decision.surrogates.gp_predictive_std`).
 - ``targeted``: targeted active learning on the current decision. From the
   posterior draws, ``p_best(c)`` = share of draws whose own optimal
   allocation (JAX allocator per draw) uses cell c, and ``p_adm(c)`` = share
@@ -37,7 +37,7 @@ Strategies (the paper's Appendix B):
   over the kernel's fantasies, divided by the cell's GPU-seconds; when no
   cell improves it, the cost-normalised expected gap reduction.
 - ``constrained-bo``: independent per-cell Gaussians (no sharing,
-  :func:`fleetsieve_bayes.surrogates.independent_arms`); expected
+  :func:`fleetsieve_bayes.decision.surrogates.independent_arms`); expected
   improvement of per-GPU throughput over the class's best measured admissible
   cell (in units of the class's demand per GPU, λ_i/G) times the probability
   that the cell meets its SLO.
@@ -53,12 +53,12 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import ndtr
 
-from fleetsieve_bayes.acquisition import make_acquisition, select_cell
-from fleetsieve_bayes.certificate import Certificate
-from fleetsieve_bayes.design import STRATEGY_NAMES
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.decision.acquisition import make_acquisition, select_cell
+from fleetsieve_bayes.decision.certificate import Certificate
+from fleetsieve_bayes.decision.design import STRATEGY_NAMES
+from fleetsieve_bayes.decision.surrogates import gp_predictive_std, independent_arms, transform
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid, admissible
-from fleetsieve_bayes.surrogates import gp_predictive_std, independent_arms, transform
 
 __all__ = [
     "STRATEGY_NAMES",
@@ -80,7 +80,7 @@ class RoundState(NamedTuple):
     """Everything a strategy may look at in one round.
 
     ``measured (n_cells,)`` bool; ``observed (n_cells, 4)`` (NaN rows for
-    unmeasured cells); ``posterior`` an :class:`fleetsieve_bayes.inference.Posterior`
+    unmeasured cells); ``posterior`` an :class:`fleetsieve_bayes.model.inference.Posterior`
     (``latent (n_draws, n_cells, 4)``, ``noise (n_draws, 4)``); ``bounds``
     with ``lo``/``hi`` ``(n_cells, 4)``.
     """
@@ -274,7 +274,7 @@ def make_strategy(
     def targeted(state: RoundState) -> int:
         _unmeasured(state)
         if "solve" not in alloc_cache:
-            from fleetsieve_bayes.allocation_jax import make_jax_allocator
+            from fleetsieve_bayes.allocation.batched import make_jax_allocator
 
             alloc_cache["solve"] = make_jax_allocator(grid, problem).solve
         lat = np.asarray(state.posterior.latent)

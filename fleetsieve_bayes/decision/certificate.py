@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 
 __all__ = [
     "CERTIFIED_FEASIBLE",

@@ -1,4 +1,4 @@
-"""Fitting :func:`fleetsieve_bayes.model.fleet_model`: presets, NUTS/SVI, the Posterior.
+"""Fitting :func:`fleetsieve_bayes.model.joint.fleet_model`: presets, NUTS/SVI, the Posterior.
 
 Presets are TOML files under ``inference/`` (``default``, ``fast``, ``svi``),
 referenced by name or path (:func:`load_preset`).
@@ -41,16 +41,16 @@ from numpyro.infer import SVI, Predictive, Trace_ELBO, autoguide
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
+from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.model import (
+from fleetsieve_bayes.model.joint import (
     ModelData,
     fleet_model,
     init_unconstrained,
     model_data,
     sample_obs,
 )
-from fleetsieve_bayes.priors import PriorCard, load_card
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import METRICS
 
@@ -80,7 +80,7 @@ _DERIVED = (
     "tail_slope",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
-# The model's sample sites (see fleetsieve_bayes.model.fleet_model).
+# The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
 _SITES = ("class_z", "global", "noise_raw")
 
 

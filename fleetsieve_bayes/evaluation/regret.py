@@ -4,7 +4,7 @@ An allocation is re-evaluated on the TRUE table: each class's committed cell
 serves ``min(λ_i, n_i·c_true)`` if that cell is admissible for the class on the
 true table, and 0 otherwise (a fleet that violates the SLO serves no goodput
 for that class). The reference is the full-table optimum from
-:func:`~fleetsieve_bayes.allocation_milp.allocate_milp`.
+:func:`~fleetsieve_bayes.allocation.milp.allocate_milp`.
 
 Regret is lexicographic, stage by stage like the certificate's gap:
 
@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation_milp import allocate_milp
-from fleetsieve_bayes.design import initial_design
-from fleetsieve_bayes.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.decision.design import initial_design
 
 __all__ = [
     "TrueOutcome",

@@ -27,8 +27,22 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.allocation.problem import (
+    Allocation,
+    AllocationProblem,
+    CellGrid,
+    allocation_to_json,
+    problem_from_campaign,
+)
 from fleetsieve_bayes.backends import Backend, make_backend
-from fleetsieve_bayes.certificate import (
+from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.campaign.journal import (
+    Journal,
+    atomic_write_text,
+    campaign_lock,
+    open_journal,
+)
+from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
     EXHAUSTED,
@@ -36,23 +50,9 @@ from fleetsieve_bayes.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.config import Campaign
-from fleetsieve_bayes.design import initial_design
+from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
-from fleetsieve_bayes.journal import (
-    Journal,
-    atomic_write_text,
-    campaign_lock,
-    open_journal,
-)
-from fleetsieve_bayes.problem import (
-    Allocation,
-    AllocationProblem,
-    CellGrid,
-    allocation_to_json,
-    problem_from_campaign,
-)
 from fleetsieve_bayes.table import COLUMNS, METRICS, write_table
 
 __all__ = ["CampaignOutcome", "run_campaign", "measured_state", "Event"]
@@ -234,7 +234,7 @@ def run_campaign(
     """Run or resume ``campaign`` in directory ``out`` and write ``out/result.json``.
 
     Args:
-        strategy: acquisition strategy name (see :mod:`fleetsieve_bayes.strategies`).
+        strategy: acquisition strategy name (see :mod:`fleetsieve_bayes.decision.strategies`).
         seed: seeds every round's randomness (NUTS, fantasies, random strategy).
         on_event: progress callback ``(kind, info)``.
         backend: a measurement backend; by default the campaign's own.
@@ -260,12 +260,16 @@ def _run_locked(
     campaign: Campaign, out: Path, backend: Backend, strategy_name: str, seed: int, on_event: Event
 ) -> CampaignOutcome:
     # Imported here: these pull in JAX/NumPyro, which `status`/`report` don't need.
-    from fleetsieve_bayes.allocation_milp import allocate_milp
-    from fleetsieve_bayes.bounds import conservative_table, credible_bounds, optimistic_table
-    from fleetsieve_bayes.inference import fit, load_preset
-    from fleetsieve_bayes.priors import load_card
-    from fleetsieve_bayes.strategies import RoundState, make_strategy
-    from fleetsieve_bayes.warm_start import load_warm_start, save_warm_start
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.decision.bounds import (
+        conservative_table,
+        credible_bounds,
+        optimistic_table,
+    )
+    from fleetsieve_bayes.decision.strategies import RoundState, make_strategy
+    from fleetsieve_bayes.model.inference import fit, load_preset
+    from fleetsieve_bayes.model.priors import load_card
+    from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
     enable_compilation_cache()
     t_start = time.perf_counter()
@@ -402,8 +406,8 @@ def _run_locked(
 
 def _write_round_files(out: Path, grid: CellGrid, posterior: Any, bounds: Any, measured: np.ndarray) -> None:
     """This round's ``bounds.csv`` and ``posterior.nc``, each replaced atomically."""
-    from fleetsieve_bayes.bounds import bounds_frame
-    from fleetsieve_bayes.inference import save_posterior
+    from fleetsieve_bayes.decision.bounds import bounds_frame
+    from fleetsieve_bayes.model.inference import save_posterior
 
     frame = bounds_frame(grid, bounds, measured)
     atomic_write_text(out / "bounds.csv", frame.to_csv(index=False))

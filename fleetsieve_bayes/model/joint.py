@@ -41,7 +41,7 @@ Failed and unusable observations. A cell measured as a failure (throughput 0
 or success 0 — start-up OOM, crash, every request failed) is a structural
 event, not a point on the smooth curves: it is *excluded* from the continuous
 likelihood (its ``fit_mask`` row is all False) and enters decisions only through
-:func:`fleetsieve_bayes.bounds.credible_bounds`, which collapses a measured cell
+:func:`fleetsieve_bayes.decision.bounds.credible_bounds`, which collapses a measured cell
 to its measured values (0 throughput, 0 success: infeasible). A non-finite tail
 on an otherwise working cell drops only that metric. Pass ``failed=`` to
 :func:`model_data` to exclude cells by their ``failure`` label as well.
@@ -63,8 +63,8 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from fleetsieve_bayes.priors import PriorCard
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model.priors import PriorCard
 
 __all__ = [
     "ModelData",
@@ -406,7 +406,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
 
     Args:
         data: fixed-shape inputs (:func:`model_data`).
-        card: hyperpriors (:mod:`fleetsieve_bayes.priors`).
+        card: hyperpriors (:mod:`fleetsieve_bayes.model.priors`).
         obs: ``(n_cells, 4)`` natural-unit observations to condition on
             (normally ``data.observed``); entries outside ``data.fit_mask`` are
             ignored. ``None``: the observation site ``"y"`` is sampled for every

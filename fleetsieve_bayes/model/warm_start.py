@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from fleetsieve_bayes.journal import atomic_write_bytes
+from fleetsieve_bayes.campaign.journal import atomic_write_bytes
 
 __all__ = ["save_warm_start", "load_warm_start"]
 
@@ -55,7 +55,7 @@ def load_warm_start(folder: Path, *, before_round: int) -> Any:
     saved = [(r, p) for r, p in _saved(folder) if r < before_round]
     if not saved:
         return None
-    from fleetsieve_bayes.inference import Posterior
+    from fleetsieve_bayes.model.inference import Posterior
 
     try:
         payload = pickle.loads(saved[-1][1].read_bytes())

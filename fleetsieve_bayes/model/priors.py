@@ -1,4 +1,4 @@
-"""Model-family prior cards: every hyperprior of :func:`fleetsieve_bayes.model.fleet_model`.
+"""Model-family prior cards: every hyperprior of :func:`fleetsieve_bayes.model.joint.fleet_model`.
 
 A card is a TOML file under ``models/`` (shipped; found with
 ``fleetsieve_bayes.resources.data_dir("models")``) describing one model family
@@ -16,7 +16,7 @@ Notation: ``u = log2(TP)``; a class's per-GPU saturation capacity is
 ``ρ = offered_rps / capacity``; the congestion terms are
 ``h_tail(ρ) = -log(1 - ρ_s) + overload(ρ)`` (``ρ_s`` = ``ρ^γ`` smoothly capped
 just below 1; ``overload ≈ log ρ`` past saturation) for the tails and
-``h_succ(ρ) = log(1 + ρ^γ)`` for success (see :func:`fleetsieve_bayes.model.congestion`). "log_sd" is a standard deviation on the natural-log
+``h_succ(ρ) = log(1 + ρ^γ)`` for success (see :func:`fleetsieve_bayes.model.joint.congestion`). "log_sd" is a standard deviation on the natural-log
 scale; "class_sd" is the sd of the between-class spread (partial pooling: each class's
 value = family value + a normal class deviation of this sd; 0-ish = classes
 share one value, large = independent classes).

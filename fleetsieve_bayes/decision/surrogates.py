@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import CellGrid
 
 __all__ = [
     "transform",

@@ -1,7 +1,7 @@
 """MCMC diagnostics of a stored posterior: r_hat, bulk/tail ESS, divergences.
 
 Reads the InferenceData written by
-:func:`fleetsieve_bayes.inference.save_posterior`. Per-cell latent sites
+:func:`fleetsieve_bayes.model.inference.save_posterior`. Per-cell latent sites
 (``latent``, ``capacity``) are left out: they are deterministic functions of the
 parameters.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import arviz as az
 import numpy as np
 
-from fleetsieve_bayes.inference import load_idata
+from fleetsieve_bayes.model.inference import load_idata
 
 __all__ = ["summarize", "diagnose_file"]
 

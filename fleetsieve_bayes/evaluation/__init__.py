@@ -1,0 +1,1 @@
+"""Judging decisions against ground truth: synthetic fleets and regret against the oracle."""

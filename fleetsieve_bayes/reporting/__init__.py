@@ -1,0 +1,1 @@
+"""What people read: the progress display, plots and the HTML report."""
