@@ -376,6 +376,12 @@ def _fit_nuts(
     args = (data, data.observed)
     states: list[Any] | None = None
     if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs["key"]:
+        # numpyro's sample_kernel reads settings (tree depth, adaptation) that
+        # only its init_kernel sets; a state loaded from disk arrives in a
+        # process where init never ran, so trace it once (no compile, no run).
+        if not objs.get("kernel_ready"):
+            jax.eval_shape(objs["init"], warm.state["states"][0].z, keys[0], data)
+            objs["kernel_ready"] = True
         states = []
         for c, last in enumerate(warm.state["states"]):
             pe, grad = objs["energy"](last.z, data)
