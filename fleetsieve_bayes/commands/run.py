@@ -24,6 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for every round's randomness")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print result.json to stdout at the end")
+    p.add_argument(
+        "--reuse-measurements",
+        type=Path,
+        default=None,
+        metavar="OLD_DIR",
+        help="start a new decision (in a new --out) from OLD_DIR's measurements: allowed when only "
+        "demands, SLOs, floors, the GPU budget or the stopping rule changed",
+    )
     p.set_defaults(func=main)
 
 
@@ -34,12 +42,21 @@ def main(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.campaign)
     quiet = args.quiet or args.json
     with make_progress(quiet=quiet, stream=sys.stderr) as on_event:
-        outcome = run_campaign(campaign, args.out, strategy=args.strategy, seed=args.seed, on_event=on_event)
+        outcome = run_campaign(
+            campaign,
+            args.out,
+            strategy=args.strategy,
+            seed=args.seed,
+            on_event=on_event,
+            reuse_measurements=args.reuse_measurements,
+        )
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     elif not args.quiet:
         r = outcome.result
-        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds, {len(r['measured'])} cells measured")
+        seeded = len(r.get("seeded") or [])
+        extra = f" ({seeded} of them seeded at no cost)" if seeded else ""
+        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds, {len(r['measured'])} cells measured{extra}")
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
