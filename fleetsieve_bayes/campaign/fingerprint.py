@@ -52,7 +52,8 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
         },
         "measurement": {
             "backend": m.backend,
-            **{k: (str(m.table) if k == "table" else v) for k, v in sorted(m.options.items())},
+            # delay_s only slows a replay down (rehearsals); it changes no decision.
+            **{k: (str(m.table) if k == "table" else v) for k, v in sorted(m.options.items()) if k != "delay_s"},
             "seed_tables": [str(p) for p in m.seed_tables],
         },
         "stopping": {
@@ -161,7 +162,7 @@ def mismatch(
 
 # What a re-plan may change while reusing measurements: the demand side and the
 # stopping rule, never what a measurement of a cell returns.
-_REPLANNABLE = ("name", "fleet.", "stopping.", "measurement.delay_s")
+_REPLANNABLE = ("name", "fleet.", "stopping.")
 _REPLANNABLE_WORKLOAD = ("demand_rps", "critical", "floor", "slo")
 
 

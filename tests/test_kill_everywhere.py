@@ -1,0 +1,116 @@
+"""Resume from any journal state, in a fresh process, to the uninterrupted run's decisions.
+
+A tiny campaign is run by a real ``fleetsieve-bayes run`` process that is
+SIGKILL-ed right after each of its journal appends (the
+``FLEETSIEVE_BAYES_KILL_AFTER_APPEND`` hook: the process kills itself, no
+cleanup runs) and, separately, from outside in the middle of a measurement.
+Every interrupted directory is resumed by a fresh process and compared with
+the uninterrupted run: measured cells (in order), allocation, status, and the
+number of round records (a resumed round is never recorded twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_campaign import cli, write_tiny
+
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
+from fleetsieve_bayes.campaign.loop import run_campaign
+
+KILL = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+
+
+def _summary(out: Path) -> dict:
+    result = json.loads((out / "result.json").read_text())
+    records, good = read_records(out / "journal.jsonl")
+    assert good == (out / "journal.jsonl").stat().st_size  # no partial line left behind
+    cells = [tuple(r.cell) for r in records if hasattr(r, "cell") and hasattr(r, "row")]
+    assert len(cells) == len(set(cells)), "a cell was measured twice"
+    return {
+        "measured": result["measured"],
+        "allocation": result["allocation"],
+        "status": result["status"],
+        "round_records": sum(isinstance(r, RoundRecord) for r in records),
+        "timings.rounds": result["timings"]["rounds"],
+        "gpu_seconds": result["gpu_seconds"],
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, int]:
+    """The campaign file, the uninterrupted run's summary and its number of journal records."""
+    folder = tmp_path_factory.mktemp("tiny")
+    campaign = write_tiny(folder)
+    out = folder / "reference"
+    run_campaign(load_campaign(campaign), out, seed=0)
+    records, _ = read_journal(out / "journal.jsonl")
+    return campaign, _summary(out), len(records)
+
+
+def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, int]) -> None:
+    _, ref, n_records = tiny
+    # The design (4 cells), at least one acquisition, and a final answer.
+    assert ref["status"] == "certified-feasible"
+    assert len(ref["measured"]) >= 5 and ref["round_records"] >= 2
+    assert ref["timings.rounds"] == ref["round_records"]
+    assert n_records == 1 + len(ref["measured"]) + ref["round_records"]
+
+
+def test_killed_after_every_journal_append_then_resumed(tiny: tuple[Path, dict, int], tmp_path: Path) -> None:
+    """A chain of processes, each SIGKILL-ed right after its first append, then one that finishes."""
+    campaign, ref, n_records = tiny
+    out = tmp_path / "chain"
+    for k in range(1, n_records + 1):
+        proc = cli("run", str(campaign), "--out", str(out), "--quiet", env={KILL: "1"})
+        assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr
+        records, _ = read_journal(out / "journal.jsonl")
+        assert len(records) == k, f"process {k} appended {len(records) - k + 1} records before its kill"
+        assert not (out / "result.json").exists()
+    # Killed after the final round's record, before result.json: the last process only writes it.
+    done = cli("run", str(campaign), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == ""
+    assert _summary(out) == ref
+
+
+def test_killed_in_the_middle_of_a_measurement_then_resumed(tiny: tuple[Path, dict, int], tmp_path: Path) -> None:
+    """An outside SIGKILL while the first acquired cell is being measured (the replay sleeps)."""
+    campaign, ref, _ = tiny
+    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 1.5")
+    out = tmp_path / "mid"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetsieve_bayes", "run", str(slow), "--out", str(out), "--quiet"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    journal = out / "journal.jsonl"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            if journal.exists() and b'"type":"round"' in journal.read_bytes():
+                break
+            assert proc.poll() is None, "the campaign ended before its first round"
+            time.sleep(0.02)
+        time.sleep(0.5)  # well inside the 1.5 s measurement of the chosen cell
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    records, _ = read_records(journal)
+    last = records[-1]
+    assert isinstance(last, RoundRecord) and last.outcome == "measure", "not killed mid-measurement"
+    # Resumed with the original (no-delay) campaign file: the delay is no decision input.
+    done = cli("run", str(campaign), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _summary(out) == ref
