@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # ArviZ announces its next major version on import once a day; a command's
+    # stderr is for its own messages.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -61,7 +61,10 @@ BOUNDS_COLUMNS: tuple[str, ...] = (
 # The four outcome metrics of a cell, in the order every (…, 4) array uses.
 METRICS: tuple[str, ...] = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
 
+# A row may serve at most this multiple of its offered rate (see validate_table).
+THROUGHPUT_SLACK = 1.05
 _FLOAT_COLUMNS = ("offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INF_OK = {"ttft_p99_s", "completion_p99_s"}
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n", ""}
@@ -149,10 +152,20 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
                 raise InputError(f"{where(i, col)}: value is infinite")
             if f < 0:
                 raise InputError(f"{where(i, col)}: negative value {f:g}")
+            if _FLOAT32_MAX < f < math.inf:  # the model computes in float32
+                raise InputError(f"{where(i, col)}: value {f:g} is too large to represent")
             if col == "success_rate" and f > 1:
                 raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
             vals.append(f)
         out[col] = np.asarray(vals, dtype=np.float64)
+    # Served cannot exceed offered: 5 % slack for the arrival process's noise
+    # over a finite window; beyond that the row is a unit or bookkeeping error.
+    for i, (thr, off) in enumerate(zip(out["throughput_rps"], out["offered_rps"], strict=True)):
+        if thr > off * THROUGHPUT_SLACK:
+            raise InputError(
+                f"{where(i, 'throughput_rps')}: throughput {thr:g} req/s exceeds the offered "
+                f"{off:g} req/s (more than {THROUGHPUT_SLACK:g}×)"
+            )
     # A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
     # every other row must have run for a positive time.
     skipped = (

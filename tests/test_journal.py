@@ -23,7 +23,6 @@ from fleetsieve_bayes.campaign.journal import (
 )
 from fleetsieve_bayes.errors import InputError
 
-
 _HEADER = Header(campaign="c", strategy="fleetsieve", seed=0, cells=(Cell("chat", 2, "C16"),))
 
 

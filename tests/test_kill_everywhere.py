@@ -22,11 +22,10 @@ from pathlib import Path
 import pytest
 from tiny_campaign import cli, write_tiny
 
-from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
-from fleetsieve_bayes.campaign.loop import run_campaign
 
 KILL = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+_CACHE: list[str] = []  # this module's JAX compilation cache folder
 
 
 def _summary(out: Path) -> dict:
@@ -47,13 +46,31 @@ def _summary(out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, int]:
-    """The campaign file, the uninterrupted run's summary and its number of journal records."""
+    """The campaign file, the uninterrupted run's summary and its number of journal records.
+
+    Every process of this module shares one JAX compilation cache that keeps
+    every program, so only the reference run compiles.
+    """
     folder = tmp_path_factory.mktemp("tiny")
+    _CACHE.append(str(tmp_path_factory.mktemp("jax-cache")))
     campaign = write_tiny(folder)
     out = folder / "reference"
-    run_campaign(load_campaign(campaign), out, seed=0)
+    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
     records, _ = read_journal(out / "journal.jsonl")
     return campaign, _summary(out), len(records)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {
+        "JAX_COMPILATION_CACHE_DIR": _CACHE[-1],
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        **extra,
+    }
+
+
+def _cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
+    return cli(*args, env=_env(**extra))
 
 
 def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, int]) -> None:
@@ -70,14 +87,14 @@ def test_killed_after_every_journal_append_then_resumed(tiny: tuple[Path, dict, 
     campaign, ref, n_records = tiny
     out = tmp_path / "chain"
     for k in range(1, n_records + 1):
-        proc = cli("run", str(campaign), "--out", str(out), "--quiet", env={KILL: "1"})
+        proc = _cli("run", str(campaign), "--out", str(out), "--quiet", **{KILL: "1"})
         assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
         assert "Traceback" not in proc.stderr
         records, _ = read_journal(out / "journal.jsonl")
         assert len(records) == k, f"process {k} appended {len(records) - k + 1} records before its kill"
         assert not (out / "result.json").exists()
     # Killed after the final round's record, before result.json: the last process only writes it.
-    done = cli("run", str(campaign), "--out", str(out), "--quiet")
+    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""
     assert _summary(out) == ref
@@ -88,7 +105,7 @@ def test_killed_in_the_middle_of_a_measurement_then_resumed(tiny: tuple[Path, di
     campaign, ref, _ = tiny
     slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 1.5")
     out = tmp_path / "mid"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetsieve_bayes", "run", str(slow), "--out", str(out), "--quiet"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -111,6 +128,6 @@ def test_killed_in_the_middle_of_a_measurement_then_resumed(tiny: tuple[Path, di
     last = records[-1]
     assert isinstance(last, RoundRecord) and last.outcome == "measure", "not killed mid-measurement"
     # Resumed with the original (no-delay) campaign file: the delay is no decision input.
-    done = cli("run", str(campaign), "--out", str(out), "--quiet")
+    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
     assert _summary(out) == ref

@@ -326,8 +326,8 @@ def _seed_table_rows(campaign: Campaign) -> list[tuple[Cell, dict[str, Any], str
     return out
 
 
-def _prepare_out(out: Path) -> bool:
-    """Create the campaign directory; True when this call created it.
+def _prepare_out(out: Path) -> tuple[bool, bool]:
+    """Create the campaign directory; whether this call created it, and its lock file.
 
     Raises:
         InputError: ``out`` (or a parent) is a file.
@@ -338,26 +338,29 @@ def _prepare_out(out: Path) -> bool:
             where = "is a file" if p == out else f"is under {p}, which is a file"
             raise InputError(f"--out {out}: {where}, not a campaign directory")
     created = not out.exists()
+    lock_created = not (out / LOCK_NAME).exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / LOCK_NAME
-        with open(probe, "a"):
+        with open(out / LOCK_NAME, "a"):
             pass
     except OSError as exc:
         raise EnvironmentProblem(f"--out {out}: cannot write the campaign directory ({exc.strerror or exc})") from None
-    return created
+    return created, lock_created
 
 
-def _undo_fresh_dir(out: Path) -> None:
-    """Remove a directory this run created when it fails before journaling anything."""
+def _undo_fresh_files(out: Path, created: bool, lock_created: bool) -> None:
+    """Remove what this run created when it fails before journaling anything."""
     journal = out / JOURNAL_NAME
     if journal.exists() and journal.stat().st_size > 0:
         return
-    for name in (LOCK_NAME, JOURNAL_NAME):
-        with contextlib.suppress(OSError):
-            (out / name).unlink()
     with contextlib.suppress(OSError):
-        out.rmdir()
+        journal.unlink()
+    if lock_created:
+        with contextlib.suppress(OSError):
+            (out / LOCK_NAME).unlink()
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()
 
 
 def _noop(kind: str, info: dict[str, Any]) -> None:
@@ -395,7 +398,7 @@ def run_campaign(
     inputs = _resolve(campaign, strategy, seed, None if reuse_measurements is None else Path(reuse_measurements))
     if inputs.reuse is not None and inputs.reuse.resolve() == out.resolve():
         raise InputError(f"--reuse-measurements {inputs.reuse}: that is --out itself; re-plan into a new --out")
-    created = _prepare_out(out)
+    created, lock_created = _prepare_out(out)
     try:
         with campaign_lock(out):
             own_backend = backend is None
@@ -405,9 +408,8 @@ def run_campaign(
             finally:
                 if own_backend:
                     backend.close()
-    except InputError:
-        if created:
-            _undo_fresh_dir(out)
+    except (InputError, EnvironmentProblem):
+        _undo_fresh_files(out, created, lock_created)
         raise
 
 
