@@ -88,7 +88,7 @@ def fingerprint(
     """Digest of every decision input, by name."""
     preset_fields = preset._asdict() if hasattr(preset, "_asdict") else preset
     return {
-        "campaign": _digest(campaign_inputs(campaign)),
+        "campaign": _digest(_without_paths(campaign_inputs(campaign))),
         "prior_card": file_digest(card_file) or "",
         "inference": _digest({k: v for k, v in dict(preset_fields).items() if k != "name"}),
         "table": file_digest(campaign.measurement.table) or "",
@@ -96,6 +96,20 @@ def fingerprint(
         "seed": str(seed),
         "strategy": strategy,
     }
+
+
+# Settings that name a file: what matters is its content, digested on its own
+# (a campaign moved to another folder, or naming a card by path instead of by
+# name, is the same campaign).
+_PATH_KEYS = (("model", "family"), ("model", "inference"), ("measurement", "table"), ("measurement", "seed_tables"))
+
+
+def _without_paths(inputs: dict[str, Any]) -> dict[str, Any]:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in inputs.items()}
+    for section, key in _PATH_KEYS:
+        if isinstance(out.get(section), dict):
+            out[section].pop(key, None)
+    return out
 
 
 def diff_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -149,7 +163,7 @@ def mismatch(
         if old_fp.get(key) == new_fp.get(key):
             continue
         if key == "campaign" and old_inputs is not None:
-            fields = diff_paths(old_inputs, new_inputs)
+            fields = diff_paths(_without_paths(old_inputs), _without_paths(new_inputs))
             changed.append(f"campaign ({'; '.join(fields[:3])}{'; …' if len(fields) > 3 else ''})" if fields else label)
         elif key == "seed":
             changed.append(f"seed ({old_seed} → {new_fp['seed']})")
@@ -179,7 +193,7 @@ def reuse_refusal(
         if old_fp.get(key) != new_fp.get(key):
             return f"its {_LABELS[key]} differs"
     bad = []
-    for path in diff_paths(old_inputs, new_inputs):
+    for path in diff_paths(_without_paths(old_inputs), _without_paths(new_inputs)):
         name = path.split(":")[0].split(" ")[0]
         if name.startswith(_REPLANNABLE):
             continue
