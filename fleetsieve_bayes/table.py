@@ -10,6 +10,7 @@ cell is an observation, not a missing value), nothing may be NaN.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -150,22 +151,15 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
                 raise InputError(f"{where(i, col)}: value is NaN")
             if math.isinf(f) and not (col in _INF_OK and f > 0):
                 raise InputError(f"{where(i, col)}: value is infinite")
+            if col == "success_rate" and not 0 <= f <= 1:
+                raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
             if f < 0:
                 raise InputError(f"{where(i, col)}: negative value {f:g}")
             if _FLOAT32_MAX < f < math.inf:  # the model computes in float32
                 raise InputError(f"{where(i, col)}: value {f:g} is too large to represent")
-            if col == "success_rate" and f > 1:
-                raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
             vals.append(f)
         out[col] = np.asarray(vals, dtype=np.float64)
-    # Served cannot exceed offered: 5 % slack for the arrival process's noise
-    # over a finite window; beyond that the row is a unit or bookkeeping error.
-    for i, (thr, off) in enumerate(zip(out["throughput_rps"], out["offered_rps"], strict=True)):
-        if thr > off * THROUGHPUT_SLACK:
-            raise InputError(
-                f"{where(i, 'throughput_rps')}: throughput {thr:g} req/s exceeds the offered "
-                f"{off:g} req/s (more than {THROUGHPUT_SLACK:g}×)"
-            )
+    _check_served_within_offered(out, where)
     # A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
     # every other row must have run for a positive time.
     skipped = (
@@ -217,6 +211,17 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
             )
         first[key] = i
     return out
+
+
+def _check_served_within_offered(out: pd.DataFrame, where: Callable[[int, str], str]) -> None:
+    """Served cannot exceed offered: 5 % slack for the arrival process's noise over a
+    finite window; beyond that the row is a unit or bookkeeping error."""
+    for i, (thr, off) in enumerate(zip(out["throughput_rps"], out["offered_rps"], strict=True)):
+        if thr > off * THROUGHPUT_SLACK:
+            raise InputError(
+                f"{where(i, 'throughput_rps')}: throughput {thr:g} req/s exceeds the offered "
+                f"{off:g} req/s (more than {THROUGHPUT_SLACK:g}×)"
+            )
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> None:
