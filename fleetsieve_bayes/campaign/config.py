@@ -248,6 +248,26 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         else None
     )
 
+    workloads = _parse_workloads(ctx, raw)
+
+    return Campaign(
+        name=name,
+        path=path.resolve(),
+        gpus=gpus,
+        family=family,
+        measurement=measurement,
+        workloads=workloads,
+        epsilon=epsilon,
+        credible_level=credible_level,
+        max_rounds=max_rounds,
+        inference=inference,
+        repeatability=repeatability,
+        raw=raw,
+    )
+
+
+def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
+    """The ``[[workloads]]`` array: names unique, demand > 0, an SLO with ``success_min``."""
     raw_workloads = raw.get("workloads")
     if raw_workloads is None:
         raise ctx.fail("[[workloads]]", "missing: a campaign needs at least one workload class")
@@ -296,20 +316,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         )
         workloads.append(Workload(wname, demand, slo, critical, floor))
 
-    return Campaign(
-        name=name,
-        path=path.resolve(),
-        gpus=gpus,
-        family=family,
-        measurement=measurement,
-        workloads=tuple(workloads),
-        epsilon=epsilon,
-        credible_level=credible_level,
-        max_rounds=max_rounds,
-        inference=inference,
-        repeatability=repeatability,
-        raw=raw,
-    )
+    return tuple(workloads)
 
 
 def _name_or_path(value: str, base_dir: Path) -> str:

@@ -218,49 +218,11 @@ figcaption{color:#555;font-size:.9em;padding:6px 8px 0}
 """
 
 
-def build_report(
-    view: CampaignView,
-    measurements: pd.DataFrame,
-    bounds: pd.DataFrame,
-    idata: Any | None,
-) -> Report:
-    """Render the report for ``view``.
-
-    Args:
-        measurements: the measurement table (DESIGN.md columns).
-        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
-        idata: the posterior InferenceData, or ``None``.
-    """
+def _decision_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The allocations, their objectives and why this fleet."""
     from fleetsieve_bayes.reporting import plots
 
-    figures: dict[str, Any] = {}
     parts: list[str] = []
-    name = view.header.campaign or view.directory.name
-    status = view.status
-    n_total = view.n_candidates
-    parts.append(f"<h1>Campaign report: {_esc(name)}</h1>")
-    parts.append(
-        f'<p class="meta"><span class="badge {_esc(status)}">{_esc(status)}</span> &nbsp; '
-        f"strategy <b>{_esc(view.header.strategy)}</b>, seed {_esc(view.header.seed)}; "
-        f"campaign directory <code>{_esc(view.directory)}</code>; state: {_esc(view.state)}; "
-        f"generated {_esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
-    )
-    last = view.last_round
-    cards = [
-        ("GPU-seconds", f"{view.gpu_seconds:,.0f}"),
-        ("cells measured", f"{len(view.measurements)} / {n_total if n_total is not None else '?'}"),
-        ("rounds", str(len(view.rounds))),
-        ("ε", _fmt(view.epsilon, 3)),
-    ]
-    if last is not None:
-        g = last.gap
-        cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))
-        cards.append(("gap (goodput)", _fmt(g.get("goodput"))))
-    parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
-    if last is not None:
-        parts.append(f"<p><b>Why:</b> {_esc(last.reason)}</p>")
-
-    # --- The decision.
     parts.append("<h2>The decision</h2>")
     allocs = _allocations(view)
     if allocs:
@@ -289,8 +251,13 @@ def build_report(
         parts.append(_figure("fig-allocations", p, "GPUs per class in each allocation (bars stacked up to the budget)."))
     else:
         parts.append("<p>No round has completed yet: the campaign is still in its initial design.</p>")
+    return parts
 
-    # --- Gap against cost.
+def _gap_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The stage-wise gap after each round against the GPU-seconds spent."""
+    from fleetsieve_bayes.reporting import plots
+
+    parts: list[str] = []
     parts.append("<h2>Gap against profiling cost</h2>")
     if view.rounds:
         p = plots.plot_gap(view.rounds, view.epsilon, (view.result or {}).get("status"))
@@ -314,8 +281,13 @@ def build_report(
         parts.append('<div class="scroll">' + _table(rt, "rounds-table", 3, {"GPU-s": 0, "fit s": 1}) + "</div>")
     else:
         parts.append("<p>No round yet.</p>")
+    return parts
 
-    # --- Per class.
+def _per_class_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """Capacity, tails and success per class against the SLOs."""
+    from fleetsieve_bayes.reporting import plots
+
+    parts: list[str] = []
     parts.append("<h2>Capacity, tails and success per class</h2>")
     parts.append(f'<p class="note">SLOs from: {_esc(view.slo_source)}. Bands are the credible intervals of bounds.csv; measured cells collapse to their measured values.</p>')
     if view.slos:
@@ -335,8 +307,11 @@ def build_report(
         parts.append(_figure("fig-tails", p, "Tail latencies and success against load, per TP: credible bands, measured points, and the SLO limits (red dashed)."))
     else:
         parts.append("<p>Nothing measured yet.</p>")
+    return parts
 
-    # --- Measurements.
+def _measurements_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The measured cells, in order."""
+    parts: list[str] = []
     parts.append("<h2>Measured cells</h2>")
     if view.measurements:
         mt = pd.DataFrame(
@@ -358,8 +333,14 @@ def build_report(
         parts.append('<div class="scroll">' + _table(mt, "measurements-table", 3, {"GPU-s": 0}) + "</div>")
     else:
         parts.append("<p>No cell measured yet.</p>")
+    return parts
 
-    # --- Diagnostics.
+def _diagnostics_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """Posterior diagnostics (r̂, ESS, rank plots)."""
+    from fleetsieve_bayes.reporting import plots
+
+    idata = idata if idata is None else _name_class_dims(idata, view.workloads)
+    parts: list[str] = []
     parts.append("<h2>Posterior diagnostics</h2>")
     if idata is not None and hasattr(idata, "posterior"):
         summ_all = plots.diagnostics_summary(idata)
@@ -382,6 +363,51 @@ def build_report(
             parts.append(_figure("fig-diagnostics", p, "Rank plots (uniform bars per chain = good mixing) or trace plots of the model's class-level and global parameters."))
     else:
         parts.append("<p>No posterior.nc yet.</p>")
+    return parts
+
+def build_report(
+    view: CampaignView,
+    measurements: pd.DataFrame,
+    bounds: pd.DataFrame,
+    idata: Any | None,
+) -> Report:
+    """Render the report for ``view``.
+
+    Args:
+        measurements: the measurement table (DESIGN.md columns).
+        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
+        idata: the posterior InferenceData, or ``None``.
+    """
+
+    figures: dict[str, Any] = {}
+    parts: list[str] = []
+    name = view.header.campaign or view.directory.name
+    status = view.status
+    n_total = view.n_candidates
+    parts.append(f"<h1>Campaign report: {_esc(name)}</h1>")
+    parts.append(
+        f'<p class="meta"><span class="badge {_esc(status)}">{_esc(status)}</span> &nbsp; '
+        f"strategy <b>{_esc(view.header.strategy)}</b>, seed {_esc(view.header.seed)}; "
+        f"campaign directory <code>{_esc(view.directory)}</code>; state: {_esc(view.state)}; "
+        f"generated {_esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
+    )
+    last = view.last_round
+    cards = [
+        ("GPU-seconds", f"{view.gpu_seconds:,.0f}"),
+        ("cells measured", f"{len(view.measurements)} / {n_total if n_total is not None else '?'}"),
+        ("rounds", str(len(view.rounds))),
+        ("ε", _fmt(view.epsilon, 3)),
+    ]
+    if last is not None:
+        g = last.gap
+        cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))
+        cards.append(("gap (goodput)", _fmt(g.get("goodput"))))
+    parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
+    if last is not None:
+        parts.append(f"<p><b>Why:</b> {_esc(last.reason)}</p>")
+
+    for section in (_decision_html, _gap_html, _per_class_html, _measurements_html, _diagnostics_html):
+        parts.extend(section(view, measurements, bounds, idata, figures))
 
     parts.append(
         '<p class="note">Sources: journal.jsonl, result.json, bounds.csv, measurements.csv, posterior.nc '
