@@ -82,6 +82,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
         InputError: naming the file and the first bad row/column.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a measurement table")
     if not path.is_file():
         raise InputError(f"{path}: measurement table not found")
     suffix = path.suffix.lower()

@@ -76,6 +76,9 @@ def test_missing_column_and_file(tmp_path: Path) -> None:
         read_table(p)
     with pytest.raises(InputError, match="not found"):
         read_table(tmp_path / "none.csv")
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(InputError, match="dir.csv: is a directory, not a measurement table"):
+        read_table(tmp_path / "dir.csv")
 
 
 def test_infinite_tail_allowed_for_failed_cells(tmp_path: Path) -> None:
