@@ -131,3 +131,54 @@ def test_killed_in_the_middle_of_a_measurement_then_resumed(tiny: tuple[Path, di
     done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
     assert _summary(out) == ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("strategy", "seed"), [("fleetsieve", 0), ("fleetsieve", 3), ("random", 1)])
+def test_exhaustive_every_kill_point_from_a_fresh_directory(
+    tiny: tuple[Path, dict, int], tmp_path: Path, strategy: str, seed: int
+) -> None:
+    """Each kill point on its own: a fresh run killed after its k-th append, resumed once;
+    plus an outside kill inside every measurement."""
+    campaign, _, _ = tiny
+    opts = ["--strategy", strategy, "--seed", str(seed), "--quiet"]
+    ref_out = tmp_path / "ref"
+    done = _cli("run", str(campaign), "--out", str(ref_out), *opts)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ref = _summary(ref_out)
+    ref_records = read_journal(ref_out / "journal.jsonl")[0]
+    n_records = len(ref_records)
+    n_design = sum(r.get("phase") == "design" for r in ref_records)
+    for k in range(1, n_records + 1):
+        out = tmp_path / f"k{k}"
+        killed = _cli("run", str(campaign), "--out", str(out), *opts, **{KILL: str(k)})
+        assert killed.returncode == -signal.SIGKILL
+        assert len(read_journal(out / "journal.jsonl")[0]) == k
+        done = _cli("run", str(campaign), "--out", str(out), *opts)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _summary(out) == ref, f"killed after append {k}"
+    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 1.0")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
+    for m in range(len(ref["measured"])):
+        out = tmp_path / f"m{m}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetsieve_bayes", "run", str(slow), "--out", str(out), *opts],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            while True:  # until m cells are journaled and measurement m + 1 has begun
+                recs = read_journal(out / "journal.jsonl")[0] if (out / "journal.jsonl").exists() else []
+                done_m = sum(r["type"] == "measurement" for r in recs)
+                if recs and done_m == m and (m < n_design or recs[-1]["type"] == "round"):
+                    break
+                assert proc.poll() is None
+                time.sleep(0.02)
+            time.sleep(0.4)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        done = _cli("run", str(campaign), "--out", str(out), *opts)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _summary(out) == ref, f"killed in measurement {m + 1}"

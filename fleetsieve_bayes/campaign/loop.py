@@ -39,6 +39,7 @@ from fleetsieve_bayes.allocation.problem import (
 )
 from fleetsieve_bayes.backends import Backend, make_backend
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.campaign.directory import finite_or_none
 from fleetsieve_bayes.campaign.fingerprint import (
     campaign_inputs,
     fingerprint,
@@ -421,8 +422,8 @@ def _run_locked(inputs: _Inputs, out: Path, backend: Backend, on_event: Event) -
         _begin(inputs, out, journal, backend.grid, on_event)
         _initial_design(inputs, out, journal, backend, on_event)
         final = _rounds(inputs, out, journal, backend, on_event)
-        result = _result_json(inputs, backend.grid, journal, final, time.perf_counter() - t_start)
-        atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
+        result = finite_or_none(_result_json(inputs, backend.grid, journal, final, time.perf_counter() - t_start))
+        atomic_write_text(out / "result.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
         on_event("done", result)
         return CampaignOutcome(result["status"], result, result["allocation"])
     finally:
