@@ -1,9 +1,11 @@
 """Resume from any journal state, in a fresh process, to the uninterrupted run's decisions.
 
-A tiny campaign is run by a real ``fleetsieve-bayes run`` process that is
-SIGKILL-ed right after each of its journal appends (the
+A tiny campaign is run by real ``fleetsieve-bayes run`` processes that are
+SIGKILL-ed right after each journal append (the
 ``FLEETSIEVE_BAYES_KILL_AFTER_APPEND`` hook: the process kills itself, no
-cleanup runs) and, separately, from outside in the middle of a measurement.
+cleanup runs) and inside measurements (``FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT``:
+a timer kills it while the replay sleeps; the slow exhaustive version also
+kills from outside).
 Every interrupted directory is resumed by a fresh process and compared with
 the uninterrupted run: measured cells (in order), allocation, status, and the
 number of round records (a resumed round is never recorded twice).
@@ -25,6 +27,7 @@ from tiny_campaign import cli, write_tiny
 from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
 
 KILL = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+KILL_IN_MEASUREMENT = "FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT"
 _CACHE: list[str] = []  # this module's JAX compilation cache folder
 
 
@@ -45,8 +48,8 @@ def _summary(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, int]:
-    """The campaign file, the uninterrupted run's summary and its number of journal records.
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[dict]]:
+    """The campaign file, the uninterrupted run's summary and its journal records.
 
     Every process of this module shares one JAX compilation cache that keeps
     every program, so only the reference run compiles.
@@ -58,7 +61,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, int]:
     done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
     records, _ = read_journal(out / "journal.jsonl")
-    return campaign, _summary(out), len(records)
+    return campaign, _summary(out), records
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -73,8 +76,9 @@ def _cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
     return cli(*args, env=_env(**extra))
 
 
-def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, int]) -> None:
-    _, ref, n_records = tiny
+def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, list[dict]]) -> None:
+    _, ref, records = tiny
+    n_records = len(records)
     # The design (4 cells), at least one acquisition, and a final answer.
     assert ref["status"] == "certified-feasible"
     assert len(ref["measured"]) >= 5 and ref["round_records"] >= 2
@@ -82,17 +86,31 @@ def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, int]) -> None:
     assert n_records == 1 + len(ref["measured"]) + ref["round_records"]
 
 
-def test_killed_after_every_journal_append_then_resumed(tiny: tuple[Path, dict, int], tmp_path: Path) -> None:
-    """A chain of processes, each SIGKILL-ed right after its first append, then one that finishes."""
-    campaign, ref, n_records = tiny
+def test_killed_after_every_journal_append_and_inside_measurements(
+    tiny: tuple[Path, dict, list[dict]], tmp_path: Path
+) -> None:
+    """A chain of real processes on one directory, each SIGKILL-ed right after its first
+    journal append, with one more killed inside the first design measurement and inside
+    every acquired cell's measurement; the last process finishes. Same decisions."""
+    campaign, ref, ref_records = tiny
+    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 2.0")
     out = tmp_path / "chain"
-    for k in range(1, n_records + 1):
+    killed_inside = 0
+    for k, rec in enumerate(ref_records, start=1):
+        if rec["type"] == "measurement" and (rec["phase"] == "acquire" or k == 2):
+            # The replay sleeps 2 s; a timer kills the process 0.5 s into it.
+            proc = _cli("run", str(slow), "--out", str(out), "--quiet", **{KILL_IN_MEASUREMENT: "0.5"})
+            assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+            assert len(read_journal(out / "journal.jsonl")[0]) == k - 1, "the killed measurement was journaled"
+            killed_inside += 1
         proc = _cli("run", str(campaign), "--out", str(out), "--quiet", **{KILL: "1"})
         assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
         assert "Traceback" not in proc.stderr
         records, _ = read_journal(out / "journal.jsonl")
         assert len(records) == k, f"process {k} appended {len(records) - k + 1} records before its kill"
+        assert records[-1]["type"] == rec["type"]
         assert not (out / "result.json").exists()
+    assert killed_inside == 1 + sum(r.get("phase") == "acquire" for r in ref_records) >= 2
     # Killed after the final round's record, before result.json: the last process only writes it.
     done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -100,43 +118,10 @@ def test_killed_after_every_journal_append_then_resumed(tiny: tuple[Path, dict, 
     assert _summary(out) == ref
 
 
-def test_killed_in_the_middle_of_a_measurement_then_resumed(tiny: tuple[Path, dict, int], tmp_path: Path) -> None:
-    """An outside SIGKILL while the first acquired cell is being measured (the replay sleeps)."""
-    campaign, ref, _ = tiny
-    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 1.5")
-    out = tmp_path / "mid"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetsieve_bayes", "run", str(slow), "--out", str(out), "--quiet"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    journal = out / "journal.jsonl"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline:
-            if journal.exists() and b'"type":"round"' in journal.read_bytes():
-                break
-            assert proc.poll() is None, "the campaign ended before its first round"
-            time.sleep(0.02)
-        time.sleep(0.5)  # well inside the 1.5 s measurement of the chosen cell
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    records, _ = read_records(journal)
-    last = records[-1]
-    assert isinstance(last, RoundRecord) and last.outcome == "measure", "not killed mid-measurement"
-    # Resumed with the original (no-delay) campaign file: the delay is no decision input.
-    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert _summary(out) == ref
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("strategy", "seed"), [("fleetsieve", 0), ("fleetsieve", 3), ("random", 1)])
 def test_exhaustive_every_kill_point_from_a_fresh_directory(
-    tiny: tuple[Path, dict, int], tmp_path: Path, strategy: str, seed: int
+    tiny: tuple[Path, dict, list[dict]], tmp_path: Path, strategy: str, seed: int
 ) -> None:
     """Each kill point on its own: a fresh run killed after its k-th append, resumed once;
     plus an outside kill inside every measurement."""

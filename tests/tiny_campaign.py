@@ -39,7 +39,7 @@ def write_tiny(
     folder: Path,
     *,
     name: str = "campaign.toml",
-    chat_demand: float = 9.0,
+    chat_demand: float = 6.0,
     gpus: int = 8,
     measurement_extra: str = "",
     model_extra: str = "",

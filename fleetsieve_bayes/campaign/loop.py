@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -214,6 +215,7 @@ def _measure_cell(
         },
     )
     started = time.time()
+    _arm_kill_in_measurement()
     row = backend.preflight(c)
     if row is None:
         row = backend.measure(c)
@@ -237,6 +239,26 @@ def _measure_cell(
         )
     )
     on_event("measure-done", {"cell": cell.to_json(), "label": cell.label, "row": row, "gpu_seconds": gpu_s})
+
+
+# Test hook: SIGKILL this process this many seconds into its first measurement
+# (the kill-everywhere test's way of stopping a run inside a measurement; a
+# replay with `delay_s` makes the measurement last that long).
+_KILL_IN_MEASUREMENT_ENV = "FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT"
+
+
+def _arm_kill_in_measurement() -> None:
+    after = os.environ.get(_KILL_IN_MEASUREMENT_ENV, "")
+    try:
+        seconds = float(after)
+    except ValueError:
+        return
+    import signal
+    import threading
+
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
 
 
 def _write_measurements(out: Path, journal: Journal) -> None:
