@@ -184,6 +184,10 @@ def admissible(grid: CellGrid, values: np.ndarray, problem: AllocationProblem) -
     """
     w = grid.workload_idx
     thr, ttft, comp, succ = (values[..., k] for k in range(4))
+    # An unobserved tail (NaN: the source had no such timing) passes only an
+    # SLO that does not name it.
+    ttft = np.where(np.isnan(ttft), np.inf, ttft)
+    comp = np.where(np.isnan(comp), np.inf, comp)
     tol = ADMISSIBILITY_TOL
     return (
         (succ >= problem.success_min[w] - tol)

@@ -92,6 +92,11 @@ def credible_bounds(
         fail = 1.0 - obs[:, 3]
         mlo[:, 3] = np.clip(1.0 - fail * (1.0 + r), 0.0, 1.0)
         mhi[:, 3] = np.clip(1.0 - fail * (1.0 - r), 0.0, 1.0)
+    # A measured cell whose source had no completion timing (NaN) is
+    # unobserved there: +inf on both sides, so a class whose SLO names
+    # completion p99 cannot commit to it until it is measured.
+    mlo[:, 1:3] = np.where(np.isnan(obs[:, 1:3]), np.inf, mlo[:, 1:3])
+    mhi[:, 1:3] = np.where(np.isnan(obs[:, 1:3]), np.inf, mhi[:, 1:3])
     lo = np.where(m[:, None], mlo, lo)
     hi = np.where(m[:, None], mhi, hi)
     return Bounds(lo=lo, hi=hi)
