@@ -427,6 +427,20 @@ def _jax_key(seed: int, round_no: int) -> Any:
     return jax.random.PRNGKey(_round_seed(seed, round_no))
 
 
+def _startup_gpu_seconds(meas: list[dict[str, Any]]) -> float:
+    """Σ startup_s × tp over measured cells whose server became ready."""
+    total = 0.0
+    for r in meas:
+        row = r.get("row") or {}
+        up = row.get("startup_s")
+        if up is None or str(row.get("failure") or "").startswith("startup-"):
+            continue
+        up = float(up)
+        if up == up:  # not NaN
+            total += up * int(row["tp"])
+    return total
+
+
 def _result_json(
     campaign: Campaign,
     grid: CellGrid,
@@ -453,6 +467,9 @@ def _result_json(
     return {
         "status": status,
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
+        # Server start-up of cells that ran (a failed start-up is its own
+        # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
+        "startup_gpu_seconds": _startup_gpu_seconds(meas),
         "measured": [r["cell"] for r in meas],
         "allocation": None if alloc is None else allocation_to_json(alloc, grid),
         "timings": {
