@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -96,7 +95,6 @@ def _server(py: str, model: Path, log: Path, name: str = "tiny"):
     try:
         ready = wait_ready(handle, READY_S)
         assert ready.status == "ready", f"vLLM did not start ({ready.status}): {log_tail(log)[-2000:]}"
-        print(f"\nvLLM ready in {ready.waited_s:.1f} s", file=sys.stderr)
         yield handle
     finally:
         assert not stop_server(handle, grace_s=30.0), "vLLM processes survived SIGKILL"
@@ -157,7 +155,7 @@ def test_vllm_campaign_certifies_with_a_real_engine(vllm_python: str, tiny_model
     assert result["status"] == "certified-feasible"
     assert all(a["replicas"] >= 1 for a in result["allocation"].values())
     df = pd.read_csv(out / "measurements.csv")
-    assert (df["failure"].fillna("") == "").all() and (df["success_rate"] >= 0.95).all()
+    assert (df["failure"].isna() | (df["failure"] == "")).all() and (df["success_rate"] >= 0.95).all()
     # One server for all cells (same TP): the first cell paid the start-up, the others reused it.
     assert df["startup_s"].iloc[0] > 5 and (df["startup_s"].iloc[1:] == 0).all()
     assert result["startup_gpu_seconds"] == pytest.approx(float((df["startup_s"] * df["tp"]).sum()))
@@ -175,7 +173,8 @@ def test_impossible_context_is_a_startup_failure(vllm_python: str, tiny_model: P
     finally:
         backend.close()
     assert row["failure"].startswith("startup-"), row
-    assert row["success_rate"] == 0.0 and row["duration_s"] == pytest.approx(row["startup_s"]) > 0
+    assert row["success_rate"] == 0.0 and row["startup_s"] > 0
+    assert row["duration_s"] == pytest.approx(row["startup_s"])
     log = next((tmp_path / "out" / "logs").glob("*.log")).read_text(errors="replace")
     assert "100000" in log
 
