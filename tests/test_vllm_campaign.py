@@ -65,6 +65,9 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
     assert len(measured) == len(result["measured"])
     # GPU-seconds = Σ duration × TP over the measured cells (2 s per cell).
     assert result["gpu_seconds"] == pytest.approx(float((measured["duration_s"] * measured["tp"]).sum()))
+    # Start-up is reported beside, not inside, the measurement GPU-seconds.
+    assert result["startup_gpu_seconds"] == pytest.approx(float((measured["startup_s"] * measured["tp"]).sum()))
+    assert result["startup_gpu_seconds"] > 0
     # The committed cell was measured, and every measured cell kept its raw records.
     assert any((m["tp"], m["load"]) == (alloc["tp"], alloc["load"]) for m in result["measured"])
     assert len(list((out / "raw").glob("*.parquet"))) == len(measured)
