@@ -40,6 +40,17 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           restarting it (default true)
 ========================  =====================================================
 
+The memory-guard sizes may also come from the prior card (``[card]
+model_size_gb`` / ``gpu_memory_gb``) when the card defines them; campaign keys
+win. Cells are workloads × TP candidates × loads; a cell's ``offered_rps`` is
+computed from its trace at construction (arrivals in the window / window), so
+unmeasured cells have a known offered rate, and it equals what the
+measurement reports. The row's ``duration_s`` is warm-up + window for a
+measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
+a cell skipped by the memory guard. Raw per-request records go to
+``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
+server logs to ``OUT/logs/``.
+
 ``model`` is handed to the server verbatim, except that a path relative to
 the campaign file that exists there is made absolute. Each measured cell goes
 through :func:`fleetsieve_bayes.backends.cell.measure_cell` (the same path as
@@ -48,16 +59,10 @@ vocabulary, prompt + output fitted into its context length.
 
 Start-up is recorded per cell as ``startup_s``: the seconds from launch to a
 healthy ``/health`` for the cell that started the server, 0 for a cell that
-reused a running one. It is not part of ``duration_s`` for a cell that ran; a
-start-up failure's row has ``duration_s = startup_s`` (its GPUs were held
-only for the start-up). Cells are workloads × TP candidates × loads; a cell's ``offered_rps`` is
-computed from its trace at construction (arrivals in the window / window), so
-unmeasured cells have a known offered rate, and it equals what the
-measurement reports. The row's ``duration_s`` is warm-up + window for a
-measured cell, the wall seconds the GPUs were held after start-up for a cell
-that failed while running, and 0 for a cell skipped by the memory guard. Raw per-request records go to
-``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
-server logs to ``OUT/logs/``.
+reused a running one. It is not part of ``duration_s``: a cell that failed
+while running was held ``duration_s`` after its start-up; a start-up
+failure's row has ``duration_s = startup_s`` (its GPUs were held only for the
+start-up).
 """
 
 from __future__ import annotations
