@@ -297,13 +297,6 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     )
 
 
-def _boolean(opts: dict[str, Any], key: str, default: bool, fail: Any) -> bool:
-    v = opts.get(key, default)
-    if not isinstance(v, bool):
-        raise fail(key, f"expected true or false, got {v!r}")
-    return v
-
-
 def _card_sizes(campaign: Campaign) -> dict[str, float]:
     """``model_size_gb`` / ``gpu_memory_gb`` from the prior card's ``[card]`` table, if it has them."""
     try:
@@ -447,3 +440,10 @@ def _unique(path: Path) -> Path:
     while (candidate := path.with_name(f"{path.stem}-{k}{path.suffix}")).exists():
         k += 1
     return candidate
+
+
+def _boolean(opts: dict[str, Any], key: str, default: bool, fail: Any) -> bool:
+    v = opts.get(key, default)
+    if not isinstance(v, bool):
+        raise fail(key, f"expected true or false, got {v!r}")
+    return v
