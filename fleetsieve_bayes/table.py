@@ -15,7 +15,9 @@ not part of ``duration_s`` except for a start-up failure.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,7 @@ __all__ = [
     "write_table",
     "validate_table",
     "gpu_seconds",
+    "startup_gpu_seconds",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -248,3 +251,21 @@ def write_table(df: pd.DataFrame, path: str | Path) -> None:
 def gpu_seconds(df: pd.DataFrame) -> float:
     """Profiling cost of the rows: Σ duration_s × tp."""
     return float((df["duration_s"] * df["tp"]).sum())
+
+
+def startup_gpu_seconds(rows: Iterable[Mapping[str, Any]]) -> float:
+    """Server start-up cost of measured rows: Σ ``startup_s × tp`` over cells whose server became ready.
+
+    A failed start-up (``failure`` ``startup-*``) is left out: its wait is its
+    ``duration_s``, already in :func:`gpu_seconds`. Rows without ``startup_s``
+    (replayed, ingested) count 0.
+    """
+    total = 0.0
+    for row in rows:
+        up = row.get("startup_s")
+        if up is None or str(row.get("failure") or "").startswith("startup-"):
+            continue
+        up = float(up)
+        if math.isfinite(up):
+            total += up * int(row["tp"])
+    return total

@@ -115,3 +115,17 @@ def test_only_completion_may_be_empty(tmp_path: Path, text: str, message: str) -
     path.write_text(text + "\n")
     with pytest.raises(InputError, match=message):
         read_table(path)
+
+
+def test_startup_gpu_seconds_leaves_out_failed_startups_and_missing_values() -> None:
+    from fleetsieve_bayes.table import startup_gpu_seconds
+
+    rows = [
+        {"tp": 2, "startup_s": 60.0, "failure": ""},  # started a server: 120
+        {"tp": 2, "startup_s": 0.0, "failure": ""},  # reused it
+        {"tp": 4, "startup_s": 30.0, "failure": "startup-oom"},  # its wait is its duration_s
+        {"tp": 8, "failure": ""},  # replayed: no start-up recorded
+        {"tp": 1, "startup_s": float("nan"), "failure": ""},
+        {"tp": 1, "startup_s": 5.0, "failure": "died-mid-run"},  # started, then died: 5
+    ]
+    assert startup_gpu_seconds(rows) == 125.0

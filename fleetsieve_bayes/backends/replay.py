@@ -41,6 +41,8 @@ def validate_replay_options(campaign: Campaign) -> None:
         raise fail("table", f"expected a non-empty string, got {opts['table']!r}")
     table = campaign.measurement.table
     assert table is not None
+    if table.is_dir():
+        raise fail("table", f"{table} is a directory, not a table file")
     if not table.is_file():
         raise fail("table", f"file not found: {table}")
     if "delay_s" in opts:

@@ -53,7 +53,7 @@ from fleetsieve_bayes.decision.certificate import (
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
-from fleetsieve_bayes.table import COLUMNS, METRICS, write_table
+from fleetsieve_bayes.table import COLUMNS, METRICS, startup_gpu_seconds, write_table
 
 __all__ = ["CampaignOutcome", "run_campaign", "measured_state", "Event"]
 
@@ -427,20 +427,6 @@ def _jax_key(seed: int, round_no: int) -> Any:
     return jax.random.PRNGKey(_round_seed(seed, round_no))
 
 
-def _startup_gpu_seconds(meas: list[dict[str, Any]]) -> float:
-    """Σ startup_s × tp over measured cells whose server became ready."""
-    total = 0.0
-    for r in meas:
-        row = r.get("row") or {}
-        up = row.get("startup_s")
-        if up is None or str(row.get("failure") or "").startswith("startup-"):
-            continue
-        up = float(up)
-        if up == up:  # not NaN
-            total += up * int(row["tp"])
-    return total
-
-
 def _result_json(
     campaign: Campaign,
     grid: CellGrid,
@@ -469,7 +455,7 @@ def _result_json(
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
         # Server start-up of cells that ran (a failed start-up is its own
         # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
-        "startup_gpu_seconds": _startup_gpu_seconds(meas),
+        "startup_gpu_seconds": startup_gpu_seconds([r["row"] for r in meas]),
         "measured": [r["cell"] for r in meas],
         "allocation": None if alloc is None else allocation_to_json(alloc, grid),
         "timings": {
