@@ -5,6 +5,13 @@ Replays a trace open-loop (``--scale`` multiplies its arrival rate) for
 and prints one measurement-table row (``--json``: as a JSON object). The
 measurement window is ``--duration`` seconds after the warm-up; the row's
 ``duration_s`` is warm-up + window, the wall time the cell holds its GPUs.
+
+The cell goes through :func:`fleetsieve_bayes.backends.cell.measure_cell`, the
+same path as a campaign's vLLM backend: prompt token ids are drawn inside the
+served model's vocabulary (``--vocab-size``, else the ``config.json`` of the
+model ``/v1/models`` reports) and fitted into its ``max_model_len``. A cell
+where every request failed is printed with a ``failure`` label, and the
+server's first error goes to stderr.
 """
 
 from __future__ import annotations
