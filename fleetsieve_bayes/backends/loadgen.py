@@ -283,10 +283,10 @@ async def _one(session: aiohttp.ClientSession, url: str, spec: LoadSpec, rec: di
                     rec["ok"], rec["error"] = True, ""
     except TimeoutError:
         rec["error"] = "timeout"
-    except aiohttp.ClientPayloadError:
-        rec["error"] = "incomplete"
-    except (aiohttp.ClientError, OSError):
-        rec["error"] = "connection"
+    except aiohttp.ClientPayloadError as exc:
+        rec["error"], rec["detail"] = "incomplete", f"{type(exc).__name__}: {exc}"[:300]
+    except (aiohttp.ClientError, OSError) as exc:
+        rec["error"], rec["detail"] = "connection", f"{type(exc).__name__}: {exc}"[:300]
     except asyncio.CancelledError:
         rec["error"] = "cancelled"
 
