@@ -47,11 +47,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import DEFAULT_TOL, allocation_from_choice
 from fleetsieve_bayes.allocation.problem import (
-    ADMISSIBILITY_TOL,
     Allocation,
     AllocationProblem,
     CellGrid,
+    meets_slo,
 )
 
 __all__ = [
@@ -63,9 +64,9 @@ __all__ = [
     "solve_jax_problem",
     "make_jax_allocator",
     "allocate_jax",
+    "allocation_from_choice",
 ]
 
-DEFAULT_TOL = 1e-6
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
 _COMPARE_MAX = 1 << 14
@@ -181,18 +182,13 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     """One table: ``values (C, 4)`` → scalar/``(K,)`` :class:`JaxAllocation`."""
     dt = jnp.result_type(values.dtype, jnp.float32)
     values = values.astype(dt)
-    thr, ttft, comp, succ = values[:, 0], values[:, 1], values[:, 2], values[:, 3]
+    thr = values[:, 0]
     n_c = values.shape[0]
     n_k = spec.demand.shape[0]
     n_t = spec.tp_levels.shape[0]
     kq = spec.cell_class
-    atol = ADMISSIBILITY_TOL
-    adm = (
-        spec.cell_valid
-        & (succ >= spec.success_min.astype(dt)[kq] - atol)
-        & (ttft <= spec.ttft_max.astype(dt)[kq] + atol)
-        & (comp <= spec.completion_max.astype(dt)[kq] + atol)
-        & (thr > 0)
+    adm = spec.cell_valid & meets_slo(
+        values, spec.success_min.astype(dt)[kq], spec.ttft_max.astype(dt)[kq], spec.completion_max.astype(dt)[kq]
     )
     lam = spec.demand.astype(dt)
     valid_k = spec.class_valid
@@ -355,35 +351,4 @@ def allocate_jax(
         np.asarray(out.cell),
         np.asarray(out.replicas),
         feasible=bool(out.feasible),
-    )
-
-
-def allocation_from_choice(
-    grid: CellGrid,
-    values: np.ndarray,
-    problem: AllocationProblem,
-    cell: np.ndarray,
-    replicas: np.ndarray,
-    *,
-    feasible: bool,
-) -> Allocation:
-    """An :class:`Allocation` from ``cell (K,)`` and ``replicas (K,)``, objectives in float64."""
-    k = grid.n_classes
-    if not feasible:
-        return Allocation(
-            "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0
-        )
-    cell = np.asarray(cell, np.int64)
-    replicas = np.where(cell >= 0, np.asarray(replicas, np.int64), 0)
-    thr = np.where(cell >= 0, values[np.maximum(cell, 0), 0], 0.0)
-    served = np.minimum(problem.demand, replicas * thr)
-    gpus = int(np.sum(np.where(cell >= 0, replicas * grid.tp[np.maximum(cell, 0)], 0)))
-    return Allocation(
-        status="feasible",
-        cell=np.where(replicas > 0, cell, -1),
-        replicas=replicas,
-        served=served,
-        min_fulfillment=float(np.min(served / problem.demand)),
-        goodput_rps=float(np.sum(served)),
-        gpus_used=gpus,
     )

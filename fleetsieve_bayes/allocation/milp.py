@@ -35,11 +35,14 @@ from __future__ import annotations
 import mip
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import (
+    DEFAULT_TOL,
+    allocation_from_choice,
+    infeasible_allocation,
+)
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 
 __all__ = ["allocate_milp", "pareto_cells", "canonical_cells", "DEFAULT_TOL"]
-
-DEFAULT_TOL = 1e-6
 
 
 def pareto_cells(grid: CellGrid, values: np.ndarray, adm: np.ndarray, gpus: int) -> list[list[int]]:
@@ -202,9 +205,7 @@ def allocate_milp(
     m, n_vars, x, t, gpu_expr = build(0.0, None)
     m.objective = mip.maximize(t)
     if not solve(m, "2 (max min-fulfillment)"):
-        return Allocation(
-            "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0
-        )
+        return infeasible_allocation(k)
     t_star = max(float(t.x), recompute(n_vars)[1])
     m, n_vars, x, t, gpu_expr = build(t_star - tol, None)
     m.objective = mip.maximize(mip.xsum(x))
@@ -223,15 +224,4 @@ def allocate_milp(
     for (i, q), nv in n_vars.items():
         w[i] += int(round(nv.x)) * int(grid.tp[q])
     cell, reps = canonical_cells(grid, values, adm, lam, w, tol)
-    tp_cell = np.where(cell >= 0, grid.tp[np.maximum(cell, 0)], 0)
-    thr_cell = np.where(cell >= 0, cap[np.maximum(cell, 0)], 0.0)
-    served = np.minimum(lam, reps * thr_cell)
-    return Allocation(
-        status="feasible",
-        cell=cell,
-        replicas=reps,
-        served=served,
-        min_fulfillment=float(np.min(served / lam)),
-        goodput_rps=float(np.sum(served)),
-        gpus_used=int(np.sum(reps * tp_cell)),
-    )
+    return allocation_from_choice(grid, values, problem, cell, reps, feasible=True)

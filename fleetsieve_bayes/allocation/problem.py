@@ -28,6 +28,7 @@ __all__ = [
     "values_from_table",
     "problem_from_campaign",
     "admissible",
+    "meets_slo",
     "allocation_to_json",
     "ADMISSIBILITY_TOL",
 ]
@@ -110,6 +111,10 @@ class Allocation(NamedTuple):
     def feasible(self) -> bool:
         return self.status == "feasible"
 
+    def committed(self) -> list[int]:
+        """The cells this allocation commits to (a replica or more), in class order."""
+        return [int(c) for c, n in zip(self.cell, self.replicas, strict=True) if c >= 0 and n > 0]
+
 
 def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str = "table") -> CellGrid:
     """Candidate cells = every row of ``df`` whose workload is one of ``workloads``.
@@ -172,29 +177,44 @@ def problem_from_campaign(campaign: Campaign, *, demand_scale: float = 1.0) -> A
     )
 
 
+def meets_slo(
+    values: Any, success_min: Any, ttft_max: Any, completion_max: Any, *, tol: float = ADMISSIBILITY_TOL
+) -> Any:
+    """The admissibility rule, for any array namespace (NumPy, JAX, pandas-free arrays).
+
+    Args:
+        values: ``(..., n, 4)`` metrics in METRICS order.
+        success_min, ttft_max, completion_max: ``(n,)`` limits of each cell's
+            class (``+inf`` where the policy names no tail limit).
+
+    Returns:
+        bool ``(..., n)``: success ≥ success_min and every named tail ≤ its
+        limit (each up to ``tol``), with throughput > 0.
+    """
+    thr, ttft, comp, succ = (values[..., k] for k in range(4))
+    return (
+        (succ >= success_min - tol)
+        & (ttft <= ttft_max + tol)
+        & (comp <= completion_max + tol)
+        & (thr > 0)
+    )
+
+
 def admissible(grid: CellGrid, values: np.ndarray, problem: AllocationProblem) -> np.ndarray:
-    """Which cells satisfy their class's SLO policy.
+    """Which cells satisfy their class's SLO policy (:func:`meets_slo`).
 
     Args:
         values: ``(..., n_cells, 4)`` cell metrics in METRICS order.
 
     Returns:
-        bool array ``(..., n_cells)``: success ≥ success_min and every named
-        tail ≤ its limit, with throughput > 0.
+        bool array ``(..., n_cells)``.
     """
     w = grid.workload_idx
-    thr, ttft, comp, succ = (values[..., k] for k in range(4))
-    tol = ADMISSIBILITY_TOL
-    return (
-        (succ >= problem.success_min[w] - tol)
-        & (ttft <= problem.ttft_max[w] + tol)
-        & (comp <= problem.completion_max[w] + tol)
-        & (thr > 0)
-    )
+    return meets_slo(values, problem.success_min[w], problem.ttft_max[w], problem.completion_max[w])
 
 
 def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | None:
-    """DESIGN.md's ``allocation`` object: ``{workload: {tp, load, replicas}}``, or None if infeasible.
+    """The ``allocation`` object of result.json (docs/contracts.md): ``{workload: {tp, load, replicas}}``, or None if infeasible.
 
     A class that gets no replica appears as ``{"tp": null, "load": null, "replicas": 0}``.
     """

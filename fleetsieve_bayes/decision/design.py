@@ -15,21 +15,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 
-__all__ = ["initial_design", "STRATEGY_NAMES"]
-
-# The acquisition strategies (``run --strategy``); all share this initial
-# design, the model, the allocator and the stopping rule.
-STRATEGY_NAMES: tuple[str, ...] = (
-    "fleetsieve",
-    "random",
-    "grid",
-    "max-uncertainty",
-    "shared-uncertainty",
-    "targeted",
-    "voi",
-    "constrained-bo",
-)
-
+__all__ = ["initial_design"]
 
 def initial_design(grid: CellGrid) -> list[int]:
     """Cell indices of the initial design, in measurement order."""
