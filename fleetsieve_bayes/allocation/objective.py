@@ -160,8 +160,12 @@ def allocation_from_choice(
 
 
 def objective_json(alloc: Allocation, *, with_feasible: bool = False, digits: int | None = None) -> dict[str, Any]:
-    """``{min_fulfillment, goodput_rps, gpus_used}`` (``feasible`` first when asked), floats rounded to ``digits``."""
-    num = (lambda x: float(x)) if digits is None else (lambda x: round(float(x), digits))
+    """``{min_fulfillment, goodput_rps, gpus_used}`` (``feasible`` first when asked).
+
+    ``digits``: floats rounded to this many *significant* digits (scale-free:
+    a fulfillment of 1.1e-9 keeps its digits).
+    """
+    num = (lambda x: float(x)) if digits is None else (lambda x: float(f"{float(x):.{digits}g}"))
     out: dict[str, Any] = {"feasible": alloc.feasible} if with_feasible else {}
     out.update(
         min_fulfillment=num(alloc.min_fulfillment),

@@ -31,8 +31,14 @@ __all__ = [
     "meets_slo",
     "allocation_to_json",
     "ADMISSIBILITY_TOL",
+    "DEMAND_RANGE",
+    "check_demand",
 ]
 
+# Demands (req/s) the allocators resolve: the stages are scale-free inside this
+# range (tested from 1e-6 to 1e9); beyond it float32 (JAX) fulfillment ratios
+# and CBC's tolerances stop being meaningful, so such input is refused.
+DEMAND_RANGE = (1e-9, 1e12)
 # Tolerance when comparing a cell's metric with an SLO limit, so that a value
 # equal to its limit (up to float rounding) is admissible in both allocators.
 ADMISSIBILITY_TOL = 1e-9
@@ -160,12 +166,35 @@ def values_from_table(grid: CellGrid, df: pd.DataFrame, *, source: str = "table"
     return out
 
 
+def check_demand(demand: Any, names: tuple[str, ...] | None = None, *, source: str = "allocation") -> None:
+    """Refuse demands the allocators cannot resolve: non-finite or outside :data:`DEMAND_RANGE`.
+
+    Raises:
+        InputError: one line naming the class and the value.
+    """
+    lo, hi = DEMAND_RANGE
+    for i, x in enumerate(np.asarray(demand, np.float64).reshape(-1)):
+        if not (lo <= x <= hi):  # also catches NaN
+            name = f"workload {names[i]!r}" if names else f"class {i}"
+            raise InputError(
+                f"{source}: {name}: demand {x:g} req/s is outside the range the allocator "
+                f"resolves ({lo:g} to {hi:g} req/s)"
+            )
+
+
 def problem_from_campaign(campaign: Campaign, *, demand_scale: float = 1.0) -> AllocationProblem:
-    """Arrays of the campaign's classes, demand multiplied by ``demand_scale``."""
+    """Arrays of the campaign's classes, demand multiplied by ``demand_scale``.
+
+    Raises:
+        InputError: a (scaled) demand outside :data:`DEMAND_RANGE`.
+    """
     ws = campaign.workloads
     inf = np.inf
+    demand = np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64)
+    where = str(campaign.path) + ("" if demand_scale == 1.0 else f" (demand × {demand_scale:g})")
+    check_demand(demand, campaign.workload_names, source=where)
     return AllocationProblem(
-        demand=np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64),
+        demand=demand,
         critical=np.array([w.critical for w in ws], dtype=bool),
         floor=np.array([w.floor for w in ws], dtype=np.float64),
         success_min=np.array([w.slo.success_min for w in ws], dtype=np.float64),
