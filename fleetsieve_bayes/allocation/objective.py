@@ -41,6 +41,7 @@ __all__ = [
     "within",
     "Gap",
     "stagewise_gap",
+    "gap_within",
     "weigh",
     "scalar_gap",
     "objective_value",
@@ -96,6 +97,11 @@ def stagewise_gap(
     dg = (g_plus - g_minus) / total_demand
     # max(0, ·) written arithmetically so NumPy and JAX share it.
     return Gap(critical=critical, min_fulfillment=(dr + abs(dr)) / 2 + zero, goodput=(dg + abs(dg)) / 2 + zero)
+
+
+def gap_within(gap: Any, epsilon: float) -> bool:
+    """No critical disagreement and both continuous stage terms ≤ ``epsilon`` (a :class:`Gap` or alike)."""
+    return float(gap.critical) == 0.0 and float(gap.min_fulfillment) <= epsilon and float(gap.goodput) <= epsilon
 
 
 def weigh(critical: Any, min_fulfillment: Any, goodput: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.objective import Gap, scalar_gap, stagewise_gap
+from fleetsieve_bayes.allocation.objective import Gap, gap_within, scalar_gap, stagewise_gap
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 
 __all__ = [
@@ -96,7 +96,7 @@ def certify(
     bad = [c for c in committed if measured[c] and not ok_values[c]]
     if bad:  # cannot happen when A⁻ was solved on measured values; kept as a guard
         return Certificate(UNDECIDED, gap, unmeasured, f"committed cell {grid.describe(bad[0])} violates its SLO")
-    if gap.min_fulfillment > epsilon or gap.goodput > epsilon:
+    if not gap_within(gap, epsilon):
         return Certificate(
             UNDECIDED,
             gap,

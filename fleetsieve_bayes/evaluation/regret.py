@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.allocation.milp import allocate_milp
-from fleetsieve_bayes.allocation.objective import weigh
+from fleetsieve_bayes.allocation.objective import gap_within, weigh
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 from fleetsieve_bayes.decision.design import initial_design
 
@@ -213,7 +213,7 @@ def scalar_regret(r: Regret) -> float:
 
 def eps_correct(r: Regret, epsilon: float) -> bool:
     """Critical feasibility right and both continuous stages within ``epsilon``."""
-    return r.critical == 0.0 and r.min_fulfillment <= epsilon and r.goodput <= epsilon
+    return gap_within(r, epsilon)
 
 
 def regret_curve(

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import gap_within
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
@@ -88,11 +89,8 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
 def build_fleetsieve(ctx: StrategyContext) -> Select:
     def select(state: RoundState) -> int:
         unmeasured(state)
-        eps = state.campaign_epsilon
-        gap = state.certificate.gap
         pending = [c for c in state.certificate.unmeasured_committed if not state.measured[c]]
-        within = float(gap.critical) == 0.0 and float(gap.min_fulfillment) <= eps and float(gap.goodput) <= eps
-        if within and pending:
+        if pending and gap_within(state.certificate.gap, state.campaign_epsilon):
             return cheapest(pending, ctx.grid)
         s = np.asarray(run_kernel(ctx, state).score, np.float64)
         if pending and np.nanmax(np.where(np.isfinite(s), s, np.nan)) <= TIE_TOLERANCE:
