@@ -137,3 +137,18 @@ def test_rules_agree_on_numpy_and_jax():
     c_lo, c_hi = collapse_measured(obs, 0.2)
     # Success band on the failure probability: 0.99 ± 20 % of 0.01.
     np.testing.assert_allclose([c_lo[1, 3], c_hi[1, 3]], [0.988, 0.992])
+
+
+def test_unobserved_tail_is_unbounded_and_passes_only_an_slo_that_does_not_name_it():
+    from fleetsieve_bayes.allocation.problem import meets_slo
+
+    obs = np.array([[2.0, 0.5, np.nan, 1.0], [2.0, np.nan, 3.0, 1.0]])
+    for xp_obs in (obs, jnp.asarray(obs, jnp.float32)):
+        lo, hi = collapse_measured(xp_obs, 0.1)
+        assert np.isinf(np.asarray(lo)[0, 2]) and np.isinf(np.asarray(hi)[0, 2])
+        assert np.isinf(np.asarray(lo)[1, 1]) and np.isinf(np.asarray(hi)[1, 1])
+        np.testing.assert_allclose(np.asarray(lo)[0, :2], [1.8, 0.45], rtol=1e-6)
+        named = meets_slo(xp_obs, np.array([0.9, 0.9]), np.array([2.0, 2.0]), np.array([30.0, 30.0]))
+        unnamed = meets_slo(xp_obs, np.array([0.9, 0.9]), np.array([2.0, np.inf]), np.array([np.inf, 30.0]))
+        assert list(np.asarray(named)) == [False, False]
+        assert list(np.asarray(unnamed)) == [True, True]

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS
@@ -218,9 +219,13 @@ def meets_slo(
 
     Returns:
         bool ``(..., n)``: success ≥ success_min and every named tail ≤ its
-        limit (each up to ``tol``), with throughput > 0.
+        limit (each up to ``tol``), with throughput > 0. An unobserved tail
+        (NaN: the source had no such timing) passes only a policy that does
+        not name it.
     """
-    thr, ttft, comp, succ = (values[..., k] for k in range(4))
+    xp = namespace(values)
+    thr, succ = values[..., 0], values[..., 3]
+    ttft, comp = (xp.where(xp.isnan(values[..., k]), xp.inf, values[..., k]) for k in (1, 2))
     return (
         (succ >= success_min - tol)
         & (ttft <= ttft_max + tol)

@@ -63,10 +63,14 @@ def collapse_measured(values: Any, repeatability: float) -> tuple[Any, Any]:
 
     Throughput and tails: value ± the relative repeatability band; success: the
     band is relative on the failure probability ``1 − s``, clipped to [0, 1].
-    Failed cells keep their values (0 throughput, 0 success, tails possibly +inf).
+    Failed cells keep their values (0 throughput, 0 success, tails possibly
+    +inf). An unobserved tail (NaN: the source had no such timing) is +inf on
+    both sides, so a class whose SLO names it cannot commit to the cell.
     """
     xp = namespace(values)
     r = repeatability
+    tails = values[..., 1:3]
+    values = xp.concatenate([values[..., :1], xp.where(xp.isnan(tails), xp.inf, tails), values[..., 3:]], axis=-1)
     fail = 1.0 - values[..., 3]
     lo = _with_success(values * (1.0 - r), xp.clip(1.0 - fail * (1.0 + r), 0.0, 1.0), xp)
     hi = _with_success(values * (1.0 + r), xp.clip(1.0 - fail * (1.0 - r), 0.0, 1.0), xp)

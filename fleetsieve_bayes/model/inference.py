@@ -172,6 +172,8 @@ class SviKernel(NamedTuple):
 
 
 _CACHE: dict[tuple, Any] = {}
+# NUTS kernels whose init has been traced in this process (see _fit_nuts).
+_KERNEL_READY: set[tuple] = set()
 
 
 def _resolve(
@@ -298,6 +300,12 @@ def _fit_nuts(
     args = (data, data.observed)
     states: list[Any] | None = None
     if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs.key:
+        # numpyro's sample_kernel reads settings (tree depth, adaptation) that
+        # only its init_kernel sets; a state loaded from disk arrives in a
+        # process where init never ran, so trace it once (no compile, no run).
+        if objs.key not in _KERNEL_READY:
+            jax.eval_shape(objs.init, warm.state["states"][0].z, keys[0], data)
+            _KERNEL_READY.add(objs.key)
         states = []
         for c, last in enumerate(warm.state["states"]):
             pe, grad = objs.energy(last.z, data)
