@@ -15,7 +15,12 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 
-__all__ = ["initial_design"]
+# The names live in the strategy registry (the only list); re-exported for
+# callers that import them with the design.
+from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
+
+__all__ = ["initial_design", "STRATEGY_NAMES"]
+
 
 def initial_design(grid: CellGrid) -> list[int]:
     """Cell indices of the initial design, in measurement order."""

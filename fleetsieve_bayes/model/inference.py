@@ -193,6 +193,7 @@ def fit(
     *,
     seed: int,
     warm_start: Posterior | None = None,
+    failed: np.ndarray | None = None,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -204,9 +205,12 @@ def fit(
         preset: inference preset (object, name or path).
         seed: PRNG seed.
         warm_start: the previous round's Posterior (same grid) to start from.
+        failed: optional bool ``(n_cells,)`` failure labels (see
+            :func:`fleetsieve_bayes.model.joint.model_data`; the synthetic
+            suite passes them).
     """
     card, preset = _resolve(card, preset)
-    data = model_data(grid, observed, measured_mask)
+    data = model_data(grid, observed, measured_mask, failed=failed)
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
     return _fit_nuts(data, card, preset, seed, warm_start)
