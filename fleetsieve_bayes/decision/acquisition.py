@@ -101,6 +101,7 @@ __all__ = [
     "conservative_value",
     "fantasy_plan",
     "fantasy_outcomes",
+    "related_cells",
     "select_cell",
     "DEFAULT_ESS_THRESHOLD",
     "DEFAULT_MIN_EFFECTIVE_DRAWS",
@@ -315,7 +316,7 @@ def fantasy_outcomes(
     return jax.vmap(lambda lat_e: sample_obs(k_obs, lat_e, noise[d_f]))(jnp.moveaxis(latent[d_f], 1, 0))
 
 
-def _related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
+def related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
     """``(n_cells, k)`` for each candidate, the k unmeasured cells most correlated with it.
 
     Correlation: mean over metrics of |corr| of log(|x|+tiny) across draws;
@@ -386,7 +387,7 @@ def prepare_inputs(
     if k >= n_cells:
         related = jnp.broadcast_to(jnp.arange(n_cells), (n_cells, n_cells))
     else:
-        related = _related_cells(latent, measured, k)
+        related = related_cells(latent, measured, k)
     return KernelInputs(latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related)
 
 
