@@ -1,7 +1,11 @@
-"""Fitting :func:`fleetsieve_bayes.model.joint.fleet_model`: presets, NUTS/SVI, the Posterior.
+"""Fitting :func:`fleetsieve_bayes.model.joint.fleet_model` with NUTS or SVI: the sampler driver and the Posterior.
 
 Presets (TOML under ``inference/``) are parsed in
-:mod:`fleetsieve_bayes.model.presets` (re-exported here).
+:mod:`fleetsieve_bayes.model.presets` and posteriors stored by
+:mod:`fleetsieve_bayes.model.storage` (both re-exported here). The compiled
+pieces of a run are NamedTuples (:class:`NutsKernel`, :class:`SviKernel`) and
+each NUTS transition is recorded as a :class:`NutsTrace` (as BlackJAX's
+``HMCInfo``). :func:`prior_predictive` simulates fleets from the prior.
 
 Compile once per campaign: the compiled sampler is cached per (grid shape,
 card, preset), and the model's arrays are *arguments* of the compiled program
@@ -41,7 +45,6 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
-from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.joint import (
     ModelData,
     fleet_model,
@@ -52,6 +55,7 @@ from fleetsieve_bayes.model.joint import (
 )
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
+from fleetsieve_bayes.model.storage import load_idata, save_posterior
 from fleetsieve_bayes.table import METRICS
 
 __all__ = [
@@ -487,35 +491,3 @@ def _assemble(
         idata=idata,
         state=state,
     )
-
-
-# --- storage ---------------------------------------------------------------
-
-
-def save_posterior(posterior: Posterior, path: str | Path) -> None:
-    """Write the posterior's InferenceData as netCDF (``posterior.nc``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    posterior.idata.to_netcdf(str(tmp))
-    tmp.replace(path)  # atomic: a crash never leaves a half-written posterior
-
-
-def load_idata(path: str | Path) -> Any:
-    """Read an InferenceData netCDF written by :func:`save_posterior`.
-
-    Raises:
-        InputError: missing or unreadable file, or no ``posterior`` group.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: posterior file not found")
-    try:
-        idata = az.from_netcdf(str(path))
-    except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
-        raise InputError(
-            f"{path}: cannot read posterior (netCDF): {type(exc).__name__}: {exc}".splitlines()[0]
-        ) from None
-    if "posterior" not in idata.groups():
-        raise InputError(f"{path}: no 'posterior' group in the file")
-    return idata
