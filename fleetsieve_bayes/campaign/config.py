@@ -2,7 +2,7 @@
 
 A campaign names the fleet budget, the model family (prior card), the
 measurement backend, the stopping rule and the workload classes with their
-demand and SLO. See DESIGN.md for the contract; this module keeps it exactly
+demand and SLO. See docs/contracts.md for the contract; this module keeps it exactly
 and adds only optional keys. Every problem is reported as one
 :class:`~fleetsieve_bayes.errors.InputError` naming the file and the field.
 """
@@ -104,10 +104,6 @@ _MODEL_KEYS = {"family", "inference", "repeatability"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
-# Keys of the replay backend (``delay_s``: wall seconds each replayed
-# measurement takes, to watch progress or rehearse interruptions); other
-# backends validate their own.
-_REPLAY_KEYS = {"table", "delay_s"}
 
 
 class _Ctx:
@@ -220,16 +216,6 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     options = {k: v for k, v in meas.items() if k not in ("backend", "seed_tables")}
     seed_tables = _seed_tables(ctx, meas.get("seed_tables", []), base_dir)
     measurement = Measurement(backend=backend, options=options, base_dir=base_dir, seed_tables=seed_tables)
-    if backend == "replay":
-        ctx.check_keys("[measurement]", options, _REPLAY_KEYS)
-        if "table" not in options:
-            raise ctx.fail("[measurement] table", "missing (the replay backend needs a measured table)")
-        ctx.string("[measurement] table", options["table"])
-        table = measurement.table
-        assert table is not None
-        _check_file(ctx, "[measurement] table", table)
-        if "delay_s" in options:
-            ctx.number("[measurement] delay_s", options["delay_s"], lo=0.0)
 
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
@@ -250,7 +236,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     workloads = _parse_workloads(ctx, raw)
 
-    return Campaign(
+    campaign = Campaign(
         name=name,
         path=path.resolve(),
         gpus=gpus,
@@ -264,6 +250,11 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         repeatability=repeatability,
         raw=raw,
     )
+    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
+    from fleetsieve_bayes.backends import validate_backend
+
+    validate_backend(campaign)
+    return campaign
 
 
 def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
@@ -352,3 +343,8 @@ def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:
     if name not in raw:
         raise ctx.fail(f"[{name}]", "missing section")
     return raw[name]
+
+
+# The one TOML validator (one-line errors naming the file and the field), also
+# used by the inference presets (fleetsieve_bayes.model.presets).
+Validator = _Ctx

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.allocation.objective import objective_json
 from fleetsieve_bayes.allocation.problem import (
     Allocation,
     AllocationProblem,
@@ -70,7 +71,7 @@ from fleetsieve_bayes.decision.certificate import (
 from fleetsieve_bayes.decision.design import STRATEGY_NAMES, initial_design
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
-from fleetsieve_bayes.table import COLUMNS, METRICS, write_table
+from fleetsieve_bayes.table import COLUMNS, METRICS, startup_gpu_seconds, write_table
 
 __all__ = [
     "CampaignOutcome",
@@ -146,12 +147,7 @@ def _cell(grid: CellGrid, c: int) -> Cell:
 
 
 def _objective_json(a: Allocation) -> dict[str, Any]:
-    return {
-        "feasible": a.feasible,
-        "min_fulfillment": float(a.min_fulfillment),
-        "goodput_rps": float(a.goodput_rps),
-        "gpus_used": int(a.gpus_used),
-    }
+    return objective_json(a, with_feasible=True)
 
 
 def _side(a: Allocation, grid: CellGrid) -> Side:
@@ -770,6 +766,9 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
     return {
         "status": final.outcome,
         "gpu_seconds": float(sum(r.gpu_seconds for r in meas)),
+        # Server start-up of cells that ran (a failed start-up is its own
+        # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
+        "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),
         "measured": [r.cell.to_json() for r in meas],
         "allocation": alloc,
         "timings": {
@@ -779,7 +778,7 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
             "per_round": per_round,
             "this_invocation_s": wall_s,
         },
-        # Extensions beyond the contract (additive).
+        # Additive extensions of the result.json contract (docs/contracts.md).
         "campaign": inputs.campaign.name,
         "strategy": inputs.strategy,
         "seed": inputs.seed,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fleetsieve_bayes.campaign.config import load_campaign
-from fleetsieve_bayes.decision.design import STRATEGY_NAMES
+from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,14 +53,26 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     elif not args.quiet:
+        from fleetsieve_bayes.campaign.journal import MeasurementRecord, read_records
+        from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
+
         r = outcome.result
         seeded = len(r.get("seeded") or [])
-        extra = f" ({seeded} of them seeded at no cost)" if seeded else ""
-        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds, {len(r['measured'])} cells measured{extra}")
+        startup = r.get("startup_gpu_seconds") or 0.0
+        extra = f" (+ {startup:.0f} start-up GPU-seconds)" if startup else ""
+        extra_cells = f" ({seeded} of them seeded at no cost)" if seeded else ""
+        print(
+            f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds{extra}, "
+            f"{len(r['measured'])} cells measured{extra_cells}"
+        )
+        rows = [rec.row for rec in read_records(Path(args.out) / "journal.jsonl")[0] if isinstance(rec, MeasurementRecord)]
+        slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
+                         "completion_p99_s": w.slo.completion_p99_s} for w in campaign.workloads}
+        why = unserved(r["allocation"], slos, rows)
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
             else:
-                print(f"  {name}: no replicas")
+                print(f"  {describe_unserved(name, why.get(name, {}))}")
         print(f"result: {Path(args.out) / 'result.json'}")
     return 0
