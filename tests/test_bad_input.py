@@ -140,6 +140,7 @@ def test_relative_family_path_resolves_against_the_campaign_folder(
         ({"family": "cards/missing.toml"}, "[model] family", "prior card not found"),
         ({"model_extra": 'repeatability = 0.0\n'}, None, None),
     ],
+    ids=["family-name", "family-path", "preset"],
 )
 def test_family_and_preset_errors_name_the_campaign_file_and_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kw: dict, field: str | None, says: str | None
@@ -147,7 +148,7 @@ def test_family_and_preset_errors_name_the_campaign_file_and_field(
     campaign = write_tiny(tmp_path / "c", **kw)
     if field is None:  # the preset: break the tiny SVI preset instead
         (campaign.parent / "tiny-svi.toml").write_text('method = "svi"\n[svi]\nstepz = 5\n')
-        field, says = "[model] inference", "unknown key [svi] 'stepz' (did you mean 'steps'?)"
+        field, says = "[model] inference", "unknown key 'stepz' (did you mean 'steps'?)"
     rc, _, err = _main(capsys, "run", str(campaign), "--out", str(tmp_path / "o"), "--quiet")
     assert rc == 2
     line = _one_line(err, "run")

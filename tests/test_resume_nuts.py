@@ -48,8 +48,8 @@ SCRIPT = textwrap.dedent(
         warm = load_warm_start(folder, before_round=2)
         measured[0] = True
         post = inference.fit(grid, values, measured, card, preset, seed=2, warm_start=warm)
-        objs = inference._nuts_objects(model_data(grid, values, measured, None), card, preset)
-        assert warm.state["key"] == objs["key"], "the saved state was not reused"
+        objs = inference._nuts_kernel(model_data(grid, values, measured, None), card, preset)
+        assert warm.state["key"] == objs.key, "the saved state was not reused"
         assert post.latent.shape == (80, grid.n_cells, 4)
         print("warm fit ok")
     """
