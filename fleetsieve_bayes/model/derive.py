@@ -439,6 +439,9 @@ class Workload(NamedTuple):
     output_tokens: float
 
 
+DEFAULT_WORKLOAD = Workload(1000.0, 250.0)
+
+
 class TpRoofline(NamedTuple):
     """The arithmetic at one TP (per GPU unless named otherwise)."""
 
@@ -478,7 +481,8 @@ def roofline(
 ) -> list[TpRoofline]:
     """The per-TP roofline rows (see the module docstring for the equations)."""
     a = ATTAINABLE
-    P, O = float(workload.prompt_tokens), float(workload.output_tokens)
+    n_in, n_out = float(workload.prompt_tokens), float(workload.output_tokens)
+    ctx = n_in + n_out / 2.0  # mean context of a decoding request
     w_bytes = _weight_bytes(arch, dtype)
     # Compute: an input-embedding lookup is free; the LM head is a GEMM.
     flop_params = arch.params_active - (0 if arch.tied_embeddings else arch.vocab * arch.hidden)
@@ -496,18 +500,17 @@ def roofline(
         reserve = (RUNTIME_RESERVE_GB + (TP_RESERVE_GB if t > 1 else 0.0)) * 1e9
         kv_bytes = gpu.memory_gb * 1e9 * gpu_memory_utilization - weights - activations - reserve
         kv_tokens = max(kv_bytes, 0.0) / kv_token
-        need = min_concurrency * (P + O)
+        need = min_concurrency * (n_in + n_out)
         feasible = kv_tokens >= need
         why = ""
         if not feasible:
             why = (
                 f"TP{t}: weights {weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + "
                 f"reserve {reserve / 1e9:.1f} GB leave {max(kv_bytes, 0) / 1e9:.1f} GB of KV cache "
-                f"= {kv_tokens:,.0f} tokens < {min_concurrency} requests x {P + O:.0f} tokens "
+                f"= {kv_tokens:,.0f} tokens < {min_concurrency} requests x {n_in + n_out:.0f} tokens "
                 f"(of {gpu_memory_utilization:g} x {gpu.memory_gb:g} GB)"
             )
-        batch = min(float(MAX_NUM_SEQS), kv_tokens / (P + O / 2.0)) if feasible else 0.0
-        ctx = P + O / 2.0
+        batch = min(float(MAX_NUM_SEQS), kv_tokens / (n_in + n_out / 2.0)) if feasible else 0.0
 
         def allreduce(tokens: float, t: int = t) -> float:
             if t == 1:
@@ -531,18 +534,18 @@ def roofline(
             fixed = a["step_overhead_s"] + arch.layers * a["layer_overhead_s"]
             return max(mem, flops / peak) + ar + fixed, ar
 
-        prefill_flops = P * 2.0 * flop_params + 2.0 * arch.layers * P * P * arch.heads * arch.head_dim
-        prefill = prefill_flops / (t * peak) + allreduce(P)
+        prefill_flops = n_in * 2.0 * flop_params + 2.0 * arch.layers * n_in * n_in * arch.heads * arch.head_dim
+        prefill = prefill_flops / (t * peak) + allreduce(n_in)
         if feasible:
             s_full, ar_full = step(batch)
-            per_request = prefill + O * s_full / batch
+            per_request = prefill + n_out * s_full / batch
             capacity = a["serving_efficiency"] / per_request
             b_ref = max(1.0, REFERENCE_BATCH_FRACTION * batch)
             s_ref, _ = step(b_ref)
-            p99_prompt = TOKEN_P99_OVER_MEAN * P
+            p99_prompt = TOKEN_P99_OVER_MEAN * n_in
             pre99 = (2.0 * p99_prompt * flop_params) / (t * peak) + allreduce(p99_prompt)
             ttft = a["ttft_factor"] * (pre99 + s_ref)
-            completion = ttft + a["completion_factor"] * TOKEN_P99_OVER_MEAN * O * s_ref
+            completion = ttft + a["completion_factor"] * TOKEN_P99_OVER_MEAN * n_out * s_ref
         else:
             s_full = ar_full = per_request = capacity = ttft = completion = 0.0
         rows.append(
@@ -626,7 +629,7 @@ def derive(
     *,
     dtype: str,
     kv_dtype: str | None = None,
-    workload: Workload = Workload(1000.0, 250.0),
+    workload: Workload = DEFAULT_WORKLOAD,
     tps: Sequence[int] = (1, 2, 4, 8),
     gpu_memory_utilization: float = 0.9,
     min_concurrency: int = 8,
