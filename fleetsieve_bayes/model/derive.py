@@ -234,7 +234,10 @@ def gpu_spec(name: str) -> GpuSpec:
     gpus = load_gpus()
     if name in gpus:
         return gpus[name]
-    close = difflib.get_close_matches(name.lower(), list(gpus), n=1)
+    # "h100" or "H100-SXM" should point at "h100-sxm-80gb".
+    close = [n for n in sorted(gpus) if name.lower() in n] or difflib.get_close_matches(
+        name.lower(), list(gpus), n=1, cutoff=0.5
+    )
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(f"unknown GPU {name!r}{hint}; known GPUs: {', '.join(sorted(gpus))}")
 
