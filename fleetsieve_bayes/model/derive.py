@@ -608,20 +608,24 @@ def _r(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _fit_knee(u: np.ndarray, y: np.ndarray, pad: float, u_lo: float, u_hi: float) -> tuple[float, float, float]:
+def _fit_knee(u: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float, float, float]:
     """``(a, b, m)`` of ``y ≈ a - b (u - m)^2`` by least squares, with ``b`` floored at
-    :data:`CURVATURE_FLOOR` and the knee kept within ``pad / 2`` of the TP range (the model's
-    knee prior lives on the range padded by ``pad``; a centre right at its edge would
-    leave the knee no room to move)."""
+    :data:`CURVATURE_FLOOR` and the knee ``m`` kept in ``[lo, hi]``; when the bound
+    binds, ``a`` and ``b`` are refitted with ``m`` held there (a monotone curve: the
+    peak sits at the edge and ``b`` is the fall-off away from it)."""
     if len(u) == 1:
-        return float(y[0]), CURVATURE_FLOOR, float(u[0])
+        return float(y[0]), CURVATURE_FLOOR, float(np.clip(u[0], lo, hi))
     b = CURVATURE_FLOOR
     if len(u) >= 3:
-        c2 = float(np.polyfit(u, y, 2)[0])
-        b = max(-c2, CURVATURE_FLOOR)
+        b = max(-float(np.polyfit(u, y, 2)[0]), CURVATURE_FLOOR)
     # With b fixed, y + b u^2 = (a - b m^2) + 2 b m u is linear in u.
-    c1, c0 = np.polyfit(u, y + b * u * u, 1)
-    m = float(np.clip(c1 / (2.0 * b), u_lo - pad / 2.0, u_hi + pad / 2.0))
+    c1, _ = np.polyfit(u, y + b * u * u, 1)
+    m0 = c1 / (2.0 * b)
+    m = float(np.clip(m0, lo, hi))
+    if m != m0:
+        # y = a - b (u - m)^2 is linear in (a, b) once m is fixed.
+        design = np.stack([np.ones_like(u), -((u - m) ** 2)], axis=1)
+        b = max(float(np.linalg.lstsq(design, y, rcond=None)[0][1]), CURVATURE_FLOOR)
     a = float(np.mean(y + b * (u - m) ** 2))
     return a, b, m
 
@@ -669,7 +673,11 @@ def derive(
     u_lo, u_hi = float(u_all.min()), float(u_all.max())
     u_mid = 0.5 * (u_lo + u_hi)
     u = np.log2(np.array([r.tp for r in ok], dtype=float))
-    a, b, m = _fit_knee(u, np.log([r.per_gpu_rps for r in ok]), pad, u_lo, u_hi)
+    # The knee stays within pad/2 of the TP range (the model's knee prior lives on the
+    # range padded by `pad`: a centre at its very edge could not move), and never
+    # below the smallest feasible TP when a smaller one cannot hold the model.
+    knee_lo = u_lo - pad / 2.0 if ok[0].tp == tps[0] else float(u[0])
+    a, b, m = _fit_knee(u, np.log([r.per_gpu_rps for r in ok]), knee_lo, u_hi + pad / 2.0)
     slopes, bases = {}, {}
     for metric in ("ttft", "completion"):
         y = np.log([getattr(r, f"{metric}_s") for r in ok])
