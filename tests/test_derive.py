@@ -28,6 +28,7 @@ from fleetsieve_bayes.table import read_table
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 H100 = "h100-sxm-80gb"
+CHAT = Workload(1000, 250)
 
 
 def test_gpu_table_holds_the_public_specs() -> None:
@@ -79,7 +80,7 @@ def test_moe_memory_uses_all_parameters_compute_the_active_ones() -> None:
         assert a.prefill_s == pytest.approx(b.prefill_s, rel=1e-6)  # FLOPs: active parameters only
 
 
-def _derived(arch: str, dtype: str, tps=(1, 2, 4, 8), gpu: str = H100, workload=Workload(1000, 250)):
+def _derived(arch: str, dtype: str, tps=(1, 2, 4, 8), gpu: str = H100, workload=CHAT):
     return derive(load_architecture(arch), gpu_spec(gpu), dtype=dtype, workload=workload, tps=tps)
 
 

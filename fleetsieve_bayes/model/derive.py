@@ -84,8 +84,9 @@ DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 # Fractions of the datasheet peaks a serving engine attains, and the
 # engine's fixed costs. `serving_efficiency` is real saturation capacity over
-# the roofline capacity (scheduler, imperfect overlap, preemption); calibrated
-# on the shipped grids (measured/roofline there: 0.3-0.9).
+# the roofline capacity (scheduler, imperfect overlap, preemption): about the
+# geometric mean of measured / roofline capacity over the saturated cells of
+# the two shipped grids (whose spread, 0.2-1.3, sets capacity.log_sd).
 ATTAINABLE: dict[str, float] = {
     "prefill_mfu": 0.5,  # fraction of dense tensor-core peak in prefill GEMMs
     "decode_mbu": 0.7,  # fraction of HBM bandwidth in a decode step
@@ -757,7 +758,7 @@ def derive(
     comments = {
         "knee.tp": (
             f"argmax of the fitted parabola of log per-GPU capacity over log2 TP; per-GPU roofline "
-            f"capacity (req/s/GPU): {table}; best measured-free TP{best.tp}"
+            f"capacity (req/s/GPU): {table}; the roofline's best TP is TP{best.tp}"
         ),
         "knee.logit_sd": "the roofline ranks neighbouring TPs within ~30 %: keep the knee movable by one TP step",
         "curvature.median": (
@@ -769,7 +770,10 @@ def derive(
             f"1 / (prefill of {workload.prompt_tokens:g} tokens at {ATTAINABLE['prefill_mfu']:.0%} of "
             f"the {dtype} peak + {workload.output_tokens:g} tokens x decode step / KV-limited batch) / TP"
         ),
-        "capacity.log_sd": "measured / roofline capacity on the shipped grids spans 0.3-0.9: e^(1.645 x 0.6) = 2.7x each way at 90 %",
+        "capacity.log_sd": (
+            "how far the roofline is from serving: on the shipped grids' saturated cells measured / derived "
+            "capacity spans 0.33-2.1; with class_sd the 90 % interval of a class is e^(1.645 x 0.72) = 3.3x each way"
+        ),
         "ttft.base_median_s": (
             f"{ATTAINABLE['ttft_factor']:g} x (prefill of a p99 prompt ({TOKEN_P99_OVER_MEAN:g} x mean) + one "
             f"decode step at half the KV-limited batch), log-linear in TP, at the grid's middle TP{mid_tp:g}"
