@@ -25,10 +25,14 @@ degree ``t`` (per GPU, in bytes, FLOPs and seconds):
   A least-squares parabola of log per-GPU capacity over log2(TP) gives the
   card's level (``capacity.per_gpu_at_knee``), knee (``knee.tp``) and
   ``curvature.median``.
-* **tails** — TTFT p99 ≈ prefill of a p99 prompt + one decode step;
-  completion p99 ≈ TTFT + p99 output tokens × the decode step at the reference
-  load (half the KV-limited batch); their slopes over log2(TP) come from the
-  same per-TP numbers.
+  The knee stays within half a TP step of the grid, and never below the
+  smallest feasible TP when a smaller one cannot hold the model.
+* **tails** — TTFT p99 ∝ prefill of a p99 prompt + one decode step;
+  completion p99 ≈ TTFT + (∝) p99 output tokens × the decode step at the
+  reference load (half the KV-limited batch), with calibrated factors
+  (``ttft_factor``, ``completion_factor``: queueing behind other prompts and
+  chunked prefill are not in the arithmetic); their slopes over log2(TP) come
+  from the same per-TP numbers.
 
 How far the roofline is from real serving is not pretended away: the peaks
 are scaled by attainable fractions (:data:`ATTAINABLE`), the capacity by a
