@@ -765,9 +765,19 @@ def derive(
             f"capacity (req/s/GPU): {table}; the roofline's best TP is TP{best.tp}"
         ),
         "knee.logit_sd": "the roofline ranks neighbouring TPs within ~30 %: keep the knee movable by one TP step",
+        "curvature.log_sd": "x4.4 either way at 90 %: reaches the measured fall-off of the 8B example",
+        "ttft.base_log_sd": "p99 tails depend on queueing and chunked prefill the arithmetic leaves out: x4.4 at 90 %",
+        "completion.base_log_sd": "as for TTFT",
+        "ttft.blowup_median": "blow-up and load elasticity are engine behaviour, not derived (the hand-written cards' values)",
+        "saturation": "engine behaviour, not derived: the values the shipped hand-written vLLM cards share",
+        "utilisation": "engine behaviour, not derived (as [saturation])",
+        "success": "engine behaviour, not derived (as [saturation])",
+        "noise": "measurement repeatability, not derived (as [saturation])",
+        "derivation": "the inputs of this card (provenance; the model does not read them)",
         "curvature.median": (
-            f"-(quadratic coefficient) of that fit (floor {CURVATURE_FLOOR}); real engines fall off "
-            "faster at high TP than the arithmetic says, hence the wide log_sd"
+            f"-(quadratic coefficient) of that fit (floor {CURVATURE_FLOOR}); measured serving falls away "
+            "from the knee 4-7x faster (0.8 on the 31B grid, 0.3 in the 8B example), hence the wide log_sd; "
+            "a 3x steeper median cost more GPU-seconds on both shipped grids"
         ),
         "capacity.per_gpu_at_knee": (
             f"fitted per-GPU capacity at the knee = serving efficiency {ATTAINABLE['serving_efficiency']} x "
@@ -836,6 +846,8 @@ def render_card(d: Derivation) -> str:
         )
     for section, values in d.sections.items():
         lines.append("")
+        if section in d.comments:
+            lines.append(f"# {d.comments[section]}")
         lines.append(f"[{section}]")
         for key, value in values.items():
             why = d.comments.get(f"{section}.{key}")
