@@ -126,7 +126,7 @@ def test_derived_card_covers_the_shipped_grid(example: str, table: str, workload
     """The derived card's 90 % prior-predictive intervals of throughput contain the
     measured throughput of >= 85 % of the cells, and of >= 85 % of the saturated ones
     (the cells that measured a capacity)."""
-    from fleetsieve_bayes.model.prior_predictive import throughput_coverage
+    from fleetsieve_bayes.model.prior_check import throughput_coverage
 
     card = load_card(EXAMPLES / example / "card.toml")
     cov = throughput_coverage(card, read_table(EXAMPLES / table), workloads, n_draws=2000)

@@ -92,7 +92,7 @@ def run_show(args: argparse.Namespace) -> int:
         raise InputError(f"--draws must be >= 100, got {args.draws}")
     tps = _tp_list(args.tp, "--tp") if args.tp else None
 
-    from fleetsieve_bayes.model.prior_predictive import summarize_card
+    from fleetsieve_bayes.model.prior_check import summarize_card
 
     summary = summarize_card(card, tps, n_draws=args.draws)
     if args.json:

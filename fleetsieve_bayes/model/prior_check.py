@@ -1,4 +1,5 @@
-"""Prior-predictive draws of :func:`fleetsieve_bayes.model.joint.fleet_model` for one card.
+"""Prior-predictive checks of a prior card, from draws of the model under the
+prior (:func:`fleetsieve_bayes.model.inference.prior_predictive`).
 
 Used by ``priors show`` (the knee and per-GPU capacity a card implies before
 any measurement) and by the coverage check of derived cards (do a card's 90 %
@@ -10,35 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 import pandas as pd
-from numpyro.infer import Predictive
 
 from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table
-from fleetsieve_bayes.model.joint import fleet_model, model_data
+from fleetsieve_bayes.model.inference import prior_predictive
 from fleetsieve_bayes.model.priors import PriorCard
 
-__all__ = ["prior_draws", "card_tps", "summarize_card", "throughput_coverage"]
+__all__ = ["card_tps", "summarize_card", "throughput_coverage"]
 
 DEFAULT_TPS = (1, 2, 4, 8)
-
-
-def prior_draws(card: PriorCard, grid: CellGrid, n_draws: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
-    """Draws of the model's sites with nothing measured.
-
-    Returns:
-        ``{"knee": (n_draws, n_classes)`` (log2 TP), ``"capacity": (n_draws, n_cells)``
-        (req/s per replica), ``"latent": (n_draws, n_cells, 4)``, ``"y": (n_draws, n_cells, 4)``
-        (observations, transformed scale)}.
-    """
-    n = grid.n_cells
-    data = model_data(grid, np.full((n, 4), np.nan), np.zeros(n, dtype=bool))
-    pred = Predictive(
-        fleet_model, num_samples=int(n_draws), return_sites=["knee", "capacity", "latent", "y"]
-    )
-    out = pred(jax.random.PRNGKey(int(seed)), data, card, None)
-    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def card_tps(card: PriorCard) -> tuple[int, ...]:
@@ -81,7 +63,7 @@ def summarize_card(
         offered_rps=np.array(tps, dtype=np.float64),
         duration_s=np.ones(len(tps)),
     )
-    draws = prior_draws(card, grid, n_draws=n_draws, seed=seed)
+    draws = prior_predictive(grid, card, n_draws, seed=seed)
     out: dict[str, Any] = {"knee_tp": _interval(2.0 ** draws["knee"][:, 0], level), "tp": {}}
     for i, t in enumerate(tps):
         feasible = card.tp_feasible(t) is not False
@@ -108,8 +90,8 @@ def throughput_coverage(
         below 97 % of offered: the cell measured its capacity, not its load).
     """
     grid = grid_from_table(table, tuple(workloads))
-    draws = prior_draws(card, grid, n_draws=n_draws, seed=seed)
-    thr = np.exp(draws["y"][..., 0])  # (n_draws, n_cells)
+    draws = prior_predictive(grid, card, n_draws, seed=seed)
+    thr = draws["y"][..., 0]  # (n_draws, n_cells) simulated measured throughput
     lo, med, hi = np.quantile(thr, [(1 - level) / 2, 0.5, (1 + level) / 2], axis=0)
     keyed = table.set_index(["workload", "tp", "load"])
     rows = []
