@@ -23,11 +23,16 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     }
 
     delay_s = float(campaign.measurement.options.get("delay_s", 0.0))
+    # A compressed clock: each cell really takes ``duration_s × time_scale``
+    # wall seconds (exercises concurrent measurement without hardware).
+    time_scale = float(campaign.measurement.options.get("time_scale", 0.0))
 
     def measure(cell: int) -> dict[str, Any]:
-        if delay_s:
-            time.sleep(delay_s)
-        return dict(rows[grid.key(cell)])
+        row = dict(rows[grid.key(cell)])
+        wait = delay_s + time_scale * float(row["duration_s"])
+        if wait:
+            time.sleep(wait)
+        return row
 
     return Backend(
         grid=grid,

@@ -18,7 +18,15 @@ from typing import Any
 
 from fleetsieve_bayes.errors import InputError
 
-__all__ = ["SLO", "Workload", "Measurement", "Campaign", "load_campaign", "parse_campaign"]
+__all__ = [
+    "SLO",
+    "Workload",
+    "Measurement",
+    "ProfilingPool",
+    "Campaign",
+    "load_campaign",
+    "parse_campaign",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,26 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class ProfilingPool:
+    """How many cells may be measured at once, and where (``[measurement]``).
+
+    ``pool_gpus``: GPUs available for profiling at once (``None``: one cell at
+    a time, the sequential loop). ``executor``: ``"local"`` (this machine) or
+    ``"ray"`` (a Ray cluster at ``ray_address``; ``None`` starts a local Ray
+    for the campaign). The deployment budget ``[fleet] gpus`` is separate.
+    """
+
+    pool_gpus: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the campaign runs the parallel driver (a pool or Ray was asked for)."""
+        return self.pool_gpus is not None or self.executor != "local"
+
+
+@dataclass(frozen=True)
 class Campaign:
     """A validated campaign file."""
 
@@ -77,6 +105,7 @@ class Campaign:
     inference: str = "fast"
     repeatability: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    pool: ProfilingPool = field(default_factory=ProfilingPool)
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -102,7 +131,10 @@ _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
 # Keys of the replay backend (``delay_s``: wall seconds each replayed
 # measurement takes, to watch progress or rehearse interruptions); other
 # backends validate their own.
-_REPLAY_KEYS = {"table", "delay_s"}
+_REPLAY_KEYS = {"table", "delay_s", "time_scale"}
+# Keys of every backend: how many cells run at once, and where.
+_POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
+EXECUTORS = ("local", "ray")
 
 
 class _Ctx:
@@ -210,6 +242,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
     if "backend" not in meas:
         raise ctx.fail("[measurement] backend", "missing")
+    pool = _pool(ctx, meas)
+    meas = {k: v for k, v in meas.items() if k not in _POOL_KEYS}
     backend = ctx.string("[measurement] backend", meas["backend"])
     options = {k: v for k, v in meas.items() if k != "backend"}
     measurement = Measurement(backend=backend, options=options, base_dir=path.resolve().parent)
@@ -224,6 +258,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
             raise ctx.fail("[measurement] table", f"file not found: {table}")
         if "delay_s" in options:
             ctx.number("[measurement] delay_s", options["delay_s"], lo=0.0)
+        if "time_scale" in options:
+            ctx.number("[measurement] time_scale", options["time_scale"], lo=0.0)
 
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
@@ -297,12 +333,29 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         family=family,
         measurement=measurement,
         workloads=tuple(workloads),
+        pool=pool,
         epsilon=epsilon,
         credible_level=credible_level,
         max_rounds=max_rounds,
         inference=inference,
         repeatability=repeatability,
     )
+
+
+def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
+    """The ``[measurement]`` keys shared by every backend: pool size and executor."""
+    pool_gpus = (
+        ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
+    )
+    executor = ctx.string("[measurement] executor", meas.get("executor", "local"))
+    if executor not in EXECUTORS:
+        raise ctx.fail("[measurement] executor", f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    ray_address = None
+    if "ray_address" in meas:
+        ray_address = ctx.string("[measurement] ray_address", meas["ray_address"])
+        if executor != "ray":
+            raise ctx.fail("[measurement] ray_address", 'only meaningful with executor = "ray"')
+    return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
 
 
 def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:

@@ -36,6 +36,7 @@ from fleetsieve_bayes.allocation.problem import (
 )
 from fleetsieve_bayes.backends import Backend, make_backend
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.campaign.makespan import profiling_wall_s
 from fleetsieve_bayes.campaign.journal import (
     Journal,
     atomic_write_text,
@@ -137,6 +138,22 @@ def _measure_cell(
     if row is None:
         row = backend.measure(c)
     finished = time.time()
+    _journal_measurement(journal, grid, c, row, round_no=round_no, phase=phase, started=started, finished=finished, on_event=on_event)
+
+
+def _journal_measurement(
+    journal: Journal,
+    grid: CellGrid,
+    c: int,
+    row: dict[str, Any],
+    *,
+    round_no: int,
+    phase: str,
+    started: float,
+    finished: float,
+    on_event: Event,
+) -> dict[str, Any]:
+    """Check a backend's row and append its measurement record durably; returns the row."""
     missing = [k for k in COLUMNS if k not in row]
     if missing:
         raise InputError(f"backend returned a row for {grid.describe(c)} without {', '.join(missing)}")
@@ -157,6 +174,7 @@ def _measure_cell(
         }
     )
     on_event("measure-done", {"cell": _cell_json(grid, c), "label": grid.describe(c), "row": row, "gpu_seconds": gpu_s})
+    return row
 
 
 def _write_measurements(out: Path, journal: Journal) -> None:
@@ -250,6 +268,10 @@ def run_campaign(
         own_backend = backend is None
         backend = backend or make_backend(campaign, out)
         try:
+            if campaign.pool.parallel:  # several cells at once
+                from fleetsieve_bayes.campaign.parallel import run_parallel
+
+                return run_parallel(campaign, out, backend, strategy, seed, on_event, explicit_backend=not own_backend)
             return _run_locked(campaign, out, backend, strategy, seed, on_event)
         finally:
             if own_backend:
@@ -453,6 +475,7 @@ def _result_json(
     return {
         "status": status,
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
+        "profiling_wall_s": profiling_wall_s(journal.records),
         "measured": [r["cell"] for r in meas],
         "allocation": None if alloc is None else allocation_to_json(alloc, grid),
         "timings": {
