@@ -176,6 +176,11 @@ def cell_runner(campaign: Any, out: Path) -> Callable[[tuple[str, int, str], tup
     return run
 
 
+def _since(unix_t: float) -> float:
+    """Real seconds elapsed since ``unix_t`` (0 if in the future)."""
+    return max(0.0, time.time() - float(unix_t))
+
+
 def _row_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -338,7 +343,8 @@ def ray_executor(
             t = time.time()
             cause = getattr(exc, "cause", None) or exc
             return Done(job, None, _row_error(cause), now(), t, t, {})
-        return Done(job, row, None, now(), started_at, finished_at, info)
+        # The task's own finish time on the clock (not when the driver looked).
+        return Done(job, row, None, now() - _since(finished_at), started_at, finished_at, info)
 
     def wait_any() -> list[Done]:
         if not running:

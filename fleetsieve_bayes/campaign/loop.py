@@ -36,13 +36,13 @@ from fleetsieve_bayes.allocation.problem import (
 )
 from fleetsieve_bayes.backends import Backend, make_backend
 from fleetsieve_bayes.campaign.config import Campaign
-from fleetsieve_bayes.campaign.makespan import profiling_wall_s
 from fleetsieve_bayes.campaign.journal import (
     Journal,
     atomic_write_text,
     campaign_lock,
     open_journal,
 )
+from fleetsieve_bayes.campaign.makespan import profiling_wall_s
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,

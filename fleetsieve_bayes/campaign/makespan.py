@@ -1,4 +1,4 @@
-"""Profiling wall clock (``profiling_wall_s`` of result.json) from a campaign's journal.
+"""Profiling wall clock (``profiling_wall_s`` of result.json) and cells in flight, from a campaign's journal.
 
 The wall clock an operator waits for is the time during which at least one
 cell is being measured: the length of the union of the cells' intervals on
@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["profiling_wall_s", "cell_intervals", "record_dict", "cell_key"]
+__all__ = ["profiling_wall_s", "cell_intervals", "in_flight_cells", "read_in_flight", "record_dict", "cell_key"]
 
 
 def record_dict(rec: Any) -> dict[str, Any]:
@@ -73,6 +73,29 @@ def cell_intervals(records: Iterable[Any]) -> tuple[list[tuple[float, float]], f
         else:
             sequential += _occupancy(rec)
     return intervals, sequential
+
+
+def in_flight_cells(records: list[Any]) -> list[dict[str, Any]]:
+    """The ``started`` records of cells that have not finished, been cancelled or measured, in start order."""
+    state: dict[tuple[str, int, str], dict[str, Any] | None] = {}
+    for raw in records:
+        rec = record_dict(raw)
+        kind = rec.get("type")
+        if kind == "started":
+            state[cell_key(rec["cell"])] = rec
+        elif kind in ("measurement", "cancelled"):
+            state[cell_key(rec["cell"])] = None
+    return [r for r in state.values() if r is not None]
+
+
+def read_in_flight(directory: Any) -> list[dict[str, Any]]:
+    """Cells in flight in a campaign directory, as ``{workload, tp, load, gpus, start_s}`` (status/report)."""
+    from pathlib import Path
+
+    from fleetsieve_bayes.campaign.journal import JOURNAL_NAME, read_journal
+
+    records, _ = read_journal(Path(directory) / JOURNAL_NAME)
+    return [{**record_dict(r)["cell"], "gpus": r.get("gpus"), "start_s": r.get("start_s")} for r in in_flight_cells(records)]
 
 
 def profiling_wall_s(records: Iterable[Any]) -> float:

@@ -65,7 +65,7 @@ from fleetsieve_bayes.campaign.executor import (
     ray_executor,
 )
 from fleetsieve_bayes.campaign.journal import atomic_write_text, open_journal
-from fleetsieve_bayes.campaign.makespan import cell_key, record_dict
+from fleetsieve_bayes.campaign.makespan import cell_key, in_flight_cells, record_dict
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -82,19 +82,6 @@ __all__ = ["run_parallel", "in_flight_cells", "WARM_START_DIR"]
 WARM_START_DIR = "warm_start_pool"
 # At most this many strategy calls per completion (bounds planning time).
 MAX_PICKS = 8
-
-
-def in_flight_cells(records: list[Any]) -> list[dict[str, Any]]:
-    """The ``started`` records of cells that have not finished, been cancelled or measured, in start order."""
-    state: dict[tuple[str, int, str], dict[str, Any] | None] = {}
-    for raw in records:
-        rec = record_dict(raw)
-        kind = rec.get("type")
-        if kind == "started":
-            state[cell_key(rec["cell"])] = rec
-        elif kind in ("measurement", "cancelled"):
-            state[cell_key(rec["cell"])] = None
-    return [r for r in state.values() if r is not None]
 
 
 def _clock_offset(records: list[Any]) -> float:
@@ -323,7 +310,9 @@ def run_parallel(
                 def allocate(values: np.ndarray) -> Any:
                     return allocate_milp(grid, values, problem)
 
-                def believe_fn(believed: Any, posterior: Any = posterior) -> Any:
+                def believe_fn(
+                    believed: Any, posterior: Any = posterior, measured: Any = measured, observed: Any = observed
+                ) -> Any:
                     return believe(
                         grid,
                         problem,

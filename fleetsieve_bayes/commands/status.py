@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetsieve_bayes.campaign.makespan import read_in_flight
 from fleetsieve_bayes.reporting.progress import CERT_STYLE
 from fleetsieve_bayes.reporting.report import CampaignView, load_campaign_dir
 
@@ -63,6 +64,7 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "next": None if last is None else last.get("chosen"),
         "next_state": None if last is None or not last.get("chosen") else _chosen_state(view, last["chosen"]),
         "result": view.result,
+        "in_flight": read_in_flight(view.directory),
     }
 
 
@@ -166,6 +168,10 @@ def render_status(view: CampaignView, console: Any) -> None:
             _num(r.get("gpu_seconds"), 0),
         )
     console.print(mt)
+    flying = read_in_flight(view.directory)
+    if flying:
+        what = ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in flying)
+        console.print(f"in flight ({len(flying)}): {what}", highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -110,7 +110,11 @@ def believe(
 
     ``allocate(values (n_cells, 4)) -> Allocation`` is the exact allocator.
     """
-    from fleetsieve_bayes.decision.bounds import conservative_table, credible_bounds, optimistic_table
+    from fleetsieve_bayes.decision.bounds import (
+        conservative_table,
+        credible_bounds,
+        optimistic_table,
+    )
 
     m = np.asarray(measured, bool).copy()
     obs = np.asarray(observed, np.float64).copy()
