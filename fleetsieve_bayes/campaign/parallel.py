@@ -285,12 +285,13 @@ def run_parallel(
         fitted_at = -1
         failures: list[tuple[int, str]] = []
         cancelled: list[dict[str, Any]] = []
+        plan_times: list[float] = []  # refit + batch selection, per completion
         while True:
             if not failures:
                 fill_mandatory()
             n_measured = int(measured.sum())
             if not failures and not restart and not design and n_measured > 0:
-                t0 = time.perf_counter()
+                t_event = t0 = time.perf_counter()
                 t_fit = 0.0
                 if fitted_at != n_measured:
                     warm = load_warm_start(out / WARM_START_DIR, before_round=n_measured)
@@ -416,6 +417,7 @@ def run_parallel(
                         first = False
                         journal.append(rec)
                         on_event("round", rec)
+                plan_times.append(time.perf_counter() - t_event)
                 if status is not None:
                     for c, r in list(flight.items()):
                         t = executor.cancel(c)
@@ -491,6 +493,7 @@ def run_parallel(
         )
         result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
         result["cancelled"] = [r["cell"] for r in cancelled]
+        result["timings"]["per_completion_s"] = plan_times  # this invocation's refit + batch selection
         result["pool"] = {
             "pool_gpus": pool_n,
             "executor": campaign.pool.executor,
