@@ -209,7 +209,7 @@ def run_parallel(
             }
             if resumed:
                 rec["resumed"] = True
-            journal.append(rec)  # durable before the cell runs
+            journal.append(_Raw(rec))  # durable before the cell runs
             flight[c] = rec
             executor.submit(Job(c, int(tp[c]), slots, float(start_s), seq[0]))
             seq[0] += 1
@@ -415,7 +415,7 @@ def run_parallel(
                             "believed_gap": pick.certificate.gap._asdict(),
                         }
                         first = False
-                        journal.append(rec)
+                        journal.append(_Raw(rec))
                         on_event("round", rec)
                 plan_times.append(time.perf_counter() - t_event)
                 if status is not None:
@@ -429,7 +429,7 @@ def run_parallel(
                             "finish_s": float(t),
                             "gpu_seconds": max(0.0, float(t) - float(r["start_s"])) * int(tp[c]),
                         }
-                        journal.append(rec)
+                        journal.append(_Raw(rec))
                         cancelled.append(rec)
                         pool.give(tuple(r["gpus"]))
                         del flight[c]
@@ -456,7 +456,7 @@ def run_parallel(
                         "in_flight": [],
                         "cancelled": [r["cell"] for r in cancelled],
                     }
-                    journal.append(rec)
+                    journal.append(_Raw(rec))
                     on_event("round", rec)
                     break
 
@@ -474,13 +474,13 @@ def run_parallel(
                 pool.give(tuple(r["gpus"]))
                 if done.error is not None or done.row is None:
                     journal.append(
-                        {
-                            "type": "failed",
-                            "cell": r["cell"],
-                            "start_s": r["start_s"],
-                            "finish_s": float(done.finish_s),
-                            "error": done.error,
-                        }
+                        _Raw(
+                            type="failed",
+                            cell=r["cell"],
+                            start_s=r["start_s"],
+                            finish_s=float(done.finish_s),
+                            error=done.error,
+                        )
                     )
                     failures.append((c, str(done.error)))
                     continue
@@ -508,6 +508,14 @@ def run_parallel(
         journal.close()
 
 
+class _Raw(dict):
+    """A journal record of this driver's own types (``started``, ``finished``, ``cancelled``,
+    ``failed``): a plain JSON object that also answers ``to_json`` like the typed records."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self)
+
+
 def _of(records: list[Any], kind: str) -> list[dict[str, Any]]:
     return [d for d in (record_dict(r) for r in records) if d.get("type") == kind]
 
@@ -530,12 +538,12 @@ def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str,
         on_event=on_event,
     )
     journal.append(
-        {
-            "type": "finished",
-            "cell": started["cell"],
-            "gpus": started["gpus"],
-            "start_s": started["start_s"],
-            "finish_s": float(done.finish_s),
+        _Raw(
+            type="finished",
+            cell=started["cell"],
+            gpus=started["gpus"],
+            start_s=started["start_s"],
+            finish_s=float(done.finish_s),
             **({"where": done.info} if done.info else {}),
-        }
+        )
     )
