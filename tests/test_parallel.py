@@ -333,3 +333,20 @@ def test_status_shows_cells_in_flight(pooled_run: tuple[Path, dict], tmp_path: P
     (cut / "journal.jsonl").write_text("\n".join(lines[:first_done]) + "\n")
     flying = status_json(load_campaign_dir(cut))["in_flight"]
     assert [(c["workload"], c["tp"]) for c in flying] == [("chat", 2), ("chat", 4), ("chat", 8), ("code", 2)]
+
+
+def test_progress_lists_the_cells_in_flight() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fleetsieve_bayes.reporting.progress import ProgressState, render_progress, update_state
+
+    s = ProgressState()
+    for label in ("chat TP2@C32", "chat TP8@C64", "code TP2@C16"):
+        update_state(s, "measure-start", {"label": label, "expected_s": 300.0, "round": 0}, now=0.0)
+    update_state(s, "measure-done", {"label": "chat TP8@C64", "gpu_seconds": 2400.0, "row": {}}, now=300.0)
+    assert s.in_flight == ["chat TP2@C32", "code TP2@C16"] and s.measured == 1
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render_progress(s, now=310.0))
+    assert "in flight (2): chat TP2@C32, code TP2@C16" in buf.getvalue()
