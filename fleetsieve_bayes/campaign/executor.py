@@ -313,6 +313,15 @@ def ray_executor(
             f"{campaign.path}: [measurement] pool_gpus: {pool} GPUs asked for, the Ray cluster has {cluster_gpus}"
         )
 
+    # A cell runs on one node: the largest TP must fit some node's GPUs.
+    per_node = [int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    widest = int(max(grid.tp))
+    if per_node and widest > max(per_node):
+        big = int(list(grid.tp).index(widest))
+        raise InputError(
+            f"{campaign.path}: [measurement] executor: cell {grid.describe(big)} needs {widest} GPUs on one node; "
+            f"the largest Ray node has {max(per_node)}"
+        )
     run = cell_runner(campaign, out)
 
     def remote_cell(key: tuple[str, int, str]) -> tuple[dict[str, Any], float, float, dict[str, Any]]:

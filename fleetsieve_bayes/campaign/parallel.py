@@ -113,6 +113,11 @@ def _make_executor(
     else:
         # A backend per cell, on the devices its slots map to (``[measurement] gpus`` or 0..n-1).
         devices = [int(g) for g in opts.get("gpus", range(pool.pool_gpus))]
+        if len(devices) < pool.pool_gpus:
+            raise InputError(
+                f"{campaign.path}: [measurement] pool_gpus: {pool.pool_gpus} GPUs but [measurement] gpus "
+                f"lists {len(devices)} devices"
+            )
         run = cell_runner(campaign, out)
 
         def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
