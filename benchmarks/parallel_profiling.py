@@ -18,7 +18,7 @@ Examples::
 
     python benchmarks/parallel_profiling.py                        # shipped grid + 3 fleets
     python benchmarks/parallel_profiling.py --suite 0 --pools 16   # shipped grid only
-    python benchmarks/parallel_profiling.py --suite 10 --random-seeds 3
+    python benchmarks/parallel_profiling.py --suite 10 --random-seeds 3 --no-campaign
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def run_one(campaign_path: str, scenario: str, pool: int | None, strategy: str, 
 
 
 def _scenarios(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
-    out = [("shipped", str(args.campaign), ["table"])]
+    out = [] if args.no_campaign else [("shipped", str(args.campaign), ["table"])]
     if args.suite:
         from fleetsieve_bayes.evaluation.synthetic import (
             random_spec,
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pools", type=int, nargs="*", default=[8, 16, 32], help="pool sizes besides one cell at a time")
     p.add_argument("--suite", type=int, default=3, help="synthetic fleets (0: shipped grid only)")
     p.add_argument("--suite-seed", type=int, default=0)
+    p.add_argument("--no-campaign", action="store_true", help="synthetic fleets only")
     p.add_argument("--random-seeds", type=int, default=2, help="random-baseline orders per scenario and pool")
     p.add_argument("--strategies", nargs="*", default=["fleetsieve", "random"])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
