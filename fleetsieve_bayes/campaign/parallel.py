@@ -23,8 +23,9 @@ cells start:
    slots, ``start_s`` on the campaign clock) written before the cell runs;
    each completion a ``measurement`` record then a ``finished`` record
    (``finish_s``, where it ran); a cell stopped at the end a ``cancelled``
-   record. Round records are written per pick (``chosen``) with the real
-   certificate and the believed one, plus ``in_flight``.
+   record. An acquisition's ``started`` record lists the cells its pick was
+   conditioned on (``believed``); a round record per pick (``chosen``) holds
+   the real certificate and allocations.
 4. **Resume.** Cells started but not finished are submitted again first
    (on the simulated clock at their original start time, so the replay is
    exact); a measured cell is never started again. Every refit warm-starts
@@ -174,12 +175,7 @@ def run_parallel(
     journal = open_journal(out)
     executor: Executor | None = None
     try:
-        expected_header = loop._header(campaign, grid, strategy_name, seed)
-        headers = journal.of_type("header")
-        if headers:
-            loop._check_header(out, record_dict(headers[0]), expected_header)
-        else:
-            journal.append(expected_header)
+        resumed = _begin(campaign, out, journal, grid, strategy_name, seed, on_event)
 
         executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, _clock_offset(journal.records))
         if int(tp.max()) > pool_n:
@@ -201,19 +197,30 @@ def run_parallel(
         }
         next_round = [1 + len(acq_cells)]
 
-        def start(c: int, *, phase: str, round_no: int, slots: tuple[int, ...], start_s: float, resumed: bool = False) -> None:
+        def start(
+            c: int,
+            *,
+            phase: str,
+            round_no: int,
+            slots: tuple[int, ...],
+            start_s: float,
+            resumed: bool = False,
+            believed: list[int] | None = None,
+        ) -> None:
             rec = {
                 "type": "started",
                 "seq": seq[0],
                 "round": round_no,
                 "phase": phase,
-                "cell": loop._cell_json(grid, c),
+                "cell": _cell_json(grid, c),
                 "gpus": list(slots),
                 "start_s": float(start_s),
                 "started_at": time.time(),
             }
             if resumed:
                 rec["resumed"] = True
+            if believed is not None:  # what the pick was conditioned on
+                rec["believed"] = [_cell_json(grid, k) for k in believed]
             journal.append(_Raw(rec))  # durable before the cell runs
             flight[c] = rec
             executor.submit(Job(c, int(tp[c]), slots, float(start_s), seq[0]))
@@ -234,15 +241,8 @@ def run_parallel(
         # Resume: cells started but never finished run again first.
         restart = [(index[cell_key(r["cell"])], r) for r in in_flight_cells(journal.records)]
         restart = [(c, r) for c, r in restart if not measured[c]]
-        if headers:
-            on_event(
-                "resume",
-                {
-                    "measured": int(measured.sum()),
-                    "candidates": grid.n_cells,
-                    "in_flight": [grid.describe(c) for c, _ in restart],
-                },
-            )
+        if resumed and restart:
+            on_event("resume", {"measured": int(measured.sum()), "in_flight": [grid.describe(c) for c, _ in restart]})
         design = [c for c in initial_design(grid) if not measured[c] and c not in dict(restart)]
 
         def fill_mandatory() -> None:
@@ -279,12 +279,20 @@ def run_parallel(
                     return False
             slots = pool.take(need)
             assert slots is not None
-            start(c, phase="acquire", round_no=next_round[0], slots=slots, start_s=now)
+            start(
+                c,
+                phase="acquire",
+                round_no=next_round[0],
+                slots=slots,
+                start_s=now,
+                believed=list(flight) + ([] if reserved is None else [reserved]),
+            )
             next_round[0] += 1
             return True
 
         status: str | None = None
         final_alloc = None
+        final_rec: Any = None
         cert = None
         posterior = None
         fitted_at = -1
@@ -350,22 +358,6 @@ def run_parallel(
                 elif not flight and not rounds_left:
                     status, final_alloc = UNDECIDED, real.conservative
                 elif rounds_left and candidates.any() and pool.n_free >= int(tp[candidates].min()):
-                    base = {
-                        "certificate": cert.status,
-                        "reason": cert.reason,
-                        "gap": cert.gap._asdict(),
-                        "conservative": {
-                            "allocation": allocation_to_json(real.conservative, grid),
-                            "objective": loop._objective_json(real.conservative),
-                        },
-                        "optimistic": {
-                            "allocation": allocation_to_json(real.optimistic, grid),
-                            "objective": loop._objective_json(real.optimistic),
-                        },
-                        "measured_cells": n_measured,
-                        "candidates": grid.n_cells,
-                    }
-
                     def select(belief: Any, round_no: int, posterior: Any = posterior) -> int:
                         state = RoundState(
                             grid=grid,
@@ -403,25 +395,16 @@ def run_parallel(
                     for pick in plan.picks:
                         if not pick.start:
                             continue
-                        rec = {
-                            "type": "round",
-                            "round": pick.round,
-                            **base,
-                            "outcome": "measure",
-                            "gpu_seconds": _spent(journal.records),
-                            "chosen": loop._cell_json(grid, pick.cell),
-                            "timings": {
-                                "fit_s": t_fit if first else 0.0,
-                                "allocate_s": t_alloc if first else 0.0,
-                                "acquire_s": pick.seconds,
-                            },
-                            "in_flight": [loop._cell_json(grid, k) for k in pick.believed],
-                            "believed_certificate": pick.certificate.status,
-                            "believed_gap": pick.certificate.gap._asdict(),
+                        timings = {
+                            "fit_s": t_fit if first else 0.0,
+                            "allocate_s": t_alloc if first else 0.0,
+                            "acquire_s": pick.seconds,
                         }
                         first = False
-                        journal.append(_Raw(rec))
-                        on_event("round", rec)
+                        rec = _round_record(
+                            journal, grid, pick.round, real, n_measured, "measure", pick.cell, timings, None
+                        )
+                        on_event("round", record_dict(rec))
                 plan_times.append(time.perf_counter() - t_event)
                 if status is not None:
                     for c, r in list(flight.items()):
@@ -438,31 +421,18 @@ def run_parallel(
                         cancelled.append(rec)
                         pool.give(tuple(r["gpus"]))
                         del flight[c]
-                    rec = {
-                        "type": "round",
-                        "round": next_round[0],
-                        "certificate": cert.status,
-                        "outcome": status,
-                        "reason": cert.reason,
-                        "gap": cert.gap._asdict(),
-                        "conservative": {
-                            "allocation": allocation_to_json(real.conservative, grid),
-                            "objective": loop._objective_json(real.conservative),
-                        },
-                        "optimistic": {
-                            "allocation": allocation_to_json(real.optimistic, grid),
-                            "objective": loop._objective_json(real.optimistic),
-                        },
-                        "measured_cells": n_measured,
-                        "candidates": grid.n_cells,
-                        "gpu_seconds": _spent(journal.records),
-                        "chosen": None,
-                        "timings": {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": 0.0},
-                        "in_flight": [],
-                        "cancelled": [r["cell"] for r in cancelled],
-                    }
-                    journal.append(_Raw(rec))
-                    on_event("round", rec)
+                    final_rec = _round_record(
+                        journal,
+                        grid,
+                        next_round[0],
+                        real,
+                        n_measured,
+                        status,
+                        None,
+                        {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": 0.0},
+                        final_alloc,
+                    )
+                    on_event("round", record_dict(final_rec))
                     break
 
             if not flight:
@@ -493,9 +463,7 @@ def run_parallel(
             measured, observed, _ = loop.measured_state(grid, journal.records)
             loop._write_measurements(out, journal)
 
-        result = loop._result_json(
-            campaign, grid, journal, status, final_alloc, cert, strategy_name, seed, time.perf_counter() - t_start
-        )
+        result = _result(campaign, grid, journal, final_rec, status, final_alloc, cert, strategy_name, seed, t_start)
         result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
         result["cancelled"] = [r["cell"] for r in cancelled]
         result["timings"]["per_completion_s"] = plan_times  # this invocation's refit + batch selection
@@ -551,4 +519,81 @@ def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str,
             finish_s=float(done.finish_s),
             **({"where": done.info} if done.info else {}),
         )
+    )
+
+
+# --- what depends on the journal's record types and the loop's helpers ---------------
+
+
+def _cell_json(grid: CellGrid, c: int) -> dict[str, Any]:
+    return loop._cell_json(grid, c)
+
+
+def _begin(
+    campaign: Campaign, out: Path, journal: Any, grid: CellGrid, strategy: str, seed: int, on_event: Any
+) -> bool:
+    """Write the header of a new campaign or check a resumed one's; True when resuming."""
+    expected = loop._header(campaign, grid, strategy, seed)
+    headers = journal.of_type("header")
+    if headers:
+        loop._check_header(out, record_dict(headers[0]), expected)
+        on_event("resume", {"measured": len(journal.of_type("measurement")), "candidates": grid.n_cells})
+        return True
+    journal.append(expected)
+    return False
+
+
+def _round_record(
+    journal: Any,
+    grid: CellGrid,
+    round_no: int,
+    real: Any,
+    n_measured: int,
+    outcome: str,
+    chosen: int | None,
+    timings: dict[str, float],
+    final: Any,
+) -> Any:
+    """Append one round record (the real state's certificate and allocations) and return it."""
+    cert = real.certificate
+    rec = {
+        "type": "round",
+        "round": round_no,
+        "certificate": cert.status,
+        "outcome": outcome,
+        "reason": cert.reason,
+        "gap": cert.gap._asdict(),
+        "conservative": {
+            "allocation": allocation_to_json(real.conservative, grid),
+            "objective": loop._objective_json(real.conservative),
+        },
+        "optimistic": {
+            "allocation": allocation_to_json(real.optimistic, grid),
+            "objective": loop._objective_json(real.optimistic),
+        },
+        "measured_cells": n_measured,
+        "candidates": grid.n_cells,
+        "gpu_seconds": _spent(journal.records),
+        "chosen": None if chosen is None else _cell_json(grid, chosen),
+        "timings": timings,
+    }
+    journal.append(rec)
+    return rec
+
+
+def _result(
+    campaign: Campaign,
+    grid: CellGrid,
+    journal: Any,
+    final_rec: Any,
+    status: str,
+    final_alloc: Any,
+    cert: Any,
+    strategy: str,
+    seed: int,
+    t_start: float,
+) -> dict[str, Any]:
+    """The loop's result.json for this journal."""
+    return loop._result_json(
+        campaign, grid, journal, status, final_alloc, cert, strategy, seed, time.perf_counter() - t_start
     )
