@@ -352,3 +352,54 @@ def test_progress_lists_the_cells_in_flight() -> None:
     buf = io.StringIO()
     Console(file=buf, width=120, color_system=None).print(render_progress(s, now=310.0))
     assert "in flight (2): chat TP2@C32, code TP2@C16" in buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def test_simulated_executor_hands_back_cells_by_simulated_finish_ties_together() -> None:
+    from fleetsieve_bayes.campaign.executor import Job, local_executor
+
+    durations = {0: 300.0, 1: 100.0, 2: 300.0, 3: 50.0}
+    ex = local_executor(lambda c, slots: {"duration_s": durations[c], "tp": 2}, simulated=True, offset_s=1000.0)
+    try:
+        for seq, c in enumerate([0, 1, 2]):
+            ex.submit(Job(c, 2, (2 * seq, 2 * seq + 1), 1000.0, seq))
+        first = ex.wait_any()
+        assert [d.job.cell for d in first] == [1] and first[0].finish_s == 1100.0 and ex.now() == 1100.0
+        ex.submit(Job(3, 2, (2, 3), ex.now(), 3))  # finishes at 1150, before cells 0 and 2
+        assert [d.job.cell for d in ex.wait_any()] == [3]
+        both = ex.wait_any()  # 0 and 2 finish at the same instant: handed back together, in start order
+        assert [d.job.cell for d in both] == [0, 2] and {d.finish_s for d in both} == {1300.0}
+    finally:
+        ex.close()
+
+
+def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
+    import time
+
+    from fleetsieve_bayes.campaign.executor import Job, local_executor
+
+    def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
+        if c == 9:
+            raise RuntimeError("harness broke")
+        time.sleep(0.2 * (c + 1))
+        return {"duration_s": 300.0}
+
+    ex = local_executor(measure, simulated=False)
+    try:
+        t0 = time.monotonic()
+        for c in range(3):
+            ex.submit(Job(c, 1, (c,), ex.now(), c))
+        ex.submit(Job(9, 1, (9,), ex.now(), 3))
+        got: list[int] = []
+        errors: list[str] = []
+        while len(got) + len(errors) < 3:
+            for d in ex.wait_any():
+                (errors.append(d.error) if d.error else got.append(d.job.cell))
+        assert errors == ["RuntimeError: harness broke"] and got == [0, 1]
+        assert ex.cancel(2) >= 0.0
+        elapsed = time.monotonic() - t0
+        assert elapsed < 0.2 + 0.4 + 0.3  # side by side, not one after another (0.2 + 0.4 + 0.6)
+    finally:
+        ex.close()
