@@ -1,6 +1,6 @@
 """Synthetic ground-truth fleets for the profiling-cost benchmark suite.
 
-A synthetic fleet is a fully measured table in the DESIGN.md schema plus a
+A synthetic fleet is a fully measured table in the docs/contracts.md schema plus a
 campaign (budget, demands, SLOs) over it. The ground truth comes from a
 plausible serving curve, deliberately *not* the model's own parametric form
 (so the benchmark does not test the model against itself):
@@ -17,7 +17,7 @@ plausible serving curve, deliberately *not* the model's own parametric form
 - measurements carry multiplicative log-normal noise (tails ``σ``, throughput
   ``σ/3``, the failure rate ``1 − success`` ``σ``).
 
-The returned table holds the *noisy* metrics in the DESIGN.md columns (what
+The returned table holds the *noisy* metrics in the docs/contracts.md columns (what
 the replay backend reveals) and the noise-free truth in ``true_<metric>``
 columns; :func:`truth_table` swaps them in. ``read_table`` ignores the extra
 columns, so the written CSV is a valid replay table.
@@ -193,7 +193,7 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
     """Generate one ground-truth table and a campaign over it.
 
     Returns:
-        ``(table, campaign)``: ``table`` has the DESIGN.md columns with noisy
+        ``(table, campaign)``: ``table`` has the docs/contracts.md columns with noisy
         metrics plus ``true_*`` noise-free columns and ``calibration``;
         ``campaign`` is the campaign mapping (as ``tomllib`` would parse it)
         with ``[measurement] table = "grid.csv"``; write both with
