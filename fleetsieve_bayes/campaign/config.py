@@ -128,10 +128,6 @@ _MODEL_KEYS = {"family", "inference", "repeatability"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
-# Keys of the replay backend (``delay_s``: wall seconds each replayed
-# measurement takes, to watch progress or rehearse interruptions); other
-# backends validate their own.
-_REPLAY_KEYS = {"table", "delay_s", "time_scale"}
 # Keys of every backend: how many cells run at once, and where.
 _POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
 EXECUTORS = ("local", "ray")
@@ -247,20 +243,6 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     backend = ctx.string("[measurement] backend", meas["backend"])
     options = {k: v for k, v in meas.items() if k != "backend"}
     measurement = Measurement(backend=backend, options=options, base_dir=path.resolve().parent)
-    if backend == "replay":
-        ctx.check_keys("[measurement]", options, _REPLAY_KEYS)
-        if "table" not in options:
-            raise ctx.fail("[measurement] table", "missing (the replay backend needs a measured table)")
-        ctx.string("[measurement] table", options["table"])
-        table = measurement.table
-        assert table is not None
-        if not table.is_file():
-            raise ctx.fail("[measurement] table", f"file not found: {table}")
-        if "delay_s" in options:
-            ctx.number("[measurement] delay_s", options["delay_s"], lo=0.0)
-        if "time_scale" in options:
-            ctx.number("[measurement] time_scale", options["time_scale"], lo=0.0)
-
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
     epsilon = ctx.number("[stopping] epsilon", stopping.get("epsilon", 0.05), lo=0.0, hi=1.0)
@@ -326,7 +308,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         )
         workloads.append(Workload(wname, demand, slo, critical, floor))
 
-    return Campaign(
+    campaign = Campaign(
         name=name,
         path=path.resolve(),
         gpus=gpus,
@@ -340,6 +322,11 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         inference=inference,
         repeatability=repeatability,
     )
+    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
+    from fleetsieve_bayes.backends import validate_backend
+
+    validate_backend(campaign)
+    return campaign
 
 
 def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:

@@ -151,8 +151,8 @@ def cell_runner(campaign: Any, out: Path) -> Callable[[tuple[str, int, str], tup
     """``run(key, device_ids) -> row``: builds the campaign's backend for one cell and measures it.
 
     For vLLM the backend's GPU pool (``[measurement] gpus``) becomes
-    ``device_ids``, so the server runs on exactly the GPUs this cell was
-    given. Used inside Ray tasks and by the real-clock local executor.
+    ``device_ids`` and its TP candidates the cell's TP, so the server runs on
+    exactly the GPUs this cell was given. Used inside Ray tasks and by the real-clock local executor.
     """
 
     def run(key: tuple[str, int, str], device_ids: tuple[int, ...]) -> dict[str, Any]:
@@ -160,7 +160,8 @@ def cell_runner(campaign: Any, out: Path) -> Callable[[tuple[str, int, str], tup
 
         camp = campaign
         if campaign.measurement.backend == "vllm" and device_ids:
-            options = {**campaign.measurement.options, "gpus": [int(g) for g in device_ids]}
+            # This cell's TP only, on exactly the devices it was given.
+            options = {**campaign.measurement.options, "gpus": [int(g) for g in device_ids], "tp": [int(key[1])]}
             camp = replace(campaign, measurement=replace(campaign.measurement, options=options))
         backend = make_backend(camp, out)
         try:

@@ -55,7 +55,7 @@ from fleetsieve_bayes.decision.certificate import (
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
-from fleetsieve_bayes.table import COLUMNS, METRICS, write_table
+from fleetsieve_bayes.table import COLUMNS, METRICS, startup_gpu_seconds, write_table
 
 __all__ = ["CampaignOutcome", "run_campaign", "measured_state", "Event"]
 
@@ -466,6 +466,9 @@ def _result_json(
         "status": status,
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
         "profiling_wall_s": profiling_wall_s(journal.records),
+        # Server start-up of cells that ran (a failed start-up is its own
+        # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
+        "startup_gpu_seconds": startup_gpu_seconds([r["row"] for r in meas]),
         "measured": [r["cell"] for r in meas],
         "allocation": None if alloc is None else allocation_to_json(alloc, grid),
         "timings": {
