@@ -403,3 +403,25 @@ def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
         assert elapsed < 0.2 + 0.4 + 0.3  # side by side, not one after another (0.2 + 0.4 + 0.6)
     finally:
         ex.close()
+
+
+def test_ready_hands_back_finished_cells_without_waiting() -> None:
+    import time
+
+    from fleetsieve_bayes.campaign.executor import Job, local_executor
+
+    ex = local_executor(lambda c, slots: (time.sleep(0.1 if c == 0 else 1.5), {"duration_s": 1.0})[1], simulated=False)
+    sim = local_executor(lambda c, slots: {"duration_s": 1.0}, simulated=True)
+    try:
+        ex.submit(Job(0, 1, (0,), 0.0, 0))
+        ex.submit(Job(1, 1, (1,), 0.0, 1))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert [d.job.cell for d in ex.ready()] == [0]  # cell 1 still runs; no waiting for it
+        assert time.monotonic() - t0 < 0.5
+        assert ex.ready() == []
+        sim.submit(Job(0, 1, (0,), 0.0, 0))
+        assert sim.ready() == []  # the simulated clock moves only in wait_any
+    finally:
+        ex.close()
+        sim.close()

@@ -83,6 +83,9 @@ class Executor(NamedTuple):
         submit: ``submit(job)`` starts ``job.cell`` on ``job.gpus``; returns at once.
         wait_any: blocks until at least one submitted cell finishes; returns the
             finished ones (never empty while cells are in flight).
+        ready: the cells that have already finished, without waiting (always
+            empty on the simulated clock, where a cell finishes only when
+            ``wait_any`` moves the clock to it).
         cancel: ``cancel(cell) -> finish_s``: stops a cell in flight (its partial
             measurement is discarded) and returns when on the clock it stopped.
         now: the campaign clock.
@@ -92,6 +95,7 @@ class Executor(NamedTuple):
 
     submit: Callable[[Job], None]
     wait_any: Callable[[], list[Done]]
+    ready: Callable[[], list[Done]]
     cancel: Callable[[int], float]
     now: Callable[[], float]
     close: Callable[[], None]
@@ -252,6 +256,15 @@ def local_executor(
                 running.pop(d.job.cell, None)
         return done
 
+    def ready() -> list[Done]:
+        if simulated:
+            return []
+        with lock:
+            items = [(j, f) for j, f in running.values() if f.done()]
+            for j, _ in items:
+                running.pop(j.cell, None)
+        return sorted((_done(j, f) for j, f in items), key=lambda d: (d.finish_s, d.job.seq))
+
     def cancel(cell: int) -> float:
         with lock:
             item = running.pop(cell, None)
@@ -266,7 +279,9 @@ def local_executor(
             running.clear()
         pool.shutdown(wait=True, cancel_futures=True)
 
-    return Executor(submit=submit, wait_any=wait_any, cancel=cancel, now=now, close=close, simulated=simulated)
+    return Executor(
+        submit=submit, wait_any=wait_any, ready=ready, cancel=cancel, now=now, close=close, simulated=simulated
+    )
 
 
 def _import_ray() -> Any:
@@ -363,6 +378,12 @@ def ray_executor(
         more, _ = ray.wait([r for r in running if r not in ready], num_returns=len(running) - len(ready), timeout=0)
         return sorted((_done(r) for r in [*ready, *more]), key=lambda d: d.job.seq)
 
+    def ready() -> list[Done]:
+        if not running:
+            return []
+        done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+        return sorted((_done(r) for r in done), key=lambda d: d.job.seq)
+
     def cancel(cell: int) -> float:
         for ref, job in list(running.items()):
             if job.cell == cell:
@@ -380,4 +401,7 @@ def ray_executor(
         if started_here:
             ray.shutdown()
 
-    return Executor(submit=submit, wait_any=wait_any, cancel=cancel, now=now, close=close, simulated=False), pool
+    executor = Executor(
+        submit=submit, wait_any=wait_any, ready=ready, cancel=cancel, now=now, close=close, simulated=False
+    )
+    return executor, pool

@@ -290,6 +290,27 @@ def run_parallel(
             next_round[0] += 1
             return True
 
+        def absorb(dones: list[Done]) -> None:
+            """Journal finished cells (or their harness failures) and free their GPUs."""
+            for done in dones:
+                c = done.job.cell
+                r = flight.pop(c)
+                pool.give(tuple(r["gpus"]))
+                if done.error is not None or done.row is None:
+                    journal.append(
+                        _Raw(
+                            type="failed",
+                            cell=r["cell"],
+                            start_s=r["start_s"],
+                            finish_s=float(done.finish_s),
+                            error=done.error,
+                        )
+                    )
+                    failures.append((c, str(done.error)))
+                    continue
+                _record(journal, grid, c, done, r, on_event)
+            loop._write_measurements(out, journal)
+
         status: str | None = None
         final_alloc = None
         final_rec: Any = None
@@ -410,6 +431,14 @@ def run_parallel(
                 plan_cpu.append(time.process_time() - cpu_event)
                 # For status/report; written once the free GPUs are refilled (off the critical path).
                 loop._write_round_files(out, grid, posterior, real.bounds, measured)
+                late = executor.ready() if status is not None else []
+                if late:
+                    # Cells that finished while this refit ran are measured, not cancelled:
+                    # decide again with them.
+                    absorb(late)
+                    measured, observed, _ = loop.measured_state(grid, journal.records)
+                    status, final_alloc = None, None
+                    continue
                 if status is not None:
                     for c, r in list(flight.items()):
                         t = executor.cancel(c)
@@ -447,25 +476,8 @@ def run_parallel(
                         f"run again to resume — it re-measures {grid.describe(c)})"
                     )
                 raise RuntimeError("parallel driver: nothing in flight, nothing to start and no decision")
-            for done in executor.wait_any():
-                c = done.job.cell
-                r = flight.pop(c)
-                pool.give(tuple(r["gpus"]))
-                if done.error is not None or done.row is None:
-                    journal.append(
-                        _Raw(
-                            type="failed",
-                            cell=r["cell"],
-                            start_s=r["start_s"],
-                            finish_s=float(done.finish_s),
-                            error=done.error,
-                        )
-                    )
-                    failures.append((c, str(done.error)))
-                    continue
-                _record(journal, grid, c, done, r, on_event)
+            absorb(executor.wait_any())
             measured, observed, _ = loop.measured_state(grid, journal.records)
-            loop._write_measurements(out, journal)
 
         result = _result(campaign, grid, journal, final_rec, status, final_alloc, cert, strategy_name, seed, t_start)
         result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
