@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 
-from fleetsieve_bayes.errors import InputError, MeasurementError
+from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
 
 # Subcommand modules, in the order `--help` lists them.
 _COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
@@ -38,13 +39,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # ArviZ announces its next major version on import once a day; a command's
+    # stderr is for its own messages.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (InputError, MeasurementError) as exc:
+    except (InputError, EnvironmentProblem, MeasurementError) as exc:
         print(f"fleetsieve-bayes {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        # The environment (a read-only or full disk, a vanished directory), not the input.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fleetsieve-bayes {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EnvironmentProblem.exit_code
     except KeyboardInterrupt:
         print(f"fleetsieve-bayes {args.command}: interrupted", file=sys.stderr)
         return 130

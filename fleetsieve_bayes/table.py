@@ -15,7 +15,7 @@ not part of ``duration_s`` except for a start-up failure.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,10 @@ BOUNDS_COLUMNS: tuple[str, ...] = (
 # The four outcome metrics of a cell, in the order every (…, 4) array uses.
 METRICS: tuple[str, ...] = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
 
+# A row may serve at most this multiple of its offered rate (see validate_table).
+THROUGHPUT_SLACK = 1.05
 _FLOAT_COLUMNS = ("offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INF_OK = {"ttft_p99_s", "completion_p99_s"}
 # Unobserved (empty / NaN) is allowed here only: a source without completion timing.
 _NAN_OK = {"completion_p99_s"}
@@ -89,6 +92,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
         InputError: naming the file and the first bad row/column.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a measurement table")
     if not path.is_file():
         raise InputError(f"{path}: measurement table not found")
     suffix = path.suffix.lower()
@@ -164,12 +169,15 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
                 raise InputError(f"{where(i, col)}: value is NaN")
             if math.isinf(f) and not (col in _INF_OK and f > 0):
                 raise InputError(f"{where(i, col)}: value is infinite")
+            if col == "success_rate" and not 0 <= f <= 1:
+                raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
             if f < 0:
                 raise InputError(f"{where(i, col)}: negative value {f:g}")
-            if col == "success_rate" and f > 1:
-                raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
+            if _FLOAT32_MAX < f < math.inf:  # the model computes in float32
+                raise InputError(f"{where(i, col)}: value {f:g} is too large to represent")
             vals.append(f)
         out[col] = np.asarray(vals, dtype=np.float64)
+    _check_served_within_offered(out, where)
     # A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
     # every other row must have run for a positive time.
     skipped = (
@@ -235,6 +243,17 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
             )
         first[key] = i
     return out
+
+
+def _check_served_within_offered(out: pd.DataFrame, where: Callable[[int, str], str]) -> None:
+    """Served cannot exceed offered: 5 % slack for the arrival process's noise over a
+    finite window; beyond that the row is a unit or bookkeeping error."""
+    for i, (thr, off) in enumerate(zip(out["throughput_rps"], out["offered_rps"], strict=True)):
+        if thr > off * THROUGHPUT_SLACK:
+            raise InputError(
+                f"{where(i, 'throughput_rps')}: throughput {thr:g} req/s exceeds the offered "
+                f"{off:g} req/s (more than {THROUGHPUT_SLACK:g}×)"
+            )
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> None:

@@ -149,8 +149,14 @@ def test_cells_from_json(setup) -> None:
     assert cells_from_json(grid, None) is None
 
 
-def _round(spent: float, alloc: dict | None) -> dict:
-    return {"type": "round", "gpu_seconds": spent, "conservative": {"allocation": alloc}}
+def _round(no: int, spent: float, alloc: dict | None) -> dict:
+    from fleetsieve_bayes.campaign.journal import RoundRecord, Side
+
+    side = Side(alloc, {"feasible": alloc is not None})
+    return RoundRecord(
+        round=no, certificate="undecided", outcome="measure", reason="", gap={}, conservative=side,
+        optimistic=side, measured_cells=0, candidates=0, gpu_seconds=spent, chosen=None, timings={},
+    ).to_json()
 
 
 def test_regret_curve_auc_and_run(setup) -> None:
@@ -161,10 +167,10 @@ def test_regret_curve_auc_and_run(setup) -> None:
     best = {"a": {"tp": 2, "load": "L1", "replicas": 2}, "b": {"tp": 4, "load": "L1", "replicas": 1}}
     records = [
         {"type": "measurement"},
-        _round(600.0, None),
+        _round(1, 600.0, None),
         {"type": "measurement"},
-        _round(1000.0, sub),
-        _round(1200.0, sub),  # the final allocation replaces the last round's
+        _round(2, 1000.0, sub),
+        _round(3, 1200.0, sub),  # the final allocation replaces the last round's
     ]
     spent, reg = regret_curve(grid, values, problem, o, records, best)
     np.testing.assert_allclose(spent, [0.0, 600.0, 1000.0, 1200.0])

@@ -32,6 +32,10 @@ def test_shipped_grid_reads(shared_grid: Path) -> None:
         (ROW.replace("6.596", "nan"), "line 3, column 'throughput_rps': value is NaN"),
         (ROW.replace("6.596", "-1"), "line 3, column 'throughput_rps': negative value"),
         (ROW.replace("0.992", "1.2"), "line 3, column 'success_rate': success rate 1.2 outside [0, 1]"),
+        (ROW.replace("0.992", "-0.1"), "line 3, column 'success_rate': success rate -0.1 outside [0, 1]"),
+        (ROW.replace("6.596", "66"), "line 3, column 'throughput_rps': throughput 66 req/s exceeds the offered 6.6 req/s"),
+        (ROW.replace("6.596", "6.94"), "line 3, column 'throughput_rps': throughput 6.94 req/s exceeds the offered"),
+        (ROW.replace("15.98", "1e39"), "line 3, column 'completion_p99_s': value 1e+39 is too large to represent"),
         (ROW.replace(",4,", ",2.5,"), "line 3, column 'tp': tensor-parallel degree must be a positive integer"),
         (ROW, "line 3: duplicate cell (workload=chat, tp=4, load=C96), first at line 2"),
     ],
@@ -44,6 +48,27 @@ def test_bad_rows_are_named(tmp_path: Path, row: str, message: str) -> None:
     assert str(p) in str(err.value) and message in str(err.value)
 
 
+def test_throughput_up_to_five_percent_above_offered_is_accepted(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(f"{HEADER}\n{ROW.replace('6.596', '6.93')}\n")  # 6.6 x 1.05: arrival noise
+    assert read_table(p)["throughput_rps"][0] == 6.93
+
+
+def test_parquet_rows_are_named_by_row_number(tmp_path: Path) -> None:
+    df = read_table_text(f"{HEADER}\n{ROW}\n{ROW.replace('C96', 'C128').replace('6.596', '66')}\n", tmp_path)
+    p = tmp_path / "t.parquet"
+    df.to_parquet(p, index=False)
+    with pytest.raises(InputError, match=r"t.parquet: row 1, column 'throughput_rps': throughput 66"):
+        read_table(p)
+
+
+def read_table_text(text: str, tmp_path: Path) -> pd.DataFrame:
+    """The raw (unvalidated) frame of a CSV text."""
+    p = tmp_path / "raw.csv"
+    p.write_text(text)
+    return pd.read_csv(p)
+
+
 def test_missing_column_and_file(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("workload,tp,load\nchat,4,C96\n")
@@ -51,6 +76,9 @@ def test_missing_column_and_file(tmp_path: Path) -> None:
         read_table(p)
     with pytest.raises(InputError, match="not found"):
         read_table(tmp_path / "none.csv")
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(InputError, match="dir.csv: is a directory, not a measurement table"):
+        read_table(tmp_path / "dir.csv")
 
 
 def test_infinite_tail_allowed_for_failed_cells(tmp_path: Path) -> None:
@@ -85,6 +113,7 @@ finite = st.floats(min_value=0, max_value=1e4, allow_nan=False, allow_infinity=F
 )
 def test_round_trip(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple], suffix: str) -> None:
     df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df["throughput_rps"] = np.minimum(df["throughput_rps"], df["offered_rps"])  # served <= offered
     path = tmp_path_factory.mktemp("rt") / f"t{suffix}"
     write_table(df, path)
     back = read_table(path)

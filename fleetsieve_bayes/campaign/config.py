@@ -53,14 +53,17 @@ class Workload:
 class Measurement:
     """The ``[measurement]`` table: the backend name and its own keys.
 
-    ``options`` holds every key but ``backend``, verbatim; each backend
-    validates its own keys (the replay backend: ``table``). ``base_dir`` is the
-    campaign file's folder, against which relative paths resolve.
+    ``options`` holds every key but ``backend`` and ``seed_tables``, verbatim;
+    each backend validates its own keys (the replay backend: ``table``).
+    ``base_dir`` is the campaign file's folder, against which relative paths
+    resolve. ``seed_tables`` are tables measured earlier whose rows enter the
+    campaign as measured cells at no cost (resolved paths, in order).
     """
 
     backend: str
     options: dict[str, Any]
     base_dir: Path
+    seed_tables: tuple[Path, ...] = ()
 
     @property
     def table(self) -> Path | None:
@@ -105,6 +108,8 @@ class Campaign:
     inference: str = "fast"
     repeatability: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # The parsed TOML as written (the journal header keeps it to name what changed).
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
     pool: ProfilingPool = field(default_factory=ProfilingPool)
 
     @property
@@ -231,8 +236,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     ctx.check_keys("[model]", model, _MODEL_KEYS)
     if "family" not in model:
         raise ctx.fail("[model] family", "missing")
-    family = ctx.string("[model] family", model["family"])
-    inference = ctx.string("[model] inference", model.get("inference", "fast"))
+    base_dir = path.resolve().parent
+    family = _name_or_path(ctx.string("[model] family", model["family"]), base_dir)
+    inference = _name_or_path(ctx.string("[model] inference", model.get("inference", "fast")), base_dir)
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
 
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
@@ -241,8 +247,10 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     pool = _pool(ctx, meas)
     meas = {k: v for k, v in meas.items() if k not in _POOL_KEYS}
     backend = ctx.string("[measurement] backend", meas["backend"])
-    options = {k: v for k, v in meas.items() if k != "backend"}
-    measurement = Measurement(backend=backend, options=options, base_dir=path.resolve().parent)
+    options = {k: v for k, v in meas.items() if k not in ("backend", "seed_tables")}
+    seed_tables = _seed_tables(ctx, meas.get("seed_tables", []), base_dir)
+    measurement = Measurement(backend=backend, options=options, base_dir=base_dir, seed_tables=seed_tables)
+
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
     epsilon = ctx.number("[stopping] epsilon", stopping.get("epsilon", 0.05), lo=0.0, hi=1.0)
@@ -260,6 +268,32 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         else None
     )
 
+    workloads = _parse_workloads(ctx, raw)
+
+    campaign = Campaign(
+        name=name,
+        path=path.resolve(),
+        gpus=gpus,
+        family=family,
+        measurement=measurement,
+        workloads=workloads,
+        pool=pool,
+        epsilon=epsilon,
+        credible_level=credible_level,
+        max_rounds=max_rounds,
+        inference=inference,
+        repeatability=repeatability,
+        raw=raw,
+    )
+    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
+    from fleetsieve_bayes.backends import validate_backend
+
+    validate_backend(campaign)
+    return campaign
+
+
+def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
+    """The ``[[workloads]]`` array: names unique, demand > 0, an SLO with ``success_min``."""
     raw_workloads = raw.get("workloads")
     if raw_workloads is None:
         raise ctx.fail("[[workloads]]", "missing: a campaign needs at least one workload class")
@@ -308,25 +342,35 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         )
         workloads.append(Workload(wname, demand, slo, critical, floor))
 
-    campaign = Campaign(
-        name=name,
-        path=path.resolve(),
-        gpus=gpus,
-        family=family,
-        measurement=measurement,
-        workloads=tuple(workloads),
-        pool=pool,
-        epsilon=epsilon,
-        credible_level=credible_level,
-        max_rounds=max_rounds,
-        inference=inference,
-        repeatability=repeatability,
-    )
-    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
-    from fleetsieve_bayes.backends import validate_backend
+    return tuple(workloads)
 
-    validate_backend(campaign)
-    return campaign
+
+def _name_or_path(value: str, base_dir: Path) -> str:
+    """A shipped name stays a name; a path (``.toml`` or with a ``/``) resolves against the campaign folder."""
+    if value.endswith(".toml") or "/" in value:
+        return str((base_dir / value).resolve())
+    return value
+
+
+def _check_file(ctx: _Ctx, where: str, p: Path) -> None:
+    if p.is_dir():
+        raise ctx.fail(where, f"{p} is a directory, not a table file")
+    if not p.is_file():
+        raise ctx.fail(where, f"file not found: {p}")
+
+
+def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
+    where = "[measurement] seed_tables"
+    if not isinstance(value, list):
+        raise ctx.fail(where, f"expected a list of table paths, got {value!r}")
+    out: list[Path] = []
+    for i, v in enumerate(value):
+        p = (base_dir / ctx.string(f"{where}[{i}]", v)).resolve()
+        _check_file(ctx, f"{where}[{i}]", p)
+        if p in out:
+            raise ctx.fail(f"{where}[{i}]", f"{p} is listed twice")
+        out.append(p)
+    return tuple(out)
 
 
 def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:

@@ -1,4 +1,4 @@
-"""The campaign directory's append-only journal, its lock, and atomic writes.
+"""The campaign directory's append-only journal, its typed records, its lock, and atomic writes.
 
 Measurements are expensive (300 s × up to 8 GPUs each), so every record is one
 JSON line written with a single ``write`` call, flushed and ``fsync``-ed before
@@ -8,15 +8,24 @@ truncates; every complete record survives. Derived files (``result.json``,
 ``bounds.csv``, ``posterior.nc``…) are written to a temporary name and renamed,
 so readers never see half a file.
 
-Record types (one JSON object per line, ``"type"`` first):
+Record types (one JSON object per line, ``"type"`` first), each a NamedTuple
+with ``to_json``/``from_json``:
 
-- ``header``: campaign name, strategy, seed and the candidate cells; written once.
-- ``measurement``: ``seq``, ``round``, ``phase`` (``design`` | ``acquire``),
-  ``cell`` ``{workload, tp, load}``, ``row`` (the table row), ``gpu_seconds``,
-  ``started_at``/``finished_at`` (Unix seconds), ``wall_s``.
-- ``round``: the decision state of one round (certificate, gap, both
-  allocations and objectives, chosen cell, timings) — what the status and
-  report commands read.
+- :class:`Header`: campaign name, strategy, seed, candidate cells, what
+  status/report need (budget, ε, workloads), the ``fingerprint`` of every
+  decision input and, for ``run --reuse-measurements``, ``reused_from``.
+  Written once, first.
+- :class:`MeasurementRecord`: ``seq``, ``round``, ``phase`` (``seed`` |
+  ``design`` | ``acquire``), ``cell``, ``row`` (the table row),
+  ``gpu_seconds``, ``started_at``/``finished_at`` (Unix seconds), ``wall_s``,
+  and ``source`` (where a seeded row came from; ``null`` when measured here).
+- :class:`RoundRecord`: the decision state of one round (certificate, gap, both
+  allocations and objectives, chosen cell or final allocation, timings).
+
+A complete line that parses but is not a valid record (a field missing or of
+the wrong type) is an :class:`~fleetsieve_bayes.errors.InputError` naming the
+file, the line and the field. Records of unknown types are kept as plain dicts
+and ignored, so a newer writer's additions do not break an older reader.
 """
 
 from __future__ import annotations
@@ -25,17 +34,28 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
     "JOURNAL_NAME",
+    "LOCK_NAME",
+    "Cell",
+    "Header",
+    "MeasurementRecord",
+    "RoundRecord",
+    "Side",
+    "Record",
     "Journal",
     "open_journal",
     "read_journal",
+    "read_records",
+    "parse_record",
+    "rounds_of",
+    "unique_rounds",
     "campaign_lock",
     "atomic_write_text",
     "atomic_write_bytes",
@@ -43,48 +63,369 @@ __all__ = [
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = ".lock"
+HEADER_VERSION = 2
+# Test hook: SIGKILL this process right after its N-th journal append (the
+# kill-everywhere test's way of stopping a real run at every record boundary).
+_KILL_AFTER_ENV = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+
+
+class _Fields:
+    """Reads typed fields of one raw record; errors name the file, line and field."""
+
+    def __init__(self, raw: dict[str, Any], where: str) -> None:
+        self.raw = raw
+        self.where = where
+
+    def fail(self, name: str, message: str) -> InputError:
+        return InputError(f"{self.where}: field {name!r} {message}")
+
+    def get(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        src = self.raw if obj is None else obj
+        if name.split(".")[-1] not in src:
+            if default is ...:
+                raise self.fail(name, "is missing")
+            return default
+        return src[name.split(".")[-1]]
+
+    def str_(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        v = self.get(name, default, obj)
+        if v is default and default is not ...:
+            return v
+        if not isinstance(v, str):
+            raise self.fail(name, f"must be a string, got {v!r}")
+        return v
+
+    def int_(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        v = self.get(name, default, obj)
+        if v is default and default is not ...:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(name, f"must be an integer, got {v!r}")
+        return v
+
+    def float_(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        v = self.get(name, default, obj)
+        if v is default and default is not ...:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.fail(name, f"must be a number, got {v!r}")
+        return float(v)
+
+    def dict_(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        v = self.get(name, default, obj)
+        if v is default and default is not ...:
+            return v
+        if not isinstance(v, dict):
+            raise self.fail(name, f"must be an object, got {type(v).__name__}")
+        return v
+
+    def list_(self, name: str, default: Any = ..., obj: dict[str, Any] | None = None) -> Any:
+        v = self.get(name, default, obj)
+        if v is default and default is not ...:
+            return v
+        if not isinstance(v, list):
+            raise self.fail(name, f"must be a list, got {type(v).__name__}")
+        return v
+
+    def cell(self, name: str, v: Any) -> Cell:
+        if not isinstance(v, dict):
+            raise self.fail(name, f"must be an object {{workload, tp, load}}, got {v!r}")
+        return Cell(
+            self.str_(f"{name}.workload", obj=v),
+            self.int_(f"{name}.tp", obj=v),
+            str(self.get(f"{name}.load", obj=v)),
+        )
+
+    def allocation(self, name: str, v: Any) -> dict[str, dict[str, Any]] | None:
+        """An allocation in result.json form ``{workload: {tp, load, replicas}}`` or null."""
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise self.fail(name, f"must be an object or null, got {type(v).__name__}")
+        out: dict[str, dict[str, Any]] = {}
+        for w, e in v.items():
+            if not isinstance(e, dict):
+                raise self.fail(f"{name}.{w}", f"must be an object {{tp, load, replicas}}, got {e!r}")
+            reps = self.int_(f"{name}.{w}.replicas", obj=e)
+            tp = e.get("tp")
+            if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int)):
+                raise self.fail(f"{name}.{w}.tp", f"must be an integer or null, got {tp!r}")
+            out[str(w)] = {"tp": tp, "load": None if e.get("load") is None else str(e["load"]), "replicas": reps}
+        return out
+
+
+class Cell(NamedTuple):
+    """One candidate cell ``(workload, tp, load)``."""
+
+    workload: str
+    tp: int
+    load: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "tp": self.tp, "load": self.load}
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} TP{self.tp}@{self.load}"
+
+
+class Header(NamedTuple):
+    """The first record: what the campaign is and every input its decisions depend on."""
+
+    campaign: str
+    strategy: str
+    seed: int
+    cells: tuple[Cell, ...]
+    created_at: float = 0.0
+    campaign_file: str | None = None
+    gpus: int | None = None
+    epsilon: float | None = None
+    credible_level: float | None = None
+    # [{name, demand_rps, critical, floor, slo: {success_min, ttft_p99_s, completion_p99_s}}]
+    workloads: tuple[dict[str, Any], ...] = ()
+    # Input name → digest (campaign, prior_card, inference, table, seed_tables, seed, strategy).
+    fingerprint: dict[str, str] | None = None
+    # The parsed campaign file, so a mismatch can name the field that changed.
+    inputs: dict[str, Any] | None = None
+    # run --reuse-measurements: {directory, fingerprint, measurements}.
+    reused_from: dict[str, Any] | None = None
+    version: int = HEADER_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"type": "header", **self._asdict()}
+        d["cells"] = [c.to_json() for c in self.cells]
+        d["workloads"] = list(self.workloads)
+        return d
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], where: str = "header") -> Header:
+        f = _Fields(raw, where)
+        cells = tuple(f.cell(f"cells[{i}]", c) for i, c in enumerate(f.list_("cells")))
+        workloads = f.list_("workloads", [])
+        for i, w in enumerate(workloads):
+            if not isinstance(w, dict):
+                raise f.fail(f"workloads[{i}]", f"must be an object, got {w!r}")
+        fp = f.dict_("fingerprint", None)
+        return cls(
+            campaign=f.str_("campaign"),
+            strategy=f.str_("strategy"),
+            seed=f.int_("seed"),
+            cells=cells,
+            created_at=f.float_("created_at", 0.0),
+            campaign_file=f.str_("campaign_file", None),
+            gpus=f.int_("gpus", None),
+            epsilon=f.float_("epsilon", None),
+            credible_level=f.float_("credible_level", None),
+            workloads=tuple(workloads),
+            fingerprint=None if fp is None else {str(k): str(v) for k, v in fp.items()},
+            inputs=f.dict_("inputs", None),
+            reused_from=f.dict_("reused_from", None),
+            version=f.int_("version", 1),
+        )
+
+
+class MeasurementRecord(NamedTuple):
+    """One measured (or seeded) cell."""
+
+    seq: int
+    round: int
+    phase: str  # seed | design | acquire
+    cell: Cell
+    row: dict[str, Any]
+    gpu_seconds: float
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    wall_s: float = 0.0
+    source: str | None = None  # seeded rows: "seed table FILE" / "reused from DIR"
+
+    @property
+    def seeded(self) -> bool:
+        return self.source is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "measurement", **self._asdict(), "cell": self.cell.to_json()}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], where: str = "measurement") -> MeasurementRecord:
+        f = _Fields(raw, where)
+        row = f.dict_("row")
+        from fleetsieve_bayes.table import METRICS
+
+        for m in METRICS:
+            v = f.get(f"row.{m}", obj=row)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise f.fail(f"row.{m}", f"must be a number, got {v!r}")
+        return cls(
+            seq=f.int_("seq", 0),
+            round=f.int_("round", 0),
+            phase=f.str_("phase", "design"),
+            cell=f.cell("cell", f.get("cell")),
+            row=row,
+            gpu_seconds=f.float_("gpu_seconds"),
+            started_at=f.float_("started_at", 0.0),
+            finished_at=f.float_("finished_at", 0.0),
+            wall_s=f.float_("wall_s", 0.0),
+            source=f.str_("source", None),
+        )
+
+
+class Side(NamedTuple):
+    """One side (conservative or optimistic) of a round: its allocation and objective."""
+
+    allocation: dict[str, dict[str, Any]] | None
+    objective: dict[str, Any]
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.objective.get("feasible", self.allocation is not None))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allocation": self.allocation, "objective": self.objective}
+
+
+class RoundRecord(NamedTuple):
+    """The decision state of one round."""
+
+    round: int
+    certificate: str
+    outcome: str  # "measure", or the campaign's final status
+    reason: str
+    gap: dict[str, float]
+    conservative: Side
+    optimistic: Side
+    measured_cells: int
+    candidates: int
+    gpu_seconds: float
+    chosen: Cell | None
+    timings: dict[str, float]
+    # The final allocation when the campaign stops at this round (outcome != "measure").
+    final: Side | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"type": "round", **self._asdict()}
+        d["conservative"] = self.conservative.to_json()
+        d["optimistic"] = self.optimistic.to_json()
+        d["chosen"] = None if self.chosen is None else self.chosen.to_json()
+        d["final"] = None if self.final is None else self.final.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], where: str = "round") -> RoundRecord:
+        f = _Fields(raw, where)
+
+        def side(name: str) -> Side:
+            d = f.dict_(name)
+            obj = f.dict_(f"{name}.objective", {}, obj=d)
+            return Side(f.allocation(f"{name}.allocation", d.get("allocation")), obj)
+
+        gap = f.dict_("gap")
+        for k, v in gap.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise f.fail(f"gap.{k}", f"must be a number, got {v!r}")
+        timings = f.dict_("timings", {})
+        for k, v in timings.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise f.fail(f"timings.{k}", f"must be a number, got {v!r}")
+        chosen = f.get("chosen", None)
+        return cls(
+            round=f.int_("round"),
+            certificate=f.str_("certificate"),
+            outcome=f.str_("outcome", "measure" if chosen is not None else "undecided"),
+            reason=f.str_("reason", ""),
+            gap={str(k): float(v) for k, v in gap.items()},
+            conservative=side("conservative"),
+            optimistic=side("optimistic"),
+            measured_cells=f.int_("measured_cells", 0),
+            candidates=f.int_("candidates", 0),
+            gpu_seconds=f.float_("gpu_seconds"),
+            chosen=None if chosen is None else f.cell("chosen", chosen),
+            timings={str(k): float(v) for k, v in timings.items()},
+            final=None if raw.get("final") is None else side("final"),
+        )
+
+
+Record = Header | MeasurementRecord | RoundRecord | dict
+_TYPES: dict[str, Any] = {"header": Header, "measurement": MeasurementRecord, "round": RoundRecord}
+
+
+def parse_record(raw: dict[str, Any], where: str = "journal record") -> Record:
+    """The typed record of one raw journal object (unknown types stay plain dicts).
+
+    Raises:
+        InputError: a field is missing or of the wrong type (named with ``where``).
+    """
+    cls = _TYPES.get(str(raw.get("type")))
+    return raw if cls is None else cls.from_json(raw, where)
+
+
+def rounds_of(records: Iterable[Any]) -> list[RoundRecord]:
+    """The round records among ``records`` (typed records or raw journal dicts)."""
+    out = []
+    for r in records:
+        if isinstance(r, dict) and r.get("type") == "round":
+            r = RoundRecord.from_json(r)
+        if isinstance(r, RoundRecord):
+            out.append(r)
+    return out
+
+
+def unique_rounds(rounds: Iterable[RoundRecord]) -> list[RoundRecord]:
+    """One record per round number (the last written wins), in round order.
+
+    Journals of earlier versions repeat a round after a re-run or a kill
+    mid-measurement; a round counts once.
+    """
+    by_no: dict[int, RoundRecord] = {}
+    for r in rounds:
+        by_no[r.round] = r
+    return [by_no[k] for k in sorted(by_no)]
 
 
 class Journal:
-    """An open, append-only journal file. Use :func:`open_journal`."""
+    """An open, append-only journal file of typed records. Use :func:`open_journal`."""
 
-    def __init__(self, path: Path, records: list[dict[str, Any]]) -> None:
+    def __init__(self, path: Path, records: list[Record]) -> None:
         self.path = path
         self.records = records
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._appended = 0
+        kill_after = os.environ.get(_KILL_AFTER_ENV, "")
+        self._kill_after = int(kill_after) if kill_after.strip().isdigit() else None
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Header | MeasurementRecord | RoundRecord) -> None:
         """Append one record durably: one write, then fsync, before returning."""
-        line = (json.dumps(record, separators=(",", ":"), allow_nan=True) + "\n").encode()
+        line = (json.dumps(record.to_json(), separators=(",", ":"), allow_nan=True) + "\n").encode()
         written = os.write(self._fd, line)
         if written != len(line):  # a short write on a regular file means the disk is full
             raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
         os.fsync(self._fd)
         self.records.append(record)
+        self._appended += 1
+        if self._kill_after is not None and self._appended >= self._kill_after:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._fd)
 
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("type") == kind]
+    @property
+    def header(self) -> Header | None:
+        return next((r for r in self.records if isinstance(r, Header)), None)
+
+    @property
+    def measurements(self) -> list[MeasurementRecord]:
+        return [r for r in self.records if isinstance(r, MeasurementRecord)]
+
+    @property
+    def rounds(self) -> list[RoundRecord]:
+        return [r for r in self.records if isinstance(r, RoundRecord)]
 
 
-def read_journal(path: str | Path) -> tuple[list[dict[str, Any]], int]:
-    """Parse a journal.
-
-    Returns:
-        ``(records, good_bytes)``: the complete records and the byte length of
-        the prefix they occupy (a trailing partial line, left by a kill during
-        a write, is not counted).
-
-    Raises:
-        InputError: a complete line in the middle of the file is not valid
-            JSON (the file was edited or corrupted), naming the line.
-    """
-    path = Path(path)
+def _read_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int]:
     data = path.read_bytes() if path.exists() else b""
-    records: list[dict[str, Any]] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     good = 0
     lines = data.split(b"\n")
     for i, raw in enumerate(lines):
@@ -100,15 +441,48 @@ def read_journal(path: str | Path) -> tuple[list[dict[str, Any]], int]:
                 raise ValueError("not a journal record")
         except ValueError as exc:
             raise InputError(f"{path}: line {i + 1}: corrupt journal record ({exc})") from None
-        records.append(rec)
+        records.append((i + 1, rec))
         good += len(raw) + 1
     return records, good
+
+
+def read_journal(path: str | Path) -> tuple[list[dict[str, Any]], int]:
+    """Parse a journal into raw JSON objects.
+
+    Returns:
+        ``(records, good_bytes)``: the complete records and the byte length of
+        the prefix they occupy (a trailing partial line, left by a kill during
+        a write, is not counted).
+
+    Raises:
+        InputError: a complete line in the middle of the file is not valid
+            JSON (the file was edited or corrupted), naming the line.
+    """
+    try:
+        lines, good = _read_lines(Path(path))
+    except (IsADirectoryError, PermissionError) as exc:
+        raise InputError(f"{path}: cannot read journal ({exc.strerror})") from None
+    return [r for _, r in lines], good
+
+
+def read_records(path: str | Path) -> tuple[list[Record], int]:
+    """Parse a journal into typed records (see :func:`parse_record`).
+
+    Raises:
+        InputError: corrupt JSON, or a record lacking a field, naming line and field.
+    """
+    path = Path(path)
+    try:
+        lines, good = _read_lines(path)
+    except (IsADirectoryError, PermissionError) as exc:
+        raise InputError(f"{path}: cannot read journal ({exc.strerror})") from None
+    return [parse_record(r, f"{path}: line {n}: {r.get('type')} record") for n, r in lines], good
 
 
 def open_journal(directory: Path) -> Journal:
     """Open (or create) ``directory/journal.jsonl`` for appending, truncating a partial last line."""
     path = directory / JOURNAL_NAME
-    records, good = read_journal(path)
+    records, good = read_records(path)
     if path.exists() and path.stat().st_size != good:
         with open(path, "r+b") as fh:
             fh.truncate(good)
@@ -146,11 +520,16 @@ def campaign_lock(directory: Path) -> Iterator[None]:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and ``rename`` (atomic on POSIX)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # never leave a stray temporary behind
+        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import CellGrid, allocation_to_json, problem_from_campaign
+from fleetsieve_bayes.allocation.problem import CellGrid, problem_from_campaign
 from fleetsieve_bayes.backends import Backend
 from fleetsieve_bayes.campaign import loop
 from fleetsieve_bayes.campaign.config import Campaign
@@ -70,8 +70,6 @@ from fleetsieve_bayes.campaign.makespan import cell_key, in_flight_cells, record
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
-    EXHAUSTED,
-    UNDECIDED,
 )
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError, MeasurementError
@@ -128,11 +126,9 @@ def _make_executor(
 
 
 def run_parallel(
-    campaign: Campaign,
+    inputs: Any,
     out: Path,
     backend: Backend,
-    strategy_name: str,
-    seed: int,
     on_event: Any,
     *,
     explicit_backend: bool = False,
@@ -150,16 +146,16 @@ def run_parallel(
     from fleetsieve_bayes.allocation.milp import allocate_milp
     from fleetsieve_bayes.decision.batch import believe, plan_batch
     from fleetsieve_bayes.decision.strategies import RoundState, make_strategy
-    from fleetsieve_bayes.model.inference import fit, load_preset
-    from fleetsieve_bayes.model.priors import load_card
+    from fleetsieve_bayes.model.inference import fit
     from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
+    campaign: Campaign = inputs.campaign
+    strategy_name, seed = inputs.strategy, inputs.seed
     enable_compilation_cache()
     t_start = time.perf_counter()
     grid: CellGrid = backend.grid
     problem = problem_from_campaign(campaign)
-    card = load_card(campaign.family)
-    preset = load_preset(campaign.inference)
+    card, preset = inputs.card, inputs.preset
     strategy = make_strategy(
         strategy_name,
         grid,
@@ -175,7 +171,7 @@ def run_parallel(
     journal = open_journal(out)
     executor: Executor | None = None
     try:
-        resumed = _begin(campaign, out, journal, grid, strategy_name, seed, on_event)
+        resumed = _begin(inputs, out, journal, grid, on_event)
 
         executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, _clock_offset(journal.records))
         if int(tp.max()) > pool_n:
@@ -369,17 +365,18 @@ def run_parallel(
                 cert = real.certificate
                 candidates = ~measured
                 candidates[list(flight)] = False
-                rounds_left = campaign.max_rounds is None or next_round[0] <= campaign.max_rounds
-                if cert.status == CERTIFIED_FEASIBLE:
-                    status, final_alloc = CERTIFIED_FEASIBLE, real.conservative
-                elif cert.status == CERTIFIED_INFEASIBLE:
-                    status, final_alloc = CERTIFIED_INFEASIBLE, None
-                elif not flight and not candidates.any():
-                    status = EXHAUSTED
-                    final_alloc = allocate(loop._measured_only_table(observed, measured))
-                elif not flight and not rounds_left:
-                    status, final_alloc = UNDECIDED, real.conservative
-                elif rounds_left and candidates.any() and pool.n_free >= int(tp[candidates].min()):
+                # The loop's stopping rule on what is measured; cells in flight count as
+                # unmeasured, and only a certificate stops the campaign while some fly.
+                decision = loop.decide_round(
+                    loop.RoundFacts(next_round[0], cert.status, int((~measured).sum()), campaign.max_rounds)
+                )
+                if not decision.acquire and (not flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
+                    status = decision.status
+                    if decision.final == "conservative":
+                        final_alloc = real.conservative
+                    elif decision.final == "measured-only":
+                        final_alloc = allocate(loop._measured_only_table(observed, measured))
+                elif decision.acquire and candidates.any() and pool.n_free >= int(tp[candidates].min()):
                     def select(belief: Any, round_no: int, posterior: Any = posterior) -> int:
                         state = RoundState(
                             grid=grid,
@@ -479,7 +476,7 @@ def run_parallel(
             absorb(executor.wait_any())
             measured, observed, _ = loop.measured_state(grid, journal.records)
 
-        result = _result(campaign, grid, journal, final_rec, status, final_alloc, cert, strategy_name, seed, t_start)
+        result = _result(inputs, grid, journal, final_rec, t_start)
         result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
         result["cancelled"] = [r["cell"] for r in cancelled]
         # This invocation's refit + batch selection per completion: wall and CPU seconds.
@@ -492,7 +489,7 @@ def run_parallel(
         }
         atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
         on_event("done", result)
-        return loop.CampaignOutcome(status, result, final_alloc)
+        return loop.CampaignOutcome(status, result, result["allocation"])
     finally:
         if executor is not None:
             executor.close()
@@ -544,21 +541,14 @@ def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str,
 
 
 def _cell_json(grid: CellGrid, c: int) -> dict[str, Any]:
-    return loop._cell_json(grid, c)
+    return loop._cell(grid, c).to_json()
 
 
-def _begin(
-    campaign: Campaign, out: Path, journal: Any, grid: CellGrid, strategy: str, seed: int, on_event: Any
-) -> bool:
-    """Write the header of a new campaign or check a resumed one's; True when resuming."""
-    expected = loop._header(campaign, grid, strategy, seed)
-    headers = journal.of_type("header")
-    if headers:
-        loop._check_header(out, record_dict(headers[0]), expected)
-        on_event("resume", {"measured": len(journal.of_type("measurement")), "candidates": grid.n_cells})
-        return True
-    journal.append(expected)
-    return False
+def _begin(inputs: Any, out: Path, journal: Any, grid: CellGrid, on_event: Any) -> bool:
+    """The loop's start or resume (header, fingerprint check, seeded rows); True when resuming."""
+    resumed = journal.header is not None
+    loop._begin(inputs, out, journal, grid, on_event)
+    return resumed
 
 
 def _round_record(
@@ -573,45 +563,28 @@ def _round_record(
     final: Any,
 ) -> Any:
     """Append one round record (the real state's certificate and allocations) and return it."""
+    from fleetsieve_bayes.campaign.journal import RoundRecord
+
     cert = real.certificate
-    rec = {
-        "type": "round",
-        "round": round_no,
-        "certificate": cert.status,
-        "outcome": outcome,
-        "reason": cert.reason,
-        "gap": cert.gap._asdict(),
-        "conservative": {
-            "allocation": allocation_to_json(real.conservative, grid),
-            "objective": loop._objective_json(real.conservative),
-        },
-        "optimistic": {
-            "allocation": allocation_to_json(real.optimistic, grid),
-            "objective": loop._objective_json(real.optimistic),
-        },
-        "measured_cells": n_measured,
-        "candidates": grid.n_cells,
-        "gpu_seconds": _spent(journal.records),
-        "chosen": None if chosen is None else _cell_json(grid, chosen),
-        "timings": timings,
-    }
+    rec = RoundRecord(
+        round=round_no,
+        certificate=cert.status,
+        outcome=outcome,
+        reason=cert.reason,
+        gap={k: float(v) for k, v in cert.gap._asdict().items()},
+        conservative=loop._side(real.conservative, grid),
+        optimistic=loop._side(real.optimistic, grid),
+        measured_cells=n_measured,
+        candidates=grid.n_cells,
+        gpu_seconds=_spent(journal.records),
+        chosen=None if chosen is None else loop._cell(grid, chosen),
+        timings=timings,
+        final=None if final is None else loop._side(final, grid),
+    )
     journal.append(rec)
     return rec
 
 
-def _result(
-    campaign: Campaign,
-    grid: CellGrid,
-    journal: Any,
-    final_rec: Any,
-    status: str,
-    final_alloc: Any,
-    cert: Any,
-    strategy: str,
-    seed: int,
-    t_start: float,
-) -> dict[str, Any]:
-    """The loop's result.json for this journal."""
-    return loop._result_json(
-        campaign, grid, journal, status, final_alloc, cert, strategy, seed, time.perf_counter() - t_start
-    )
+def _result(inputs: Any, grid: CellGrid, journal: Any, final_rec: Any, t_start: float) -> dict[str, Any]:
+    """The loop's result.json, from the journal."""
+    return loop._result_json(inputs, grid, journal, final_rec, time.perf_counter() - t_start)

@@ -24,6 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for every round's randomness")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print result.json to stdout at the end")
+    p.add_argument(
+        "--reuse-measurements",
+        type=Path,
+        default=None,
+        metavar="OLD_DIR",
+        help="start a new decision (in a new --out) from OLD_DIR's measurements: allowed when only "
+        "demands, SLOs, floors, the GPU budget or the stopping rule changed",
+    )
     p.set_defaults(func=main)
 
 
@@ -34,19 +42,30 @@ def main(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.campaign)
     quiet = args.quiet or args.json
     with make_progress(quiet=quiet, stream=sys.stderr) as on_event:
-        outcome = run_campaign(campaign, args.out, strategy=args.strategy, seed=args.seed, on_event=on_event)
+        outcome = run_campaign(
+            campaign,
+            args.out,
+            strategy=args.strategy,
+            seed=args.seed,
+            on_event=on_event,
+            reuse_measurements=args.reuse_measurements,
+        )
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     elif not args.quiet:
-        from fleetsieve_bayes.campaign.journal import read_journal
+        from fleetsieve_bayes.campaign.journal import MeasurementRecord, read_records
         from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
 
         r = outcome.result
+        seeded = len(r.get("seeded") or [])
         startup = r.get("startup_gpu_seconds") or 0.0
         extra = f" (+ {startup:.0f} start-up GPU-seconds)" if startup else ""
-        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds{extra}, {len(r['measured'])} cells measured")
-        records, _ = read_journal(Path(args.out) / "journal.jsonl")
-        rows = [rec["row"] for rec in records if rec.get("type") == "measurement"]
+        extra_cells = f" ({seeded} of them seeded at no cost)" if seeded else ""
+        print(
+            f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds{extra}, "
+            f"{len(r['measured'])} cells measured{extra_cells}"
+        )
+        rows = [rec.row for rec in read_records(Path(args.out) / "journal.jsonl")[0] if isinstance(rec, MeasurementRecord)]
         slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
                          "completion_p99_s": w.slo.completion_p99_s} for w in campaign.workloads}
         why = unserved(r["allocation"], slos, rows)

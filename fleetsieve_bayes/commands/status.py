@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetsieve_bayes.campaign.directory import CampaignView, finite_or_none, load_campaign_dir
+from fleetsieve_bayes.campaign.journal import Cell
 from fleetsieve_bayes.campaign.makespan import read_in_flight
 from fleetsieve_bayes.reporting.progress import CERT_STYLE
-from fleetsieve_bayes.reporting.report import CampaignView, load_campaign_dir
 
 __all__ = ["register", "main", "status_json", "render_status"]
-
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,13 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def status_json(view: CampaignView) -> dict[str, Any]:
-    """The status as a JSON-able dict (what ``--json`` prints)."""
+    """The status as a JSON-able dict (what ``--json`` prints); non-finite numbers are null."""
     last = view.last_round
-    return {
+    h = view.header
+    return finite_or_none({
         "directory": str(view.directory),
-        "campaign": view.header.get("campaign"),
-        "strategy": view.header.get("strategy"),
-        "seed": view.header.get("seed"),
+        "campaign": h.campaign,
+        "strategy": h.strategy,
+        "seed": h.seed,
+        "reused_from": h.reused_from,
         "state": view.state,
         "status": view.status,
         "candidates": view.n_candidates,
@@ -48,25 +50,26 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "rounds": len(view.rounds),
         "measured": [
             {
-                **r["cell"],
-                "phase": r.get("phase"),
-                "round": r.get("round"),
-                "gpu_seconds": r.get("gpu_seconds"),
-                "row": r.get("row"),
+                **r.cell.to_json(),
+                "phase": r.phase,
+                "round": r.round,
+                "gpu_seconds": r.gpu_seconds,
+                "source": r.source,
+                "row": r.row,
             }
             for r in view.measurements
         ],
         "certificate": None
         if last is None
-        else {"status": last.get("certificate"), "reason": last.get("reason"), "gap": last.get("gap"), "round": last.get("round")},
-        "conservative": None if last is None else last.get("conservative"),
-        "optimistic": None if last is None else last.get("optimistic"),
-        "next": None if last is None else last.get("chosen"),
-        "next_state": None if last is None or not last.get("chosen") else _chosen_state(view, last["chosen"]),
+        else {"status": last.certificate, "reason": last.reason, "gap": last.gap, "round": last.round},
+        "conservative": None if last is None else last.conservative.to_json(),
+        "optimistic": None if last is None else last.optimistic.to_json(),
+        "next": None if last is None or last.chosen is None else last.chosen.to_json(),
+        "next_state": None if last is None or last.chosen is None else _chosen_state(view, last.chosen),
         "result": view.result,
         "in_flight": read_in_flight(view.directory),
         "unserved": _unserved(view),
-    }
+    })
 
 
 def _unserved(view: CampaignView) -> dict[str, Any]:
@@ -74,7 +77,7 @@ def _unserved(view: CampaignView) -> dict[str, Any]:
     from fleetsieve_bayes.reporting.misses import unserved
 
     alloc = (view.result or {}).get("allocation")
-    rows = [r.get("row") or {} for r in view.measurements]
+    rows = [r.row for r in view.measurements]
     return {w: {"cell": u["cell"], "misses": [m._asdict() | {"text": m.text()} for m in u["misses"]]}
             for w, u in unserved(alloc, view.slos, rows).items()}
 
@@ -93,9 +96,9 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{f:.{digits}f}"
 
 
-def _chosen_state(view: CampaignView, cell: dict[str, Any]) -> str:
+def _chosen_state(view: CampaignView, cell: Cell) -> str:
     """How far the last round's chosen cell got: measured, being measured, or cut off."""
-    if any(r.get("cell") == cell for r in view.measurements):
+    if any(r.cell == cell for r in view.measurements):
         return "last chosen cell (measured)"
     return "measuring now" if view.state == "running" else "chosen next, not measured (interrupted)"
 
@@ -107,7 +110,7 @@ def render_status(view: CampaignView, console: Any) -> None:
 
     status = view.status
     head = Text()
-    head.append(f"{view.header.get('campaign', view.directory.name)}", style="bold")
+    head.append(view.header.campaign or view.directory.name, style="bold")
     head.append(f"  ({view.directory}, {view.state})\n")
     head.append("status: ")
     head.append(status, style=CERT_STYLE.get(status, "bold"))
@@ -115,14 +118,14 @@ def render_status(view: CampaignView, console: Any) -> None:
     head.append(
         f"   cells measured: {len(view.measurements)} / {total if total is not None else '?'}"
         f"   GPU-seconds: {view.gpu_seconds:,.0f}   rounds: {len(view.rounds)}"
-        f"   strategy: {view.header.get('strategy')}   seed: {view.header.get('seed')}"
+        f"   strategy: {view.header.strategy}   seed: {view.header.seed}"
     )
     console.print(head)
     last = view.last_round
     if last is not None:
-        g = last.get("gap") or {}
+        g = last.gap
         console.print(
-            f"round {last.get('round')}: [bold]{last.get('certificate')}[/] — {last.get('reason', '')}",
+            f"round {last.round}: [bold]{last.certificate}[/] — {last.reason}",
             highlight=False,
         )
         console.print(
@@ -130,16 +133,16 @@ def render_status(view: CampaignView, console: Any) -> None:
             f"goodput {_num(g.get('goodput'))}",
             highlight=False,
         )
-        nxt = last.get("chosen")
-        if nxt:
-            console.print(f"{_chosen_state(view, nxt)}: {nxt['workload']} TP{nxt['tp']}@{nxt['load']}", highlight=False)
+        nxt = last.chosen
+        if nxt is not None:
+            console.print(f"{_chosen_state(view, nxt)}: {nxt.label}", highlight=False)
 
         at = Table(title="Allocations", title_justify="left")
         at.add_column("class", style="bold")
         labels = ["conservative", "optimistic"] + (["final"] if view.result is not None else [])
         for lab in labels:
             at.add_column(lab)
-        allocs = {lab: (last.get(lab) or {}).get("allocation") for lab in ("conservative", "optimistic")}
+        allocs = {"conservative": last.conservative.allocation, "optimistic": last.optimistic.allocation}
         if view.result is not None:
             allocs["final"] = view.result.get("allocation")
         for w in view.workloads:
@@ -155,7 +158,8 @@ def render_status(view: CampaignView, console: Any) -> None:
             at.add_row(w, *cells)
         objs = []
         for lab in labels:
-            obj = (last.get(lab) or {}).get("objective") if lab != "final" else (view.result or {}).get("objective")
+            sides = {"conservative": last.conservative.objective, "optimistic": last.optimistic.objective}
+            obj = sides[lab] if lab != "final" else (view.result or {}).get("objective")
             if not obj or obj.get("feasible") is False:
                 objs.append("—")
             else:
@@ -165,7 +169,7 @@ def render_status(view: CampaignView, console: Any) -> None:
         if view.result is not None:
             from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
 
-            rows = [r.get("row") or {} for r in view.measurements]
+            rows = [r.row for r in view.measurements]
             for w, u in unserved(view.result.get("allocation"), view.slos, rows).items():
                 console.print(describe_unserved(w, u), highlight=False)
 
@@ -173,16 +177,16 @@ def render_status(view: CampaignView, console: Any) -> None:
     for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("req/s", "right"), ("TTFT p99", "right"), ("compl. p99", "right"), ("success", "right"), ("GPU-s", "right")):
         mt.add_column(col, justify=just, no_wrap=True, min_width=len(col) if just == "right" else None)
     for i, r in enumerate(view.measurements):
-        c, row = r["cell"], r.get("row") or {}
+        row = r.row
         mt.add_row(
             str(i + 1),
-            f"{c['workload']} TP{c['tp']}@{c['load']}",
-            f"{r.get('phase', '')} r{r.get('round', '')}",
+            r.cell.label,
+            f"{r.phase} r{r.round}",
             _num(row.get("throughput_rps"), 2),
             _num(row.get("ttft_p99_s"), 2),
             _num(row.get("completion_p99_s"), 1),
             _num(row.get("success_rate"), 3),
-            _num(r.get("gpu_seconds"), 0),
+            _num(r.gpu_seconds, 0),
         )
     console.print(mt)
     flying = read_in_flight(view.directory)
@@ -194,7 +198,7 @@ def render_status(view: CampaignView, console: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     view = load_campaign_dir(args.directory)
     if args.json:
-        print(json.dumps(status_json(view), indent=2, default=str))
+        print(json.dumps(status_json(view), indent=2, default=str, allow_nan=False))
         return 0
     from rich.console import Console
 

@@ -33,6 +33,7 @@ import numpy as np
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.objective import gap_within, weigh
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
+from fleetsieve_bayes.campaign.journal import rounds_of, unique_rounds
 from fleetsieve_bayes.decision.design import initial_design
 
 __all__ = [
@@ -221,7 +222,7 @@ def regret_curve(
     true_values: np.ndarray,
     problem: AllocationProblem,
     oracle: Oracle,
-    journal_records: Sequence[dict[str, Any]],
+    journal_records: Sequence[Any],
     final_allocation: dict[str, Any] | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scalar regret as a step function of GPU-seconds spent.
@@ -239,14 +240,14 @@ def regret_curve(
     none = regret(evaluate_cells(grid, true_values, problem, None, None), oracle, problem)
     spent = [0.0]
     values = [scalar_regret(none)]
-    rounds = [r for r in journal_records if r.get("type") == "round"]
+    rounds = unique_rounds(rounds_of(journal_records))
     for j, rec in enumerate(rounds):
-        alloc_json = rec["conservative"]["allocation"]
+        alloc_json = rec.conservative.allocation
         if j == len(rounds) - 1:
             alloc_json = final_allocation
         cr = cells_from_json(grid, alloc_json)
         out = evaluate_cells(grid, true_values, problem, *(cr if cr else (None, None)))
-        spent.append(float(rec["gpu_seconds"]))
+        spent.append(rec.gpu_seconds)
         values.append(scalar_regret(regret(out, oracle, problem)))
     return np.asarray(spent), np.asarray(values)
 
@@ -275,7 +276,7 @@ def evaluate_run(
     problem: AllocationProblem,
     oracle: Oracle,
     result: dict[str, Any],
-    journal_records: Sequence[dict[str, Any]],
+    journal_records: Sequence[Any],
     epsilon: float,
 ) -> dict[str, Any]:
     """Everything the benchmark reports about one finished campaign (JSON-ready)."""

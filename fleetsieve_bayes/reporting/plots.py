@@ -398,7 +398,7 @@ def _shared_legend(fig: Figure, axes: Any, *, ncol: int, slo_label: str | None =
         fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(ncol, len(seen)), fontsize=8, frameon=False)
 
 
-def plot_gap(rounds: Sequence[Mapping[str, Any]], epsilon: float | None, status: str | None = None) -> Plotted:
+def plot_gap(rounds: Sequence[Any], epsilon: float | None, status: str | None = None) -> Plotted:
     """The stage-wise gap against cumulative GPU-seconds, one point per round.
 
     The certificate point (the last round, labelled with its certificate or
@@ -408,17 +408,19 @@ def plot_gap(rounds: Sequence[Mapping[str, Any]], epsilon: float | None, status:
         data ``rounds`` (round, gpu_seconds, critical, min_fulfillment,
         goodput, certificate) and ``certificate`` (the starred round).
     """
+    from fleetsieve_bayes.campaign.journal import rounds_of
+
     df = pd.DataFrame(
         [
             {
-                "round": int(r["round"]),
-                "gpu_seconds": float(r["gpu_seconds"]),
-                "critical": float(r["gap"]["critical"]),
-                "min_fulfillment": float(r["gap"]["min_fulfillment"]),
-                "goodput": float(r["gap"]["goodput"]),
-                "certificate": str(r["certificate"]),
+                "round": r.round,
+                "gpu_seconds": r.gpu_seconds,
+                "critical": r.gap.get("critical", math.nan),
+                "min_fulfillment": r.gap.get("min_fulfillment", math.nan),
+                "goodput": r.gap.get("goodput", math.nan),
+                "certificate": r.certificate,
             }
-            for r in rounds
+            for r in rounds_of(rounds)
         ],
         columns=["round", "gpu_seconds", "critical", "min_fulfillment", "goodput", "certificate"],
     )

@@ -74,14 +74,16 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
         state.deciding_since = now
         return f"resuming: {state.measured} cells already measured"
     if kind == "round":
-        state.round = int(info.get("round", state.round))
-        state.measured = int(info.get("measured_cells", state.measured))
-        state.gpu_seconds = float(info.get("gpu_seconds", state.gpu_seconds))
-        state.certificate = info.get("certificate")
-        state.reason = str(info.get("reason", ""))
-        state.gap = {k: float(v) for k, v in (info.get("gap") or {}).items()}
-        nxt = info.get("chosen")
-        then = f"next {nxt['workload']} TP{nxt['tp']}@{nxt['load']}" if nxt else str(info.get("outcome", ""))
+        from fleetsieve_bayes.campaign.journal import RoundRecord
+
+        rec = info if isinstance(info, RoundRecord) else RoundRecord.from_json(info, "round event")
+        state.round = rec.round
+        state.measured = rec.measured_cells
+        state.gpu_seconds = rec.gpu_seconds
+        state.certificate = rec.certificate
+        state.reason = rec.reason
+        state.gap = dict(rec.gap)
+        then = f"next {rec.chosen.label}" if rec.chosen is not None else rec.outcome
         return f"round {state.round}: {state.certificate}, gap {_gap_text(state.gap)}; {then}"
     if kind == "measure-start":
         state.in_flight.append(str(info.get("label", "?")))

@@ -1,39 +1,32 @@
-"""Reading a campaign directory, and the self-contained HTML report.
-
-:func:`load_campaign_dir` reads what ``status`` and ``report`` need from a
-campaign directory — the journal (which a running or killed campaign keeps
-complete up to its last record), ``result.json`` when the campaign finished —
-and never imports JAX or matplotlib, so ``status`` stays fast.
+"""The self-contained HTML report of a campaign directory.
 
 :func:`write_report` renders one HTML file with every figure embedded as a
 base64 PNG and the styles inline: it opens offline, from a mail attachment,
-with no network. The figures come from :mod:`fleetsieve_bayes.reporting.plots`.
-
-SLOs and demands are not in the journal header of every campaign; they come
-from, in order: an explicit campaign file (``--campaign``), the header's
-``workloads`` entry (``[{name, demand_rps, critical, floor, slo: {...}}]``),
-else they are unknown (figures then draw no SLO lines and count every cell as
-feasible).
+with no network. The directory is read by
+:mod:`fleetsieve_bayes.campaign.directory` (the one reader ``status`` uses
+too); the figures come from :mod:`fleetsieve_bayes.reporting.plots`.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import html
 import io
-import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
 
-from fleetsieve_bayes.campaign.journal import JOURNAL_NAME, LOCK_NAME, read_journal
-from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.campaign.directory import (
+    CampaignView,
+    load_campaign_dir,
+    read_bounds,
+    read_measurements,
+    read_posterior,
+)
+from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
 __all__ = [
     "CampaignView",
@@ -45,216 +38,6 @@ __all__ = [
     "build_report",
     "write_report",
 ]
-
-FINISHED, RUNNING, STOPPED = "finished", "running", "stopped"
-
-
-class CampaignView(NamedTuple):
-    """What a campaign directory says, read without JAX."""
-
-    directory: Path
-    header: dict[str, Any]
-    measurements: list[dict[str, Any]]  # journal measurement records, in order
-    rounds: list[dict[str, Any]]  # journal round records, in order
-    result: dict[str, Any] | None  # result.json, None while running / when killed
-    state: str  # finished | running | stopped (killed or interrupted, no result.json)
-    workloads: tuple[str, ...]
-    slos: dict[str, dict[str, Any]]  # workload → {success_min, ttft_p99_s, completion_p99_s}
-    demand: dict[str, float]  # workload → req/s (empty when unknown)
-    epsilon: float | None
-    gpus: int | None
-    slo_source: str  # where the SLOs came from (for the reader)
-
-    @property
-    def n_candidates(self) -> int | None:
-        cells = self.header.get("cells")
-        return len(cells) if isinstance(cells, list) else None
-
-    @property
-    def gpu_seconds(self) -> float:
-        return float(sum(float(r.get("gpu_seconds", 0.0)) for r in self.measurements))
-
-    @property
-    def last_round(self) -> dict[str, Any] | None:
-        return self.rounds[-1] if self.rounds else None
-
-    @property
-    def status(self) -> str:
-        """The campaign's status: result.json's, else the last round's certificate, else 'design'."""
-        if self.result is not None:
-            return str(self.result.get("status"))
-        if self.rounds:
-            return str(self.rounds[-1].get("certificate"))
-        return "initial design"
-
-
-def _is_locked(directory: Path) -> bool:
-    """Whether a ``run`` currently holds the directory (flock dies with its process)."""
-    lock = directory / LOCK_NAME
-    if not lock.exists():
-        return False
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing releases our shared lock, if we got it
-    return False
-
-
-def _slos_from_campaign(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, float], float, int]:
-    from fleetsieve_bayes.campaign.config import load_campaign
-
-    c = load_campaign(path)
-    slos = {
-        w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s, "completion_p99_s": w.slo.completion_p99_s}
-        for w in c.workloads
-    }
-    return slos, {w.name: w.demand_rps for w in c.workloads}, c.epsilon, c.gpus
-
-
-def _slos_from_header(header: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    slos: dict[str, dict[str, Any]] = {}
-    demand: dict[str, float] = {}
-    for w in header.get("workloads") or []:
-        if not isinstance(w, dict) or "name" not in w:
-            continue
-        s = w.get("slo") or {}
-        slos[str(w["name"])] = {k: s.get(k) for k in ("success_min", "ttft_p99_s", "completion_p99_s")}
-        if w.get("demand_rps") is not None:
-            demand[str(w["name"])] = float(w["demand_rps"])
-    return slos, demand
-
-
-def load_campaign_dir(directory: str | Path, *, campaign_file: str | Path | None = None) -> CampaignView:
-    """Read a campaign directory (running, killed or finished).
-
-    Raises:
-        InputError: no journal, a journal without a header, a corrupt
-            journal line or ``result.json``, or a bad campaign file.
-    """
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputError(f"{d}: not a campaign directory (no such directory)")
-    jpath = d / JOURNAL_NAME
-    if not jpath.is_file():
-        raise InputError(f"{d}: not a campaign directory (no {JOURNAL_NAME})")
-    records, _ = read_journal(jpath)
-    headers = [r for r in records if r.get("type") == "header"]
-    if not headers:
-        raise InputError(f"{jpath}: no header record (is the campaign still starting?)")
-    header = headers[0]
-    result = None
-    rpath = d / "result.json"
-    if rpath.is_file():
-        try:
-            result = json.loads(rpath.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as exc:
-            raise InputError(f"{rpath}: cannot read result ({exc})") from None
-        if not isinstance(result, dict):
-            raise InputError(f"{rpath}: expected a JSON object")
-    locked = _is_locked(d)
-    state = RUNNING if locked else (FINISHED if result is not None else STOPPED)
-
-    epsilon = header.get("epsilon", (result or {}).get("epsilon"))
-    gpus = header.get("gpus")
-    if campaign_file is not None:
-        slos, demand, epsilon, gpus = _slos_from_campaign(Path(campaign_file))
-        source = f"campaign file {campaign_file}"
-    else:
-        slos, demand = _slos_from_header(header)
-        source = "journal header" if slos else "unknown (pass --campaign FILE to draw SLO lines)"
-    cells = header.get("cells") or []
-    workloads = tuple(dict.fromkeys([str(c["workload"]) for c in cells if isinstance(c, dict)] or list(slos)))
-    return CampaignView(
-        directory=d,
-        header=header,
-        measurements=[r for r in records if r.get("type") == "measurement"],
-        rounds=[r for r in records if r.get("type") == "round"],
-        result=result,
-        state=state,
-        workloads=workloads,
-        slos=slos,
-        demand=demand,
-        epsilon=None if epsilon is None else float(epsilon),
-        gpus=None if gpus is None else int(gpus),
-        slo_source=source,
-    )
-
-
-def read_measurements(view: CampaignView) -> pd.DataFrame:
-    """``measurements.csv`` (validated), else the journal's rows (a campaign killed before writing it)."""
-    from fleetsieve_bayes.table import read_table, validate_table
-
-    path = view.directory / "measurements.csv"
-    if path.is_file():
-        return read_table(path)
-    rows = [r["row"] for r in view.measurements]
-    if not rows:
-        return pd.DataFrame(columns=["workload", "tp", "load", "offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s"])
-    return validate_table(pd.DataFrame(rows), source=f"{view.directory / JOURNAL_NAME}")
-
-
-def read_bounds(view: CampaignView, measurements: pd.DataFrame) -> pd.DataFrame:
-    """``bounds.csv``; before the first round, the measured cells collapsed to their values.
-
-    Raises:
-        InputError: the file lacks a column of :data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`.
-    """
-    from fleetsieve_bayes.table import BOUNDS_COLUMNS
-
-    path = view.directory / "bounds.csv"
-    if path.is_file():
-        try:
-            b = pd.read_csv(path)
-        except Exception as exc:  # noqa: BLE001 - any parser failure is bad input
-            raise InputError(f"{path}: cannot parse bounds ({exc})") from None
-        missing = [c for c in BOUNDS_COLUMNS if c not in b.columns]
-        if missing:
-            raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
-        b["workload"] = b["workload"].astype(str)
-        b["load"] = b["load"].astype(str)
-        b["tp"] = b["tp"].astype(int)
-        b["measured"] = b["measured"].map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
-        for c in BOUNDS_COLUMNS[4:]:
-            b[c] = pd.to_numeric(b[c], errors="coerce")
-        return b
-    m = measurements
-    return pd.DataFrame(
-        {
-            "workload": m["workload"].astype(str),
-            "tp": m["tp"].astype(int),
-            "load": m["load"].astype(str),
-            "measured": True,
-            "throughput_lo": m["throughput_rps"],
-            "throughput_hi": m["throughput_rps"],
-            "ttft_p99_lo": m["ttft_p99_s"],
-            "ttft_p99_hi": m["ttft_p99_s"],
-            "completion_p99_lo": m["completion_p99_s"],
-            "completion_p99_hi": m["completion_p99_s"],
-            "success_lo": m["success_rate"],
-            "success_hi": m["success_rate"],
-        }
-    )
-
-
-def read_posterior(view: CampaignView) -> Any | None:
-    """``posterior.nc`` as ArviZ InferenceData, or ``None`` if there is none yet."""
-    path = view.directory / "posterior.nc"
-    if not path.is_file():
-        return None
-    import arviz as az
-
-    try:
-        return az.from_netcdf(str(path))
-    except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
-        raise InputError(f"{path}: cannot read posterior ({type(exc).__name__}: {exc})") from None
 
 
 # ---------------------------------------------------------------------------- HTML
@@ -350,9 +133,8 @@ def _allocations(view: CampaignView) -> dict[str, tuple[dict[str, Any] | None, d
     last = view.last_round
     if last is not None:
         for key in ("conservative", "optimistic"):
-            part = last.get(key) or {}
-            obj = part.get("objective") or {}
-            out[key] = (part.get("allocation"), obj if obj.get("feasible", True) else None, part.get("allocation") is None)
+            side = last.conservative if key == "conservative" else last.optimistic
+            out[key] = (side.allocation, side.objective if side.feasible else None, side.allocation is None)
     return out
 
 
@@ -374,17 +156,9 @@ def _name_class_dims(idata: Any, workloads: tuple[str, ...]) -> Any:
     return idata
 
 
-def _decided(view: CampaignView) -> dict[str, Any] | None:
-    """The allocation to explain: result.json's, else the last round's conservative one."""
-    if view.result is not None:
-        return view.result.get("allocation")
-    last = view.last_round
-    return None if last is None else (last.get("conservative") or {}).get("allocation")
-
-
 def _why_html(view: CampaignView, measurements: pd.DataFrame) -> str:
     """One line per class: the chosen cell, its capacity against demand, and its SLO margins."""
-    alloc = _decided(view)
+    alloc = view.decided_allocation
     if not alloc:
         return ""
     label = "final allocation" if view.result is not None else "current conservative allocation"
@@ -444,56 +218,11 @@ figcaption{color:#555;font-size:.9em;padding:6px 8px 0}
 """
 
 
-def build_report(
-    view: CampaignView,
-    measurements: pd.DataFrame,
-    bounds: pd.DataFrame,
-    idata: Any | None,
-) -> Report:
-    """Render the report for ``view``.
-
-    Args:
-        measurements: the measurement table (docs/contracts.md columns).
-        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
-        idata: the posterior InferenceData, or ``None``.
-    """
+def _decision_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The allocations, their objectives and why this fleet."""
     from fleetsieve_bayes.reporting import plots
 
-    figures: dict[str, Any] = {}
     parts: list[str] = []
-    name = view.header.get("campaign", view.directory.name)
-    status = view.status
-    n_total = view.n_candidates
-    parts.append(f"<h1>Campaign report: {_esc(name)}</h1>")
-    parts.append(
-        f'<p class="meta"><span class="badge {_esc(status)}">{_esc(status)}</span> &nbsp; '
-        f"strategy <b>{_esc(view.header.get('strategy', '?'))}</b>, seed {_esc(view.header.get('seed', '?'))}; "
-        f"campaign directory <code>{_esc(view.directory)}</code>; state: {_esc(view.state)}; "
-        f"generated {_esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
-    )
-    last = view.last_round
-    cards = [
-        ("GPU-seconds", f"{view.gpu_seconds:,.0f}"),
-        ("cells measured", f"{len(view.measurements)} / {n_total if n_total is not None else '?'}"),
-        ("rounds", str(len(view.rounds))),
-        ("ε", _fmt(view.epsilon, 3)),
-    ]
-    if view.result is not None and view.result.get("profiling_wall_s") is not None:
-        cards.append(("profiling wall clock", f"{float(view.result['profiling_wall_s']):,.0f} s"))
-    from fleetsieve_bayes.campaign.makespan import read_in_flight
-
-    flying = read_in_flight(view.directory)
-    if flying:
-        cards.append(("in flight", ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in flying)))
-    if last is not None:
-        g = last.get("gap") or {}
-        cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))
-        cards.append(("gap (goodput)", _fmt(g.get("goodput"))))
-    parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
-    if last is not None:
-        parts.append(f"<p><b>Why:</b> {_esc(last.get('reason', ''))}</p>")
-
-    # --- The decision.
     parts.append("<h2>The decision</h2>")
     allocs = _allocations(view)
     if allocs:
@@ -522,8 +251,13 @@ def build_report(
         parts.append(_figure("fig-allocations", p, "GPUs per class in each allocation (bars stacked up to the budget)."))
     else:
         parts.append("<p>No round has completed yet: the campaign is still in its initial design.</p>")
+    return parts
 
-    # --- Gap against cost.
+def _gap_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The stage-wise gap after each round against the GPU-seconds spent."""
+    from fleetsieve_bayes.reporting import plots
+
+    parts: list[str] = []
     parts.append("<h2>Gap against profiling cost</h2>")
     if view.rounds:
         p = plots.plot_gap(view.rounds, view.epsilon, (view.result or {}).get("status"))
@@ -532,14 +266,14 @@ def build_report(
         rt = pd.DataFrame(
             [
                 {
-                    "round": r["round"],
-                    "GPU-s": r.get("gpu_seconds"),
-                    "certificate": r.get("certificate"),
-                    "gap crit.": (r.get("gap") or {}).get("critical"),
-                    "gap min fulfil.": (r.get("gap") or {}).get("min_fulfillment"),
-                    "gap goodput": (r.get("gap") or {}).get("goodput"),
-                    "next cell": "—" if not r.get("chosen") else f"{r['chosen']['workload']} TP{r['chosen']['tp']}@{r['chosen']['load']}",
-                    "fit s": (r.get("timings") or {}).get("fit_s"),
+                    "round": r.round,
+                    "GPU-s": r.gpu_seconds,
+                    "certificate": r.certificate,
+                    "gap crit.": r.gap.get("critical"),
+                    "gap min fulfil.": r.gap.get("min_fulfillment"),
+                    "gap goodput": r.gap.get("goodput"),
+                    "next cell": "—" if r.chosen is None else r.chosen.label,
+                    "fit s": r.timings.get("fit_s"),
                 }
                 for r in view.rounds
             ]
@@ -547,8 +281,13 @@ def build_report(
         parts.append('<div class="scroll">' + _table(rt, "rounds-table", 3, {"GPU-s": 0, "fit s": 1}) + "</div>")
     else:
         parts.append("<p>No round yet.</p>")
+    return parts
 
-    # --- Per class.
+def _per_class_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """Capacity, tails and success per class against the SLOs."""
+    from fleetsieve_bayes.reporting import plots
+
+    parts: list[str] = []
     parts.append("<h2>Capacity, tails and success per class</h2>")
     parts.append(f'<p class="note">SLOs from: {_esc(view.slo_source)}. Bands are the credible intervals of bounds.csv; measured cells collapse to their measured values.</p>')
     if view.slos:
@@ -560,7 +299,7 @@ def build_report(
     if idata is not None:
         idata = _name_class_dims(idata, view.workloads)
     if not bounds.empty:
-        p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()], chosen=_decided(view))
+        p = plots.plot_capacity(bounds, measurements, view.slos, knee=knee, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()], chosen=view.decided_allocation)
         figures["fig-capacity"] = p
         parts.append(_figure("fig-capacity", p, "Per-GPU capacity (served req/s of one replica ÷ TP) against TP: max over SLO-feasible loads, conservative to optimistic; dots are measured cells; the orange line is the knee; the star is the chosen cell. A TP without a point has no SLO-feasible load at that bound."))
         p = plots.plot_tails(bounds, measurements, view.slos, workloads=[w for w in view.workloads if (bounds["workload"] == w).any()])
@@ -568,22 +307,25 @@ def build_report(
         parts.append(_figure("fig-tails", p, "Tail latencies and success against load, per TP: credible bands, measured points, and the SLO limits (red dashed)."))
     else:
         parts.append("<p>Nothing measured yet.</p>")
+    return parts
 
-    # --- Measurements.
+def _measurements_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """The measured cells, in order."""
+    parts: list[str] = []
     parts.append("<h2>Measured cells</h2>")
     if view.measurements:
         mt = pd.DataFrame(
             [
                 {
                     "#": i + 1,
-                    "cell": f"{r['cell']['workload']} TP{r['cell']['tp']}@{r['cell']['load']}",
-                    "phase": r.get("phase"),
-                    "round": r.get("round"),
-                    "throughput (req/s)": r["row"].get("throughput_rps"),
-                    "TTFT p99 (s)": r["row"].get("ttft_p99_s"),
-                    "completion p99 (s)": r["row"].get("completion_p99_s"),
-                    "success": r["row"].get("success_rate"),
-                    "GPU-s": r.get("gpu_seconds"),
+                    "cell": r.cell.label,
+                    "phase": r.phase,
+                    "round": r.round,
+                    "throughput (req/s)": r.row.get("throughput_rps"),
+                    "TTFT p99 (s)": r.row.get("ttft_p99_s"),
+                    "completion p99 (s)": r.row.get("completion_p99_s"),
+                    "success": r.row.get("success_rate"),
+                    "GPU-s": r.gpu_seconds,
                 }
                 for i, r in enumerate(view.measurements)
             ]
@@ -591,8 +333,14 @@ def build_report(
         parts.append('<div class="scroll">' + _table(mt, "measurements-table", 3, {"GPU-s": 0}) + "</div>")
     else:
         parts.append("<p>No cell measured yet.</p>")
+    return parts
 
-    # --- Diagnostics.
+def _diagnostics_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
+    """Posterior diagnostics (r̂, ESS, rank plots)."""
+    from fleetsieve_bayes.reporting import plots
+
+    idata = idata if idata is None else _name_class_dims(idata, view.workloads)
+    parts: list[str] = []
     parts.append("<h2>Posterior diagnostics</h2>")
     if idata is not None and hasattr(idata, "posterior"):
         summ_all = plots.diagnostics_summary(idata)
@@ -615,6 +363,58 @@ def build_report(
             parts.append(_figure("fig-diagnostics", p, "Rank plots (uniform bars per chain = good mixing) or trace plots of the model's class-level and global parameters."))
     else:
         parts.append("<p>No posterior.nc yet.</p>")
+    return parts
+
+def build_report(
+    view: CampaignView,
+    measurements: pd.DataFrame,
+    bounds: pd.DataFrame,
+    idata: Any | None,
+) -> Report:
+    """Render the report for ``view``.
+
+    Args:
+        measurements: the measurement table (docs/contracts.md columns).
+        bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
+        idata: the posterior InferenceData, or ``None``.
+    """
+
+    figures: dict[str, Any] = {}
+    parts: list[str] = []
+    name = view.header.campaign or view.directory.name
+    status = view.status
+    n_total = view.n_candidates
+    parts.append(f"<h1>Campaign report: {_esc(name)}</h1>")
+    parts.append(
+        f'<p class="meta"><span class="badge {_esc(status)}">{_esc(status)}</span> &nbsp; '
+        f"strategy <b>{_esc(view.header.strategy)}</b>, seed {_esc(view.header.seed)}; "
+        f"campaign directory <code>{_esc(view.directory)}</code>; state: {_esc(view.state)}; "
+        f"generated {_esc(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>"
+    )
+    last = view.last_round
+    cards = [
+        ("GPU-seconds", f"{view.gpu_seconds:,.0f}"),
+        ("cells measured", f"{len(view.measurements)} / {n_total if n_total is not None else '?'}"),
+        ("rounds", str(len(view.rounds))),
+        ("ε", _fmt(view.epsilon, 3)),
+    ]
+    if view.result is not None and view.result.get("profiling_wall_s") is not None:
+        cards.append(("profiling wall clock", f"{float(view.result['profiling_wall_s']):,.0f} s"))
+    from fleetsieve_bayes.campaign.makespan import read_in_flight
+
+    flying = read_in_flight(view.directory)
+    if flying:
+        cards.append(("in flight", ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in flying)))
+    if last is not None:
+        g = last.gap
+        cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))
+        cards.append(("gap (goodput)", _fmt(g.get("goodput"))))
+    parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
+    if last is not None:
+        parts.append(f"<p><b>Why:</b> {_esc(last.reason)}</p>")
+
+    for section in (_decision_html, _gap_html, _per_class_html, _measurements_html, _diagnostics_html):
+        parts.extend(section(view, measurements, bounds, idata, figures))
 
     parts.append(
         '<p class="note">Sources: journal.jsonl, result.json, bounds.csv, measurements.csv, posterior.nc '
@@ -643,9 +443,15 @@ def write_report(
     idata = read_posterior(view)
     report = build_report(view, measurements, bounds, idata)
     path = Path(out) if out is not None else view.directory / "report.html"
+    if path.is_dir():
+        path = path / "report.html"  # `--out DIR` means "into DIR"
     from fleetsieve_bayes.campaign.journal import atomic_write_text
 
-    with contextlib.suppress(FileNotFoundError):
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, report.html)
+        atomic_write_text(path, report.html)
+    except (FileExistsError, NotADirectoryError):
+        raise InputError(f"--out {path}: a parent of the report path is a file, not a directory") from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"{path}: cannot write the report ({exc.strerror or exc})") from None
     return path, report

@@ -1,0 +1,169 @@
+"""Resume from any journal state, in a fresh process, to the uninterrupted run's decisions.
+
+A tiny campaign is run by real ``fleetsieve-bayes run`` processes that are
+SIGKILL-ed right after each journal append (the
+``FLEETSIEVE_BAYES_KILL_AFTER_APPEND`` hook: the process kills itself, no
+cleanup runs) and inside measurements (``FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT``:
+a timer kills it while the replay sleeps; the slow exhaustive version also
+kills from outside).
+Every interrupted directory is resumed by a fresh process and compared with
+the uninterrupted run: measured cells (in order), allocation, status, and the
+number of round records (a resumed round is never recorded twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_campaign import cli, write_tiny
+
+from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
+
+KILL = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+KILL_IN_MEASUREMENT = "FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT"
+_CACHE: list[str] = []  # this module's JAX compilation cache folder
+
+
+def _summary(out: Path) -> dict:
+    result = json.loads((out / "result.json").read_text())
+    records, good = read_records(out / "journal.jsonl")
+    assert good == (out / "journal.jsonl").stat().st_size  # no partial line left behind
+    cells = [tuple(r.cell) for r in records if hasattr(r, "cell") and hasattr(r, "row")]
+    assert len(cells) == len(set(cells)), "a cell was measured twice"
+    return {
+        "measured": result["measured"],
+        "allocation": result["allocation"],
+        "status": result["status"],
+        "round_records": sum(isinstance(r, RoundRecord) for r in records),
+        "timings.rounds": result["timings"]["rounds"],
+        "gpu_seconds": result["gpu_seconds"],
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[dict]]:
+    """The campaign file, the uninterrupted run's summary and its journal records.
+
+    Every process of this module shares one JAX compilation cache that keeps
+    every program, so only the reference run compiles.
+    """
+    folder = tmp_path_factory.mktemp("tiny")
+    _CACHE.append(str(tmp_path_factory.mktemp("jax-cache")))
+    campaign = write_tiny(folder)
+    out = folder / "reference"
+    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    records, _ = read_journal(out / "journal.jsonl")
+    return campaign, _summary(out), records
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {
+        "JAX_COMPILATION_CACHE_DIR": _CACHE[-1],
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        **extra,
+    }
+
+
+def _cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
+    return cli(*args, env=_env(**extra))
+
+
+def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, list[dict]]) -> None:
+    _, ref, records = tiny
+    n_records = len(records)
+    # The design (4 cells), at least one acquisition, and a final answer.
+    assert ref["status"] == "certified-feasible"
+    assert len(ref["measured"]) >= 5 and ref["round_records"] >= 2
+    assert ref["timings.rounds"] == ref["round_records"]
+    assert n_records == 1 + len(ref["measured"]) + ref["round_records"]
+
+
+def test_killed_after_every_journal_append_and_inside_measurements(
+    tiny: tuple[Path, dict, list[dict]], tmp_path: Path
+) -> None:
+    """A chain of real processes on one directory, each SIGKILL-ed right after its first
+    journal append, with one more killed inside the first design measurement and inside
+    every acquired cell's measurement; the last process finishes. Same decisions."""
+    campaign, ref, ref_records = tiny
+    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 2.0")
+    out = tmp_path / "chain"
+    killed_inside = 0
+    for k, rec in enumerate(ref_records, start=1):
+        if rec["type"] == "measurement" and (rec["phase"] == "acquire" or k == 2):
+            # The replay sleeps 2 s; a timer kills the process 0.5 s into it.
+            proc = _cli("run", str(slow), "--out", str(out), "--quiet", **{KILL_IN_MEASUREMENT: "0.5"})
+            assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+            assert len(read_journal(out / "journal.jsonl")[0]) == k - 1, "the killed measurement was journaled"
+            killed_inside += 1
+        proc = _cli("run", str(campaign), "--out", str(out), "--quiet", **{KILL: "1"})
+        assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr
+        records, _ = read_journal(out / "journal.jsonl")
+        assert len(records) == k, f"process {k} appended {len(records) - k + 1} records before its kill"
+        assert records[-1]["type"] == rec["type"]
+        assert not (out / "result.json").exists()
+    assert killed_inside == 1 + sum(r.get("phase") == "acquire" for r in ref_records) >= 2
+    # Killed after the final round's record, before result.json: the last process only writes it.
+    done = _cli("run", str(campaign), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == ""
+    assert _summary(out) == ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("strategy", "seed"), [("fleetsieve", 0), ("fleetsieve", 3), ("random", 1)])
+def test_exhaustive_every_kill_point_from_a_fresh_directory(
+    tiny: tuple[Path, dict, list[dict]], tmp_path: Path, strategy: str, seed: int
+) -> None:
+    """Each kill point on its own: a fresh run killed after its k-th append, resumed once;
+    plus an outside kill inside every measurement."""
+    campaign, _, _ = tiny
+    opts = ["--strategy", strategy, "--seed", str(seed), "--quiet"]
+    ref_out = tmp_path / "ref"
+    done = _cli("run", str(campaign), "--out", str(ref_out), *opts)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ref = _summary(ref_out)
+    ref_records = read_journal(ref_out / "journal.jsonl")[0]
+    n_records = len(ref_records)
+    n_design = sum(r.get("phase") == "design" for r in ref_records)
+    for k in range(1, n_records + 1):
+        out = tmp_path / f"k{k}"
+        killed = _cli("run", str(campaign), "--out", str(out), *opts, **{KILL: str(k)})
+        assert killed.returncode == -signal.SIGKILL
+        assert len(read_journal(out / "journal.jsonl")[0]) == k
+        done = _cli("run", str(campaign), "--out", str(out), *opts)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _summary(out) == ref, f"killed after append {k}"
+    slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 1.0")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
+    for m in range(len(ref["measured"])):
+        out = tmp_path / f"m{m}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetsieve_bayes", "run", str(slow), "--out", str(out), *opts],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            while True:  # until m cells are journaled and measurement m + 1 has begun
+                recs = read_journal(out / "journal.jsonl")[0] if (out / "journal.jsonl").exists() else []
+                done_m = sum(r["type"] == "measurement" for r in recs)
+                if recs and done_m == m and (m < n_design or recs[-1]["type"] == "round"):
+                    break
+                assert proc.poll() is None
+                time.sleep(0.02)
+            time.sleep(0.4)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        done = _cli("run", str(campaign), "--out", str(out), *opts)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _summary(out) == ref, f"killed in measurement {m + 1}"
