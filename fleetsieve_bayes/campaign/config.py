@@ -232,6 +232,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     if "family" not in model:
         raise ctx.fail("[model] family", "missing")
     family = ctx.string("[model] family", model["family"])
+    if (family.endswith(".toml") or "/" in family) and not Path(family).is_absolute():
+        # A card given as a path is relative to the campaign file, like the table.
+        family = str(path.resolve().parent / family)
     inference = ctx.string("[model] inference", model.get("inference", "fast"))
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
 
