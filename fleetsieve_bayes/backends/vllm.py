@@ -40,11 +40,12 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           restarting it (default true)
 ========================  =====================================================
 
-The memory-guard sizes may also come from the prior card (``[card]
-model_size_gb`` / ``gpu_memory_gb``) when the card defines them; campaign keys
-win. Cells are workloads × TP candidates × loads; a cell's ``offered_rps`` is
-computed from its trace at construction (arrivals in the window / window), so
-unmeasured cells have a known offered rate, and it equals what the
+The memory guard also reads the prior card's per-TP feasibility
+(``[feasibility] infeasible_tp``, written by ``priors derive``): such a TP is
+skipped at zero GPU-seconds and recorded as infeasible. Cells are workloads ×
+TP candidates × loads; a cell's ``offered_rps`` is computed from its trace at
+construction (arrivals in the window / window), so unmeasured cells have a
+known offered rate, and it equals what the
 measurement reports. The row's ``duration_s`` is warm-up + window for a
 measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
 a cell skipped by the memory guard. Raw per-request records go to
@@ -70,7 +71,6 @@ from __future__ import annotations
 import math
 import re
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -266,9 +266,8 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     if trace_format not in ("auto", "azure", "burstgpt"):
         raise fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
 
-    card = _card_sizes(campaign)
-    model_size = number("model_size_gb", card.get("model_size_gb"))
-    gpu_mem = number("gpu_memory_gb", card.get("gpu_memory_gb"))
+    model_size = number("model_size_gb", None)
+    gpu_mem = number("gpu_memory_gb", None)
     return VllmSettings(
         model=model,
         served_model_name=served,
@@ -297,23 +296,22 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     )
 
 
-def _card_sizes(campaign: Campaign) -> dict[str, float]:
-    """``model_size_gb`` / ``gpu_memory_gb`` from the prior card's ``[card]`` table, if it has them."""
-    try:
-        from fleetsieve_bayes.model.priors import card_path
+def _card_infeasible(campaign: Campaign) -> dict[int, str]:
+    """TP → why, for the TPs the campaign's prior card marks infeasible (``[feasibility]``)."""
+    from fleetsieve_bayes.model.priors import load_card
 
-        path = card_path(campaign.family)
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - the card is validated elsewhere; sizes are optional
-        return {}
-    card = raw.get("card", {})
-    return {k: float(card[k]) for k in ("model_size_gb", "gpu_memory_gb")
-            if isinstance(card.get(k), (int, float)) and not isinstance(card.get(k), bool)}
+    card = load_card(campaign.family)
+    return {
+        tp: f"prior card {card.name!r} marks TP{tp} infeasible (weights + activations + minimum KV "
+            f"cache do not fit; [feasibility] infeasible_tp in {card.path})"
+        for tp in card.feasibility_infeasible_tp or ()
+    }
 
 
 def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
     """A :class:`~fleetsieve_bayes.backends.Backend` that launches one server per measured cell."""
     s = parse_vllm_options(campaign)
+    card_infeasible = _card_infeasible(campaign)
     traces: dict[str, Trace] = {w: read_trace(p, s.trace_format) for w, p in s.traces.items()}
     horizon = s.warmup_s + s.duration_s
 
@@ -343,8 +341,9 @@ def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
 
     def preflight(c: int) -> dict[str, Any] | None:
         tp = int(grid.tp[c])
-        why = memory_guard(tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
-                           kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+        why = card_infeasible.get(tp) or memory_guard(
+            tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
+            kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
         if why is None:
             return None
         row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
