@@ -1,9 +1,10 @@
 """The replay backend: reveals cells from a fully measured table.
 
 Campaign keys (``[measurement]``, with ``backend = "replay"``): ``table`` (a
-measurement table, relative to the campaign file; required) and ``delay_s``
+measurement table, relative to the campaign file; required), ``delay_s``
 (wall seconds each replayed measurement takes, to watch progress or rehearse
-interruptions; default 0).
+interruptions; default 0) and ``time_scale`` (a compressed clock: each cell
+also takes ``duration_s × time_scale`` wall seconds; default 0).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table
 
-REPLAY_KEYS: frozenset[str] = frozenset({"table", "delay_s"})
+REPLAY_KEYS: frozenset[str] = frozenset({"table", "delay_s", "time_scale"})
 
 
 def validate_replay_options(campaign: Campaign) -> None:
@@ -45,10 +46,11 @@ def validate_replay_options(campaign: Campaign) -> None:
         raise fail("table", f"{table} is a directory, not a table file")
     if not table.is_file():
         raise fail("table", f"file not found: {table}")
-    if "delay_s" in opts:
-        v = opts["delay_s"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or v < 0:
-            raise fail("delay_s", f"must be a finite number >= 0, got {v!r}")
+    for key in ("delay_s", "time_scale"):
+        if key in opts:
+            v = opts[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or v < 0:
+                raise fail(key, f"must be a finite number >= 0, got {v!r}")
 
 
 def make_replay_backend(campaign: Campaign) -> Backend:
@@ -63,11 +65,16 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     }
 
     delay_s = float(campaign.measurement.options.get("delay_s", 0.0))
+    # A compressed clock: each cell really takes ``duration_s × time_scale``
+    # wall seconds (exercises concurrent measurement without hardware).
+    time_scale = float(campaign.measurement.options.get("time_scale", 0.0))
 
     def measure(cell: int) -> dict[str, Any]:
-        if delay_s:
-            time.sleep(delay_s)
-        return dict(rows[grid.key(cell)])
+        row = dict(rows[grid.key(cell)])
+        wait = delay_s + time_scale * float(row["duration_s"])
+        if wait:
+            time.sleep(wait)
+        return row
 
     return Backend(
         grid=grid,

@@ -18,7 +18,15 @@ from typing import Any
 
 from fleetsieve_bayes.errors import InputError
 
-__all__ = ["SLO", "Workload", "Measurement", "Campaign", "load_campaign", "parse_campaign"]
+__all__ = [
+    "SLO",
+    "Workload",
+    "Measurement",
+    "ProfilingPool",
+    "Campaign",
+    "load_campaign",
+    "parse_campaign",
+]
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,26 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class ProfilingPool:
+    """How many cells may be measured at once, and where (``[measurement]``).
+
+    ``pool_gpus``: GPUs available for profiling at once (``None``: one cell at
+    a time, the sequential loop). ``executor``: ``"local"`` (this machine) or
+    ``"ray"`` (a Ray cluster at ``ray_address``; ``None`` starts a local Ray
+    for the campaign). The deployment budget ``[fleet] gpus`` is separate.
+    """
+
+    pool_gpus: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the campaign runs the parallel driver (a pool or Ray was asked for)."""
+        return self.pool_gpus is not None or self.executor != "local"
+
+
+@dataclass(frozen=True)
 class Campaign:
     """A validated campaign file."""
 
@@ -82,6 +110,7 @@ class Campaign:
     extra: dict[str, Any] = field(default_factory=dict)
     # The parsed TOML as written (the journal header keeps it to name what changed).
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    pool: ProfilingPool = field(default_factory=ProfilingPool)
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -104,6 +133,9 @@ _MODEL_KEYS = {"family", "inference", "repeatability"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
+# Keys of every backend: how many cells run at once, and where.
+_POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
+EXECUTORS = ("local", "ray")
 
 
 class _Ctx:
@@ -212,6 +244,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
     if "backend" not in meas:
         raise ctx.fail("[measurement] backend", "missing")
+    pool = _pool(ctx, meas)
+    meas = {k: v for k, v in meas.items() if k not in _POOL_KEYS}
     backend = ctx.string("[measurement] backend", meas["backend"])
     options = {k: v for k, v in meas.items() if k not in ("backend", "seed_tables")}
     seed_tables = _seed_tables(ctx, meas.get("seed_tables", []), base_dir)
@@ -243,6 +277,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         family=family,
         measurement=measurement,
         workloads=workloads,
+        pool=pool,
         epsilon=epsilon,
         credible_level=credible_level,
         max_rounds=max_rounds,
@@ -336,6 +371,22 @@ def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
             raise ctx.fail(f"{where}[{i}]", f"{p} is listed twice")
         out.append(p)
     return tuple(out)
+
+
+def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
+    """The ``[measurement]`` keys shared by every backend: pool size and executor."""
+    pool_gpus = (
+        ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
+    )
+    executor = ctx.string("[measurement] executor", meas.get("executor", "local"))
+    if executor not in EXECUTORS:
+        raise ctx.fail("[measurement] executor", f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    ray_address = None
+    if "ray_address" in meas:
+        ray_address = ctx.string("[measurement] ray_address", meas["ray_address"])
+        if executor != "ray":
+            raise ctx.fail("[measurement] ray_address", 'only meaningful with executor = "ray"')
+    return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
 
 
 def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:

@@ -62,6 +62,7 @@ from fleetsieve_bayes.campaign.journal import (
     open_journal,
     unique_rounds,
 )
+from fleetsieve_bayes.campaign.makespan import profiling_wall_s
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -216,6 +217,23 @@ def _measure_cell(
     if row is None:
         row = backend.measure(c)
     finished = time.time()
+    _journal_measurement(journal, grid, c, row, round_no=round_no, phase=phase, started=started, finished=finished, on_event=on_event)
+
+
+def _journal_measurement(
+    journal: Journal,
+    grid: CellGrid,
+    c: int,
+    row: dict[str, Any],
+    *,
+    round_no: int,
+    phase: str,
+    started: float,
+    finished: float,
+    on_event: Event,
+) -> dict[str, Any]:
+    """Check a backend's row and append its measurement record durably; returns the row."""
+    cell = _cell(grid, c)
     missing = [k for k in COLUMNS if k not in row]
     if missing:
         raise InputError(f"backend returned a row for {cell.label} without {', '.join(missing)}")
@@ -235,6 +253,7 @@ def _measure_cell(
         )
     )
     on_event("measure-done", {"cell": cell.to_json(), "label": cell.label, "row": row, "gpu_seconds": gpu_s})
+    return row
 
 
 # Test hook: SIGKILL this process this many seconds into its first measurement
@@ -423,6 +442,10 @@ def run_campaign(
             own_backend = backend is None
             backend = backend or make_backend(campaign, out)
             try:
+                if campaign.pool.parallel:  # several cells at once
+                    from fleetsieve_bayes.campaign.parallel import run_parallel
+
+                    return run_parallel(inputs, out, backend, on_event, explicit_backend=not own_backend)
                 return _run_locked(inputs, out, backend, on_event)
             finally:
                 if own_backend:
@@ -766,6 +789,7 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
     return {
         "status": final.outcome,
         "gpu_seconds": float(sum(r.gpu_seconds for r in meas)),
+        "profiling_wall_s": profiling_wall_s(journal.records),
         # Server start-up of cells that ran (a failed start-up is its own
         # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
         "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),

@@ -15,6 +15,7 @@ from typing import Any
 
 from fleetsieve_bayes.campaign.directory import CampaignView, finite_or_none, load_campaign_dir
 from fleetsieve_bayes.campaign.journal import Cell
+from fleetsieve_bayes.campaign.makespan import read_in_flight
 from fleetsieve_bayes.reporting.progress import CERT_STYLE
 
 __all__ = ["register", "main", "status_json", "render_status"]
@@ -66,6 +67,7 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "next": None if last is None or last.chosen is None else last.chosen.to_json(),
         "next_state": None if last is None or last.chosen is None else _chosen_state(view, last.chosen),
         "result": view.result,
+        "in_flight": read_in_flight(view.directory),
         "unserved": _unserved(view),
     })
 
@@ -187,6 +189,10 @@ def render_status(view: CampaignView, console: Any) -> None:
             _num(r.gpu_seconds, 0),
         )
     console.print(mt)
+    flying = read_in_flight(view.directory)
+    if flying:
+        what = ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in flying)
+        console.print(f"in flight ({len(flying)}): {what}", highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ class ProgressState:
     status: str | None = None  # final status after "done"
     deciding_since: float | None = None  # between measurements: fit → allocate → acquire
     history: list[str] = field(default_factory=list)
+    in_flight: list[str] = field(default_factory=list)  # labels of cells being measured (parallel runs)
 
 
 def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: float) -> str | None:
@@ -85,6 +86,7 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
         then = f"next {rec.chosen.label}" if rec.chosen is not None else rec.outcome
         return f"round {state.round}: {state.certificate}, gap {_gap_text(state.gap)}; {then}"
     if kind == "measure-start":
+        state.in_flight.append(str(info.get("label", "?")))
         state.current_label = str(info.get("label", "?"))
         state.current_started = now
         state.deciding_since = None
@@ -98,6 +100,8 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
         gpu_s = float(info.get("gpu_seconds", 0.0))
         state.gpu_seconds += gpu_s
         label = str(info.get("label", state.current_label or "?"))
+        if label in state.in_flight:
+            state.in_flight.remove(label)
         state.current_label = state.current_started = state.current_expected_s = None
         state.deciding_since = now
         row = info.get("row") or {}
@@ -166,7 +170,9 @@ def render_progress(state: ProgressState, now: float) -> RenderableType:
             times = _duration(elapsed)
         line.add_row(f"measuring {state.current_label}", bar, times)
         parts.append(line)
-    elif state.deciding_since is not None:
+    if len(state.in_flight) > 1 or (state.in_flight and state.current_label is None):
+        parts.append(Text(f"in flight ({len(state.in_flight)}): {', '.join(state.in_flight)}", style="bold"))
+    elif state.deciding_since is not None and state.current_label is None:
         parts.append(Text(f"deciding: fit → bounds → allocate → next cell  {_duration(now - state.deciding_since)}", style="dim"))
     return Group(*parts)
 

@@ -398,6 +398,13 @@ def build_report(
         ("rounds", str(len(view.rounds))),
         ("ε", _fmt(view.epsilon, 3)),
     ]
+    if view.result is not None and view.result.get("profiling_wall_s") is not None:
+        cards.append(("profiling wall clock", f"{float(view.result['profiling_wall_s']):,.0f} s"))
+    from fleetsieve_bayes.campaign.makespan import read_in_flight
+
+    flying = read_in_flight(view.directory)
+    if flying:
+        cards.append(("in flight", ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in flying)))
     if last is not None:
         g = last.gap
         cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))

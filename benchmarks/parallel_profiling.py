@@ -1,0 +1,247 @@
+"""Profiling wall clock and GPU-seconds to the certificate, by profiling pool size (issue 15).
+
+For each scenario — the shipped grid and a few synthetic ground-truth fleets
+(:mod:`fleetsieve_bayes.evaluation.synthetic`) — runs the campaign with one
+cell at a time and with ``[measurement] pool_gpus`` of 8, 16 and 32 GPUs
+(local executor, replay on the simulated clock), for fleetsieve and for the
+uniform random baseline run with the same pool. Reports per run: status,
+``profiling_wall_s``, ``gpu_seconds``, ratios against the same strategy one
+cell at a time, whether the certified decision is the one-at-a-time one,
+ε-correctness on the truth, false certificates, and the refit + batch
+selection seconds per completion (median / max wall, and max CPU seconds of
+the process, which bounds the wall time on an idle machine; the first
+completion — JIT compilation — excluded).
+
+Prints a markdown table and writes JSON (default
+``benchmarks/results/parallel_profiling.json``).
+
+Examples::
+
+    python benchmarks/parallel_profiling.py                        # shipped grid + 3 fleets
+    python benchmarks/parallel_profiling.py --suite 0 --pools 16   # shipped grid only
+    python benchmarks/parallel_profiling.py --suite 10 --random-seeds 3 --no-campaign
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+DEFAULT_CAMPAIGN = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "parallel_profiling.json"
+
+
+def run_one(campaign_path: str, scenario: str, pool: int | None, strategy: str, seed: int, truths: list[str]) -> dict[str, Any]:
+    """One campaign to its stop with ``pool`` GPUs (None: one cell at a time), evaluated on the truth."""
+    from profiling_cost import _true_values
+
+    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.campaign.config import ProfilingPool, load_campaign
+    from fleetsieve_bayes.campaign.journal import read_journal
+    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.evaluation.regret import evaluate_run, make_oracle
+    from fleetsieve_bayes.table import read_table
+
+    campaign = load_campaign(campaign_path)
+    if pool is not None:
+        campaign = replace(campaign, pool=ProfilingPool(pool_gpus=pool))
+    grid = grid_from_table(read_table(campaign.measurement.table), campaign.workload_names)
+    problem = problem_from_campaign(campaign)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fsb-par-") as tmp:
+        outcome = run_campaign(campaign, Path(tmp), strategy=strategy, seed=seed)
+        records, _ = read_journal(Path(tmp) / "journal.jsonl")
+    r = outcome.result
+    evals = {}
+    for truth in truths:
+        values = _true_values(campaign, grid, truth)
+        ev = evaluate_run(grid, values, problem, make_oracle(grid, values, problem), r, records, campaign.epsilon)
+        evals[truth] = {k: ev[k] for k in ("eps_correct", "false_certificate", "scalar_regret")}
+    per = r["timings"].get("per_completion_s", [])
+    cpu = r["timings"].get("per_completion_cpu_s", [])
+    return {
+        "scenario": scenario,
+        "pool": pool,
+        "strategy": strategy,
+        "seed": seed,
+        "status": r["status"],
+        "profiling_wall_s": r["profiling_wall_s"],
+        "gpu_seconds": r["gpu_seconds"],
+        "n_measured": len(r["measured"]),
+        "cancelled": len(r.get("cancelled", [])),
+        "allocation": r["allocation"],
+        "eval": evals,
+        "plan_s_median": float(np.median(per[1:])) if len(per) > 1 else None,
+        "plan_s_max": float(np.max(per[1:])) if len(per) > 1 else None,
+        "plan_cpu_s_median": float(np.median(cpu[1:])) if len(cpu) > 1 else None,
+        "plan_cpu_s_max": float(np.max(cpu[1:])) if len(cpu) > 1 else None,
+        "run_s": time.perf_counter() - t0,
+    }
+
+
+def _scenarios(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    out = [] if args.no_campaign else [("shipped", str(args.campaign), ["table"])]
+    if args.suite:
+        from fleetsieve_bayes.evaluation.synthetic import (
+            random_spec,
+            synthetic_fleet,
+            write_synthetic,
+        )
+
+        root = Path(tempfile.mkdtemp(prefix="fsb-par-suite-"))
+        for k in range(args.suite):
+            rng = np.random.default_rng([args.suite_seed, k])
+            spec = random_spec(rng)
+            df, camp = synthetic_fleet(rng, spec)
+            camp["name"] = f"synthetic-{k}"
+            c = write_synthetic(root / f"c{k:03d}", df, camp)
+            out.append((f"c{k:03d}", str(c.path), ["table", "curve"]))
+    return out
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (scenario, strategy, pool): means over seeds and ratios against the same strategy one at a time."""
+    rows = []
+    keys = sorted({(r["scenario"], r["strategy"]) for r in runs})
+    for scen, strat in keys:
+        base = [r for r in runs if r["scenario"] == scen and r["strategy"] == strat and r["pool"] is None]
+        if not base:
+            continue
+        b_wall = float(np.mean([r["profiling_wall_s"] for r in base]))
+        b_gpu = float(np.mean([r["gpu_seconds"] for r in base]))
+        b_alloc = {json.dumps(r["allocation"], sort_keys=True) for r in base}
+        for pool in sorted({r["pool"] for r in runs if r["scenario"] == scen}, key=lambda p: -1 if p is None else p):
+            rs = [r for r in runs if r["scenario"] == scen and r["strategy"] == strat and r["pool"] == pool]
+            if not rs:
+                continue
+            wall = float(np.mean([r["profiling_wall_s"] for r in rs]))
+            gpu = float(np.mean([r["gpu_seconds"] for r in rs]))
+            plans = [r["plan_s_max"] for r in rs if r["plan_s_max"] is not None]
+            meds = [r["plan_s_median"] for r in rs if r["plan_s_median"] is not None]
+            cpus = [r["plan_cpu_s_max"] for r in rs if r.get("plan_cpu_s_max") is not None]
+            rows.append({
+                "scenario": scen,
+                "strategy": strat,
+                "pool": "1 cell" if pool is None else pool,
+                "runs": len(rs),
+                "status": sorted({r["status"] for r in rs}),
+                "wall_s": wall,
+                "gpu_s": gpu,
+                "wall_ratio": wall / b_wall if b_wall else float("nan"),
+                "gpu_ratio": gpu / b_gpu if b_gpu else float("nan"),
+                "same_decision": all(json.dumps(r["allocation"], sort_keys=True) in b_alloc for r in rs),
+                "eps_correct": float(np.mean([r["eval"][list(r["eval"])[-1]]["eps_correct"] for r in rs])),
+                "false_certificates": int(sum(r["eval"][t]["false_certificate"] for r in rs for t in r["eval"])),
+                "plan_s_median": float(np.median(meds)) if meds else None,
+                "plan_s_max": float(np.max(plans)) if plans else None,
+                "plan_cpu_s_max": float(np.max(cpus)) if cpus else None,
+            })
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| scenario | strategy | pool GPUs | runs | status | wall s | GPU-s | wall ratio | GPU-s ratio | same decision | ε-correct | false cert. | plan s (med / max) | plan CPU-s max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        plan = "—" if r["plan_s_max"] is None else f"{r['plan_s_median']:.2f} / {r['plan_s_max']:.2f}"
+        cpu = "—" if r.get("plan_cpu_s_max") is None else f"{r['plan_cpu_s_max']:.2f}"
+        lines.append(
+            f"| {r['scenario']} | {r['strategy']} | {r['pool']} | {r['runs']} | {', '.join(r['status'])} | "
+            f"{r['wall_s']:,.0f} | {r['gpu_s']:,.0f} | {r['wall_ratio']:.2f} | {r['gpu_ratio']:.2f} | "
+            f"{'yes' if r['same_decision'] else 'no'} | {r['eps_correct']:.2f} | {r['false_certificates']} | {plan} | {cpu} |"
+        )
+    return "\n".join(lines)
+
+
+def suite_means(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean wall and GPU-s ratios over the synthetic fleets, per (strategy, pool)."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        if r["scenario"] == "shipped" or r["pool"] == "1 cell":
+            continue
+        k = f"{r['strategy']}@{r['pool']}"
+        out.setdefault(k, {"wall_ratio": [], "gpu_ratio": [], "eps_correct": [], "false_certificates": 0})
+        out[k]["wall_ratio"].append(r["wall_ratio"])
+        out[k]["gpu_ratio"].append(r["gpu_ratio"])
+        out[k]["eps_correct"].append(r["eps_correct"])
+        out[k]["false_certificates"] += r["false_certificates"]
+    return {
+        k: {
+            "fleets": len(v["wall_ratio"]),
+            "mean_wall_ratio": float(np.mean(v["wall_ratio"])),
+            "mean_gpu_ratio": float(np.mean(v["gpu_ratio"])),
+            "eps_correct": float(np.mean(v["eps_correct"])),
+            "false_certificates": v["false_certificates"],
+        }
+        for k, v in out.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("campaign", nargs="?", type=Path, default=DEFAULT_CAMPAIGN)
+    p.add_argument("--pools", type=int, nargs="*", default=[8, 16, 32], help="pool sizes besides one cell at a time")
+    p.add_argument("--suite", type=int, default=3, help="synthetic fleets (0: shipped grid only)")
+    p.add_argument("--suite-seed", type=int, default=0)
+    p.add_argument("--no-campaign", action="store_true", help="synthetic fleets only")
+    p.add_argument("--random-seeds", type=int, default=2, help="random-baseline orders per scenario and pool")
+    p.add_argument("--strategies", nargs="*", default=["fleetsieve", "random"])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = p.parse_args(argv)
+
+    runs: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for scen, path, truths in _scenarios(args):
+        for strat in args.strategies:
+            seeds = list(range(args.random_seeds)) if strat == "random" else [0]
+            for pool in [None, *args.pools]:
+                for seed in seeds:
+                    try:
+                        r = run_one(path, scen, pool, strat, seed, truths)
+                    except Exception as exc:  # noqa: BLE001 - one broken run must not lose the others
+                        r = {"scenario": scen, "pool": pool, "strategy": strat, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
+                        print(f"  {scen} {strat} pool={pool} seed={seed}: ERROR {r['error']}", file=sys.stderr)
+                    else:
+                        print(
+                            f"  {scen} {strat} pool={pool or '1 cell'} seed={seed}: {r['status']}, wall {r['profiling_wall_s']:.0f} s, "
+                            f"{r['gpu_seconds']:.0f} GPU-s ({r['run_s']:.0f} s)",
+                            file=sys.stderr,
+                        )
+                    runs.append(r)
+    ok = [r for r in runs if "error" not in r]
+    rows = summarise(ok)
+    md = markdown(rows)
+    means = suite_means(rows)
+    print(md)
+    if means:
+        print("\nsynthetic fleets, means over fleets:")
+        for k, v in means.items():
+            print(f"  {k}: wall ratio {v['mean_wall_ratio']:.2f}, GPU-s ratio {v['mean_gpu_ratio']:.2f}, "
+                  f"ε-correct {v['eps_correct']:.2f}, false certificates {v['false_certificates']} ({v['fleets']} fleets)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "summary": rows,
+        "suite_means": means,
+        "runs": runs,
+        "errors": [r for r in runs if "error" in r],
+        "total_s": time.perf_counter() - t0,
+    }, indent=2, default=str) + "\n")
+    print(f"\nJSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
