@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray  # the `ray` extra, also part of `test` (pyproject.toml): never skipped
 
-ray = pytest.importorskip("ray")  # the `ray` extra; see pyproject.toml
-
-from fleetsieve_bayes.campaign.config import load_campaign  # noqa: E402
-from fleetsieve_bayes.campaign.loop import run_campaign  # noqa: E402
-from fleetsieve_bayes.campaign.makespan import in_flight_cells  # noqa: E402
-from fleetsieve_bayes.errors import MeasurementError  # noqa: E402
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.loop import run_campaign
+from fleetsieve_bayes.campaign.makespan import in_flight_cells
+from fleetsieve_bayes.errors import MeasurementError
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
