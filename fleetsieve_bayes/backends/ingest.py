@@ -203,6 +203,22 @@ def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _row(labels: tuple[str, int, str], offered: float, throughput: float, ttft_s: float, comp_s: float,
+         success: float, duration: float) -> dict[str, Any]:
+    """A measurement-table row of an ingested result (every source's row has this one shape)."""
+    w, t, ld = labels
+    return {
+        "workload": w, "tp": t, "load": ld,
+        "offered_rps": offered,
+        "throughput_rps": throughput,
+        "ttft_p99_s": ttft_s,
+        "completion_p99_s": comp_s,
+        "success_rate": success,
+        "duration_s": duration,
+        "failure": "",
+    }
+
+
 def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
     if n_ok <= 0:
         row.update(throughput_rps=0.0, ttft_p99_s=math.inf, completion_p99_s=math.inf, success_rate=0.0,
@@ -256,17 +272,8 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
 
     meta = dict(data)
     meta.setdefault("load", default_load)
-    w, t, ld = _labels(src, meta, workload, tp, load)
-    row = {
-        "workload": w, "tp": t, "load": ld,
-        "offered_rps": offered,
-        "throughput_rps": min(completed / sending, offered * success),
-        "ttft_p99_s": ttft_s,
-        "completion_p99_s": comp_s,
-        "success_rate": success,
-        "duration_s": duration,
-        "failure": "",
-    }
+    labels = _labels(src, meta, workload, tp, load)
+    row = _row(labels, offered, min(completed / sending, offered * success), ttft_s, comp_s, success, duration)
     return _finish(src, row, completed)
 
 
@@ -450,16 +457,7 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
             num = rate if open_loop else strat.get("streams", strat.get("max_concurrency"))
             label = f"{kind or 'bench'}@{num:g}" if isinstance(num, (int, float)) and not isinstance(num, bool) \
                 else (kind or f"bench{i}")
-        w, t, ld = _labels(where, {}, workload, tp, label)
-        row = {
-            "workload": w, "tp": t, "load": ld,
-            "offered_rps": offered,
-            "throughput_rps": min(ok / duration, offered * success),
-            "ttft_p99_s": ttft_s,
-            "completion_p99_s": comp_s,
-            "success_rate": success,
-            "duration_s": duration,
-            "failure": "",
-        }
+        labels = _labels(where, {}, workload, tp, label)
+        row = _row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
         rows.append(_finish(where, row, ok))
     return rows
