@@ -61,11 +61,10 @@ import numpy as np
 
 from fleetsieve_bayes.backends.failures import NO_SUCCESS
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.table import THROUGHPUT_SLACK, WINDOW_EDGE_REQUESTS, max_throughput_rps
 
 __all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects"]
 
-# A measured served rate may exceed the offered one by sampling noise; more is an inconsistency.
-THROUGHPUT_SLACK = 1.05
 _CLOSED_LOOP = ("synchronous", "concurrent", "throughput")
 
 
@@ -197,9 +196,10 @@ def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
         raise InputError(f"{src}: success rate {s:g} outside [0, 1] (more completed than sent?)")
     if not (off > 0 and math.isfinite(off)):
         raise InputError(f"{src}: offered rate {off:g} req/s is not a positive number")
-    if thr > off * THROUGHPUT_SLACK:
+    if thr > max_throughput_rps(off, float(row["duration_s"])):
         raise InputError(f"{src}: throughput {thr:.4g} req/s exceeds the offered {off:.4g} req/s "
-                         f"by more than {100 * (THROUGHPUT_SLACK - 1):.0f} %")
+                         f"by more than {100 * (THROUGHPUT_SLACK - 1):.0f} % (+{WINDOW_EDGE_REQUESTS} "
+                         "requests over the run)")
     return row
 
 
