@@ -132,21 +132,51 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         raise InputError(f"{source}: missing column(s) {', '.join(missing)}")
     out = pd.DataFrame(index=range(len(df)))
     df = df.reset_index(drop=True)
+    # CSV rows are reported as file lines (header is line 1); Parquet rows by index.
+    label = "line" if row_offset == 2 else "row"
 
     def where(i: int, col: str) -> str:
-        label = "line" if row_offset == 2 else "row"
         return f"{source}: {label} {i + row_offset}, column {col!r}"
 
-    workloads = []
-    for i, v in enumerate(df["workload"]):
+    out["workload"] = _parse_labels(df["workload"], "workload", "empty workload name", where)
+    out["tp"] = _parse_tp(df["tp"], where)
+    out["load"] = _parse_labels(df["load"], "load", "empty load label", where)
+    for col in _FLOAT_COLUMNS:
+        out[col] = _parse_metric(df[col], col, where)
+    _check_served_within_offered(out, where)
+    _check_durations(out, df, where)
+    if "calibration" in df.columns:
+        out["calibration"] = _parse_calibration(df["calibration"], where)
+    if "seed" in df.columns:
+        out["seed"] = _parse_seeds(df["seed"], where)
+    if "startup_s" in df.columns:
+        out["startup_s"] = _parse_startup(df["startup_s"], where)
+    if "failure" in df.columns:
+        out["failure"] = [
+            "" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]
+        ]
+    _check_unique_cells(out, source=source, label=label, row_offset=row_offset)
+    return out
+
+
+_Where = Callable[[int, str], str]
+
+
+def _parse_labels(values: Iterable[Any], col: str, empty_message: str, where: _Where) -> list[str]:
+    """Stripped non-empty string labels (workload names, load labels)."""
+    labels = []
+    for i, v in enumerate(values):
         s = "" if v is None else str(v).strip()
         if not s or s.lower() == "nan":
-            raise InputError(f"{where(i, 'workload')}: empty workload name")
-        workloads.append(s)
-    out["workload"] = workloads
+            raise InputError(f"{where(i, col)}: {empty_message}")
+        labels.append(s)
+    return labels
 
+
+def _parse_tp(values: Iterable[Any], where: _Where) -> np.ndarray:
+    """Tensor-parallel degrees, ``(n_rows,)`` int64; "2.0" is accepted, 2.5 is not."""
     tps = []
-    for i, v in enumerate(df["tp"]):
+    for i, v in enumerate(values):
         try:
             f = float(str(v).strip())
         except ValueError:
@@ -154,44 +184,40 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         if not math.isfinite(f) or f != int(f) or f < 1:
             raise InputError(f"{where(i, 'tp')}: tensor-parallel degree must be a positive integer, got {v!r}")
         tps.append(int(f))
-    out["tp"] = np.asarray(tps, dtype=np.int64)
+    return np.asarray(tps, dtype=np.int64)
 
-    loads = []
-    for i, v in enumerate(df["load"]):
-        s = "" if v is None else str(v).strip()
-        if not s or s.lower() == "nan":
-            raise InputError(f"{where(i, 'load')}: empty load label")
-        loads.append(s)
-    out["load"] = loads
 
-    for col in _FLOAT_COLUMNS:
-        vals = []
-        for i, v in enumerate(df[col]):
-            if col in _NAN_OK and (v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY)):
+def _parse_metric(values: Iterable[Any], col: str, where: _Where) -> np.ndarray:
+    """One float column, ``(n_rows,)`` float64, under that column's NaN/inf/range rules."""
+    vals = []
+    for i, v in enumerate(values):
+        if col in _NAN_OK and (v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY)):
+            vals.append(math.nan)
+            continue
+        try:
+            f = float(str(v).strip()) if not isinstance(v, (int, float)) else float(v)
+        except ValueError:
+            raise InputError(f"{where(i, col)}: not a number: {v!r}") from None
+        if math.isnan(f):
+            if col in _NAN_OK:
                 vals.append(math.nan)
                 continue
-            try:
-                f = float(str(v).strip()) if not isinstance(v, (int, float)) else float(v)
-            except ValueError:
-                raise InputError(f"{where(i, col)}: not a number: {v!r}") from None
-            if math.isnan(f):
-                if col in _NAN_OK:
-                    vals.append(math.nan)
-                    continue
-                raise InputError(f"{where(i, col)}: value is NaN")
-            if math.isinf(f) and not (col in _INF_OK and f > 0):
-                raise InputError(f"{where(i, col)}: value is infinite")
-            if col == "success_rate" and not 0 <= f <= 1:
-                raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
-            if f < 0:
-                raise InputError(f"{where(i, col)}: negative value {f:g}")
-            if _FLOAT32_MAX < f < math.inf:  # the model computes in float32
-                raise InputError(f"{where(i, col)}: value {f:g} is too large to represent")
-            vals.append(f)
-        out[col] = np.asarray(vals, dtype=np.float64)
-    _check_served_within_offered(out, where)
-    # A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
-    # every other row must have run for a positive time.
+            raise InputError(f"{where(i, col)}: value is NaN")
+        if math.isinf(f) and not (col in _INF_OK and f > 0):
+            raise InputError(f"{where(i, col)}: value is infinite")
+        if col == "success_rate" and not 0 <= f <= 1:
+            raise InputError(f"{where(i, col)}: success rate {f:g} outside [0, 1]")
+        if f < 0:
+            raise InputError(f"{where(i, col)}: negative value {f:g}")
+        if _FLOAT32_MAX < f < math.inf:  # the model computes in float32
+            raise InputError(f"{where(i, col)}: value {f:g} is too large to represent")
+        vals.append(f)
+    return np.asarray(vals, dtype=np.float64)
+
+
+def _check_durations(out: pd.DataFrame, df: pd.DataFrame, where: _Where) -> None:
+    """A failed cell skipped before running (the memory guard) costs 0 GPU-seconds;
+    every other row must have run for a positive time."""
     skipped = (
         [str(v).strip().lower() not in ("", "nan", "none") for v in df["failure"]]
         if "failure" in df.columns
@@ -201,63 +227,68 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         if d <= 0 and not (d == 0 and skipped[i]):
             raise InputError(f"{where(i, 'duration_s')}: duration must be positive, got {d:g}")
 
-    if "calibration" in df.columns:
-        flags = []
-        for i, v in enumerate(df["calibration"]):
-            if isinstance(v, (bool, np.bool_)):
-                flags.append(bool(v))
-                continue
-            s = str(v).strip().lower()
-            if s in _TRUE:
-                flags.append(True)
-            elif s in _FALSE or s == "nan":
-                flags.append(False)
-            else:
-                raise InputError(f"{where(i, 'calibration')}: expected true/false, got {v!r}")
-        out["calibration"] = flags
-    if "seed" in df.columns:
-        seeds = []
-        for i, v in enumerate(df["seed"]):
-            s = str(v).strip()
-            if s in ("", "nan", "None"):
-                seeds.append(pd.NA)
-                continue
-            try:
-                seeds.append(int(float(s)))
-            except ValueError:
-                raise InputError(f"{where(i, 'seed')}: expected an integer, got {v!r}") from None
-        out["seed"] = pd.array(seeds, dtype="Int64")
-    if "startup_s" in df.columns:
-        ups = []
-        for i, v in enumerate(df["startup_s"]):
-            if v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY):
-                ups.append(math.nan)  # not recorded (e.g. a replayed or ingested row)
-                continue
-            try:
-                f = float(v)
-            except (TypeError, ValueError):
-                raise InputError(f"{where(i, 'startup_s')}: not a number: {v!r}") from None
-            if not math.isnan(f) and (not math.isfinite(f) or f < 0):
-                raise InputError(f"{where(i, 'startup_s')}: start-up seconds must be finite and >= 0, got {v!r}")
-            ups.append(f)
-        out["startup_s"] = np.asarray(ups, dtype=np.float64)
-    if "failure" in df.columns:
-        out["failure"] = ["" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]]
 
+def _parse_calibration(values: Iterable[Any], where: _Where) -> list[bool]:
+    flags = []
+    for i, v in enumerate(values):
+        if isinstance(v, (bool, np.bool_)):
+            flags.append(bool(v))
+            continue
+        s = str(v).strip().lower()
+        if s in _TRUE:
+            flags.append(True)
+        elif s in _FALSE or s == "nan":
+            flags.append(False)
+        else:
+            raise InputError(f"{where(i, 'calibration')}: expected true/false, got {v!r}")
+    return flags
+
+
+def _parse_seeds(values: Iterable[Any], where: _Where) -> Any:
+    """Nullable Int64 seeds: an empty seed means "not recorded", not 0."""
+    seeds = []
+    for i, v in enumerate(values):
+        s = str(v).strip()
+        if s in ("", "nan", "None"):
+            seeds.append(pd.NA)
+            continue
+        try:
+            seeds.append(int(float(s)))
+        except ValueError:
+            raise InputError(f"{where(i, 'seed')}: expected an integer, got {v!r}") from None
+    return pd.array(seeds, dtype="Int64")
+
+
+def _parse_startup(values: Iterable[Any], where: _Where) -> np.ndarray:
+    ups = []
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY):
+            ups.append(math.nan)  # not recorded (e.g. a replayed or ingested row)
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise InputError(f"{where(i, 'startup_s')}: not a number: {v!r}") from None
+        if not math.isnan(f) and (not math.isfinite(f) or f < 0):
+            raise InputError(f"{where(i, 'startup_s')}: start-up seconds must be finite and >= 0, got {v!r}")
+        ups.append(f)
+    return np.asarray(ups, dtype=np.float64)
+
+
+def _check_unique_cells(out: pd.DataFrame, *, source: str, label: str, row_offset: int) -> None:
+    """One row per (workload, tp, load): a repeat names both rows."""
     keys = list(zip(out["workload"], out["tp"], out["load"], strict=True))
     first: dict[tuple[str, int, str], int] = {}
     for i, key in enumerate(keys):
         if key in first:
-            label = "line" if row_offset == 2 else "row"
             raise InputError(
                 f"{source}: {label} {i + row_offset}: duplicate cell "
                 f"(workload={key[0]}, tp={key[1]}, load={key[2]}), first at {label} {first[key] + row_offset}"
             )
         first[key] = i
-    return out
 
 
-def _check_served_within_offered(out: pd.DataFrame, where: Callable[[int, str], str]) -> None:
+def _check_served_within_offered(out: pd.DataFrame, where: _Where) -> None:
     """Served cannot exceed offered (:func:`max_throughput_rps`)."""
     rows = zip(out["throughput_rps"], out["offered_rps"], out["duration_s"], strict=True)
     for i, (thr, off, dur) in enumerate(rows):

@@ -55,7 +55,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -203,6 +203,22 @@ def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _row(labels: tuple[str, int, str], offered: float, throughput: float, ttft_s: float, comp_s: float,
+         success: float, duration: float) -> dict[str, Any]:
+    """A measurement-table row of an ingested result (every source's row has this one shape)."""
+    w, t, ld = labels
+    return {
+        "workload": w, "tp": t, "load": ld,
+        "offered_rps": offered,
+        "throughput_rps": throughput,
+        "ttft_p99_s": ttft_s,
+        "completion_p99_s": comp_s,
+        "success_rate": success,
+        "duration_s": duration,
+        "failure": "",
+    }
+
+
 def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
     if n_ok <= 0:
         row.update(throughput_rps=0.0, ttft_p99_s=math.inf, completion_p99_s=math.inf, success_rate=0.0,
@@ -211,6 +227,19 @@ def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
 
 
 # --- vLLM ----------------------------------------------------------------------------------
+
+
+class _VllmRequests(NamedTuple):
+    """A result's per-request arrays, each ``(n_requests,)`` or None when the file lacks it."""
+
+    ttfts: np.ndarray | None
+    lats: np.ndarray | None
+    itl_sum: np.ndarray | None  # each request's summed inter-token latencies
+    starts: np.ndarray | None
+    ok: np.ndarray | None  # bool: which requests succeeded (None: unknown, take all)
+
+    def successful(self, x: np.ndarray | None) -> np.ndarray | None:
+        return None if x is None else (x[self.ok] if self.ok is not None else x)
 
 
 def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None = None,
@@ -223,6 +252,34 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
     if duration <= 0:
         raise InputError(f"{src}: field 'duration': must be positive, got {duration:g}")
     completed = _number(src, data.get("completed"), "completed")
+    n_sent, errors = _vllm_sent(src, data, completed)
+    success = completed / n_sent
+    req = _vllm_requests(src, data, errors)
+    ttft_s = _vllm_ttft(src, data, req, completed)
+    # Per-request end-to-end times of the successful requests, when the file has them.
+    e2e = req.successful(req.lats) if req.lats is not None else (
+        req.successful(req.ttfts + req.itl_sum) if req.ttfts is not None and req.itl_sum is not None else None)
+    comp_s = _vllm_completion(src, data, e2e)
+
+    # The client was sending for duration − drain; the drain lasts at least the fastest request.
+    fastest = float(e2e[e2e > 0].min()) if e2e is not None and np.any(e2e > 0) else 0.0
+    sending = duration - fastest if fastest < duration else duration
+    achieved = n_sent / sending
+    starts = req.starts
+    if starts is not None and len(starts) >= 2 and float(starts.max() - starts.min()) > 0:
+        achieved = (len(starts) - 1) / float(starts.max() - starts.min())
+    offered, default_load = _vllm_offered(src, data, achieved)
+
+    meta = dict(data)
+    meta.setdefault("load", default_load)
+    labels = _labels(src, meta, workload, tp, load)
+    row = _row(labels, offered, min(completed / sending, offered * success), ttft_s, comp_s, success, duration)
+    return _finish(src, row, completed)
+
+
+def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float, list[Any] | None]:
+    """``(requests sent, per-request errors)``: sent is completed + failed, else one per
+    error entry (an empty error is a success), else the prompts."""
     failed = _opt(src, data, "failed")
     errors = data.get("errors")
     if errors is not None and not isinstance(errors, list):
@@ -235,8 +292,11 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
         n_sent = _opt(src, data, "num_prompts") or completed
     if n_sent <= 0:
         raise InputError(f"{src}: no requests (completed + failed is 0)")
-    success = completed / n_sent
+    return n_sent, errors
 
+
+def _vllm_requests(src: str, data: dict[str, Any], errors: list[Any] | None) -> _VllmRequests:
+    """The per-request arrays, all of one length, and which requests succeeded."""
     ttfts = _numbers(src, data, "ttfts")
     lats = _numbers(src, data, "latencies")
     itl_sum = _itl_sums(src, data)
@@ -255,42 +315,37 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
         ok = ttfts > 0
     else:
         ok = None
+    return _VllmRequests(ttfts, lats, itl_sum, starts, ok)
 
-    def successful(x: np.ndarray | None) -> np.ndarray | None:
-        return None if x is None else (x[ok] if ok is not None else x)
 
+def _vllm_ttft(src: str, data: dict[str, Any], req: _VllmRequests, completed: float) -> float:
+    """p99 TTFT in seconds: the file's own p99, else from the successful requests' TTFTs."""
     p99_ttft = _opt(src, data, "p99_ttft_ms")
     if p99_ttft is not None:
-        ttft_s = p99_ttft / 1000.0
-    elif ttfts is not None:
-        ttft_s = _p99(successful(ttfts))
-    elif completed > 0:
+        return p99_ttft / 1000.0
+    if req.ttfts is not None:
+        return _p99(req.successful(req.ttfts))
+    if completed > 0:
         raise InputError(f"{src}: missing field 'p99_ttft_ms' (and no per-request 'ttfts'); run vllm bench serve "
                          f"with --percentile-metrics including ttft")
-    else:
-        ttft_s = math.inf
+    return math.inf
 
-    # Per-request end-to-end times of the successful requests, when the file has them.
-    e2e = successful(lats) if lats is not None else (
-        successful(ttfts + itl_sum) if ttfts is not None and itl_sum is not None else None)
+
+def _vllm_completion(src: str, data: dict[str, Any], e2e: np.ndarray | None) -> float:
+    """p99 end-to-end seconds: the file's p99 (e2el, else latency), else from ``e2e``; NaN when unobserved."""
     p99_e2el = _opt(src, data, "p99_e2el_ms")
     p99_latency = _opt(src, data, "p99_latency_ms")
     if p99_e2el is not None:
-        comp_s = p99_e2el / 1000.0
-    elif p99_latency is not None:
-        comp_s = p99_latency / 1000.0
-    elif e2e is not None:
-        comp_s = _p99(e2e)
-    else:
-        comp_s = math.nan  # unobserved: this file has no completion timing
+        return p99_e2el / 1000.0
+    if p99_latency is not None:
+        return p99_latency / 1000.0
+    if e2e is not None:
+        return _p99(e2e)
+    return math.nan  # unobserved: this file has no completion timing
 
-    # The client was sending for duration − drain; the drain lasts at least the fastest request.
-    fastest = float(e2e[e2e > 0].min()) if e2e is not None and np.any(e2e > 0) else 0.0
-    sending = duration - fastest if fastest < duration else duration
-    achieved = n_sent / sending
-    if starts is not None and len(starts) >= 2 and float(starts.max() - starts.min()) > 0:
-        achieved = (len(starts) - 1) / float(starts.max() - starts.min())
 
+def _vllm_offered(src: str, data: dict[str, Any], achieved: float) -> tuple[float, str]:
+    """``(offered req/s, default load label)`` from the request rate and concurrency cap."""
     rate_raw = data.get("request_rate")
     if rate_raw is None or (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity")):
         rate = math.inf
@@ -305,23 +360,9 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
         offered = min(rate, achieved)  # the concurrency cap may have held the client back
     else:
         offered = achieved  # closed loop: the client offers what it sends
-
     default_load = (f"{rate:g}rps" if math.isfinite(rate) and conc is None
                     else (f"C{int(conc)}" if conc is not None else "max"))
-    meta = dict(data)
-    meta.setdefault("load", default_load)
-    w, t, ld = _labels(src, meta, workload, tp, load)
-    row = {
-        "workload": w, "tp": t, "load": ld,
-        "offered_rps": offered,
-        "throughput_rps": min(completed / sending, offered * success),
-        "ttft_p99_s": ttft_s,
-        "completion_p99_s": comp_s,
-        "success_rate": success,
-        "duration_s": duration,
-        "failure": "",
-    }
-    return _finish(src, row, completed)
+    return offered, default_load
 
 
 # --- GuideLLM ------------------------------------------------------------------------------
@@ -416,16 +457,7 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
             num = rate if open_loop else strat.get("streams", strat.get("max_concurrency"))
             label = f"{kind or 'bench'}@{num:g}" if isinstance(num, (int, float)) and not isinstance(num, bool) \
                 else (kind or f"bench{i}")
-        w, t, ld = _labels(where, {}, workload, tp, label)
-        row = {
-            "workload": w, "tp": t, "load": ld,
-            "offered_rps": offered,
-            "throughput_rps": min(ok / duration, offered * success),
-            "ttft_p99_s": ttft_s,
-            "completion_p99_s": comp_s,
-            "success_rate": success,
-            "duration_s": duration,
-            "failure": "",
-        }
+        labels = _labels(where, {}, workload, tp, label)
+        row = _row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
         rows.append(_finish(where, row, ok))
     return rows

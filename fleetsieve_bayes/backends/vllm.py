@@ -72,6 +72,8 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -140,143 +142,83 @@ class VllmSettings(NamedTuple):
     reuse_server: bool = True
 
 
+class _Options:
+    """Typed reads of ``[measurement]`` keys; every error names the file and the key."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.campaign = campaign
+        self.opts = campaign.measurement.options
+
+    def fail(self, key: str, msg: str) -> InputError:
+        return InputError(f"{self.campaign.path}: [measurement] {key}: {msg}")
+
+    def string(self, key: str, default: str | None = None) -> str:
+        v = self.opts.get(key, default)
+        if v is None:
+            raise self.fail(key, "missing")
+        if not isinstance(v, str) or not v.strip():
+            raise self.fail(key, f"expected a non-empty string, got {v!r}")
+        return v
+
+    def strings(self, key: str, default: Sequence[str]) -> tuple[str, ...]:
+        v = self.opts.get(key, list(default))
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.fail(key, f"expected a list of strings (an argument list, not a shell string), got {v!r}")
+        return tuple(v)
+
+    def number(self, key: str, default: float | None, *, lo: float = 0.0, lo_open: bool = True,
+               hi: float | None = None) -> float | None:
+        v = self.opts.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise self.fail(key, f"expected a finite number, got {v!r}")
+        x = float(v)
+        if x < lo or (lo_open and x == lo):
+            raise self.fail(key, f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
+        if hi is not None and x > hi:
+            raise self.fail(key, f"must be <= {hi:g}, got {v!r}")
+        return x
+
+    def integer(self, key: str, default: int | None, lo: int) -> int | None:
+        v = self.opts.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise self.fail(key, f"expected an integer >= {lo}, got {v!r}")
+        return v
+
+
 def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     """Validate the campaign's ``[measurement]`` keys for ``backend = "vllm"``.
 
     Raises:
         InputError: one line naming the file and the key.
     """
-    opts = campaign.measurement.options
-    base = campaign.measurement.base_dir
-
-    def fail(key: str, msg: str) -> InputError:
-        return InputError(f"{campaign.path}: [measurement] {key}: {msg}")
-
-    for key in opts:
-        if key not in VLLM_KEYS:
-            import difflib
-
-            close = difflib.get_close_matches(key, sorted(VLLM_KEYS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise fail(key, f"unknown key for backend 'vllm'{hint}")
-
-    def string(key: str, default: str | None = None) -> str:
-        v = opts.get(key, default)
-        if v is None:
-            raise fail(key, "missing")
-        if not isinstance(v, str) or not v.strip():
-            raise fail(key, f"expected a non-empty string, got {v!r}")
-        return v
-
-    def strings(key: str, default: Sequence[str]) -> tuple[str, ...]:
-        v = opts.get(key, list(default))
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise fail(key, f"expected a list of strings (an argument list, not a shell string), got {v!r}")
-        return tuple(v)
-
-    def number(key: str, default: float | None, *, lo: float = 0.0, lo_open: bool = True,
-               hi: float | None = None) -> float | None:
-        v = opts.get(key, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-            raise fail(key, f"expected a finite number, got {v!r}")
-        x = float(v)
-        if x < lo or (lo_open and x == lo):
-            raise fail(key, f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
-        if hi is not None and x > hi:
-            raise fail(key, f"must be <= {hi:g}, got {v!r}")
-        return x
-
-    def integer(key: str, default: int | None, lo: int) -> int | None:
-        v = opts.get(key, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise fail(key, f"expected an integer >= {lo}, got {v!r}")
-        return v
-
-    model = string("model")
-    served = string("served_model_name", model)
-    local = base / model
-    if not Path(model).is_absolute() and local.exists():
-        model = str(local.resolve())  # a model directory next to the campaign file
-    command = strings("command", DEFAULT_COMMAND)
-    if not command:
-        raise fail("command", "empty command")
-    try:
-        render_command(command, model=model, tp=1, port=1)
-    except ValueError as exc:
-        raise fail("command", str(exc)) from None
-    if "{port}" not in "".join(command):
-        raise fail("command", "the template must contain {port} (each cell gets a free port)")
-    extra_args = strings("extra_args", ())
-    env_raw = opts.get("env", {})
-    if not isinstance(env_raw, dict) or not all(isinstance(v, str) for v in env_raw.values()):
-        raise fail("env", f"expected a table of strings, got {env_raw!r}")
-
-    tp_raw = opts.get("tp")
-    if tp_raw is None:
-        raise fail("tp", "missing (the TP candidates, e.g. [2, 4, 8])")
-    if (not isinstance(tp_raw, list) or not tp_raw
-            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp_raw)):
-        raise fail("tp", f"expected a non-empty list of positive integers, got {tp_raw!r}")
-    if len(set(tp_raw)) != len(tp_raw):
-        raise fail("tp", f"duplicate TP candidates in {tp_raw!r}")
-    tps = tuple(sorted(tp_raw))
-
-    gpus_raw = opts.get("gpus", list(range(max(tps))))
-    if (not isinstance(gpus_raw, list) or not gpus_raw
-            or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus_raw)
-            or len(set(gpus_raw)) != len(gpus_raw)):
-        raise fail("gpus", f"expected a list of distinct GPU ids (integers >= 0), got {gpus_raw!r}")
-    if max(tps) > len(gpus_raw):
-        raise fail("gpus", f"TP{max(tps)} needs {max(tps)} GPUs but the pool has {len(gpus_raw)}")
-
-    loads_raw = opts.get("loads")
-    if loads_raw is None:
-        raise fail("loads", "missing (the load ladder, label = arrival scale, e.g. { C16 = 1.0 })")
-    if not isinstance(loads_raw, dict) or not loads_raw:
-        raise fail("loads", f"expected a non-empty table label = arrival scale, got {loads_raw!r}")
-    loads = []
-    for label, scale in loads_raw.items():
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
-            raise fail(f"loads.{label}", f"arrival scale must be a positive number, got {scale!r}")
-        loads.append((str(label), float(scale)))
-
-    traces_raw = opts.get("traces")
-    if traces_raw is None:
-        raise fail("traces", "missing (one trace file per workload)")
-    if not isinstance(traces_raw, dict):
-        raise fail("traces", f"expected a table workload = file, got {traces_raw!r}")
-    traces = {}
-    for w, p in traces_raw.items():
-        if w not in campaign.workload_names:
-            raise fail(f"traces.{w}", f"no workload {w!r} in the campaign ({', '.join(campaign.workload_names)})")
-        if not isinstance(p, str) or not p.strip():
-            raise fail(f"traces.{w}", f"expected a file path, got {p!r}")
-        path = (base / p).resolve()
-        if not path.is_file():
-            raise fail(f"traces.{w}", f"file not found: {path}")
-        traces[w] = path
-    for w in campaign.workload_names:
-        if w not in traces:
-            raise fail("traces", f"no trace for workload {w!r}")
-    trace_format = string("trace_format", "auto")
+    o = _Options(campaign)
+    _check_known_keys(o)
+    # Keys are read in this order so that the first bad one is the one reported.
+    model, served, command, extra_args, env_raw = _server_options(o)
+    tps = _tp_candidates(o)
+    gpus = _gpu_pool(o, tps)
+    loads = _load_ladder(o)
+    traces = _trace_files(o)
+    trace_format = o.string("trace_format", "auto")
     if trace_format not in ("auto", "azure", "burstgpt"):
-        raise fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
+        raise o.fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
 
-    model_size = number("model_size_gb", None)
-    gpu_mem = number("gpu_memory_gb", None)
+    model_size = o.number("model_size_gb", None)
+    gpu_mem = o.number("gpu_memory_gb", None)
+    number, integer = o.number, o.integer
     return VllmSettings(
         model=model,
         served_model_name=served,
         command=command,
         extra_args=extra_args,
         env={str(k): v for k, v in env_raw.items()},
-        gpus=tuple(gpus_raw),
+        gpus=gpus,
         tp=tps,
-        loads=tuple(loads),
+        loads=loads,
         traces=traces,
         trace_format=trace_format,
         warmup_s=number("warmup_s", 30.0, lo_open=False),  # type: ignore[arg-type]
@@ -292,8 +234,105 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         max_output_tokens=integer("max_output_tokens", None, 1),
         request_error_tolerance=number("request_error_tolerance", 0.01, lo_open=False, hi=1.0),  # type: ignore[arg-type]
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
-        reuse_server=_boolean(opts, "reuse_server", True, fail),
+        reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
     )
+
+
+def _check_known_keys(o: _Options) -> None:
+    """A typo is an error (with the closest key), never a silently ignored setting."""
+    for key in o.opts:
+        if key not in VLLM_KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(VLLM_KEYS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise o.fail(key, f"unknown key for backend 'vllm'{hint}")
+
+
+def _server_options(o: _Options) -> tuple[str, str, tuple[str, ...], tuple[str, ...], dict[str, Any]]:
+    """``(model, served name, command template, extra args, env)`` of the server."""
+    model = o.string("model")
+    served = o.string("served_model_name", model)
+    local = o.campaign.measurement.base_dir / model
+    if not Path(model).is_absolute() and local.exists():
+        model = str(local.resolve())  # a model directory next to the campaign file
+    command = o.strings("command", DEFAULT_COMMAND)
+    if not command:
+        raise o.fail("command", "empty command")
+    try:
+        render_command(command, model=model, tp=1, port=1)
+    except ValueError as exc:
+        raise o.fail("command", str(exc)) from None
+    if "{port}" not in "".join(command):
+        raise o.fail("command", "the template must contain {port} (each cell gets a free port)")
+    extra_args = o.strings("extra_args", ())
+    env_raw = o.opts.get("env", {})
+    if not isinstance(env_raw, dict) or not all(isinstance(v, str) for v in env_raw.values()):
+        raise o.fail("env", f"expected a table of strings, got {env_raw!r}")
+    return model, served, command, extra_args, env_raw
+
+
+def _tp_candidates(o: _Options) -> tuple[int, ...]:
+    tp_raw = o.opts.get("tp")
+    if tp_raw is None:
+        raise o.fail("tp", "missing (the TP candidates, e.g. [2, 4, 8])")
+    if (not isinstance(tp_raw, list) or not tp_raw
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tp_raw)):
+        raise o.fail("tp", f"expected a non-empty list of positive integers, got {tp_raw!r}")
+    if len(set(tp_raw)) != len(tp_raw):
+        raise o.fail("tp", f"duplicate TP candidates in {tp_raw!r}")
+    return tuple(sorted(tp_raw))
+
+
+def _gpu_pool(o: _Options, tps: tuple[int, ...]) -> tuple[int, ...]:
+    """The GPU ids to launch on (default 0..max TP-1); the widest TP must fit."""
+    gpus_raw = o.opts.get("gpus", list(range(max(tps))))
+    if (not isinstance(gpus_raw, list) or not gpus_raw
+            or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus_raw)
+            or len(set(gpus_raw)) != len(gpus_raw)):
+        raise o.fail("gpus", f"expected a list of distinct GPU ids (integers >= 0), got {gpus_raw!r}")
+    if max(tps) > len(gpus_raw):
+        raise o.fail("gpus", f"TP{max(tps)} needs {max(tps)} GPUs but the pool has {len(gpus_raw)}")
+    return tuple(gpus_raw)
+
+
+def _load_ladder(o: _Options) -> tuple[tuple[str, float], ...]:
+    """``(label, arrival scale)`` pairs in file order."""
+    loads_raw = o.opts.get("loads")
+    if loads_raw is None:
+        raise o.fail("loads", "missing (the load ladder, label = arrival scale, e.g. { C16 = 1.0 })")
+    if not isinstance(loads_raw, dict) or not loads_raw:
+        raise o.fail("loads", f"expected a non-empty table label = arrival scale, got {loads_raw!r}")
+    loads = []
+    for label, scale in loads_raw.items():
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+            raise o.fail(f"loads.{label}", f"arrival scale must be a positive number, got {scale!r}")
+        loads.append((str(label), float(scale)))
+    return tuple(loads)
+
+
+def _trace_files(o: _Options) -> dict[str, Path]:
+    """One existing trace file per campaign workload, relative to the campaign file."""
+    campaign = o.campaign
+    traces_raw = o.opts.get("traces")
+    if traces_raw is None:
+        raise o.fail("traces", "missing (one trace file per workload)")
+    if not isinstance(traces_raw, dict):
+        raise o.fail("traces", f"expected a table workload = file, got {traces_raw!r}")
+    traces = {}
+    for w, p in traces_raw.items():
+        if w not in campaign.workload_names:
+            raise o.fail(f"traces.{w}", f"no workload {w!r} in the campaign ({', '.join(campaign.workload_names)})")
+        if not isinstance(p, str) or not p.strip():
+            raise o.fail(f"traces.{w}", f"expected a file path, got {p!r}")
+        path = (campaign.measurement.base_dir / p).resolve()
+        if not path.is_file():
+            raise o.fail(f"traces.{w}", f"file not found: {path}")
+        traces[w] = path
+    for w in campaign.workload_names:
+        if w not in traces:
+            raise o.fail("traces", f"no trace for workload {w!r}")
+    return traces
 
 
 def _card_infeasible(campaign: Campaign) -> dict[int, str]:
@@ -308,13 +347,42 @@ def _card_infeasible(campaign: Campaign) -> dict[int, str]:
     }
 
 
+@dataclass
+class _LiveServer:
+    """The running server (at most one): reused by the next cell with the same TP."""
+
+    handle: ServerHandle | None = None
+    tp: int | None = None
+    served: Any = None  # what the server reports it serves (served_model_info)
+
+
+class _VllmCells(NamedTuple):
+    """What measuring any cell of the campaign needs, fixed once the backend is built."""
+
+    campaign: Campaign
+    s: VllmSettings
+    out_dir: Path
+    grid: CellGrid
+    scales: list[float]  # (n_cells,) arrival scale of each cell
+    traces: dict[str, Trace]
+    card_infeasible: dict[int, str]  # TP → why the prior card rules it out
+
+
 def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
     """A :class:`~fleetsieve_bayes.backends.Backend` that launches one server per measured cell."""
     s = parse_vllm_options(campaign)
     card_infeasible = _card_infeasible(campaign)
     traces: dict[str, Trace] = {w: read_trace(p, s.trace_format) for w, p in s.traces.items()}
-    horizon = s.warmup_s + s.duration_s
+    grid, scales = _vllm_grid(campaign, s, traces)
+    cells = _VllmCells(campaign, s, Path(out_dir), grid, scales, traces, card_infeasible)
+    live = _LiveServer()
+    return Backend(grid=grid, measure=partial(_measure, cells, live), close=partial(_stop_live, s, live),
+                   expected_duration_s=grid.duration_s, preflight=partial(_preflight, cells))
 
+
+def _vllm_grid(campaign: Campaign, s: VllmSettings, traces: dict[str, Trace]) -> tuple[CellGrid, list[float]]:
+    """The candidate cells (workload × TP × load) and each cell's arrival scale."""
+    horizon = s.warmup_s + s.duration_s
     cells = []  # (workload index, tp, load label, scale, offered)
     for wi, w in enumerate(campaign.workload_names):
         for tp in s.tp:
@@ -335,95 +403,114 @@ def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
         offered_rps=np.array([c[4] for c in cells], dtype=np.float64),
         duration_s=np.full(len(cells), horizon, dtype=np.float64),
     )
-    scales = [c[3] for c in cells]
-    # The running server (at most one): reused by the next cell with the same TP.
-    live: dict[str, Any] = {"handle": None, "tp": None, "served": None}
+    return grid, [c[3] for c in cells]
 
-    def preflight(c: int) -> dict[str, Any] | None:
-        tp = int(grid.tp[c])
-        why = card_infeasible.get(tp) or memory_guard(
-            tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
-            kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
-        if why is None:
-            return None
-        row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
-        row["startup_s"] = 0.0
-        row["detail"] = why
-        return row
 
-    def stop_live() -> None:
-        handle: ServerHandle | None = live["handle"]
-        if handle is None:
-            return
-        tp = live["tp"]
-        live.update(handle=None, tp=None, served=None)
-        left = stop_server(handle, grace_s=s.stop_timeout_s)
-        if left:
-            raise MeasurementError(f"server on port {handle.port} (TP{tp}): processes {sorted(left)} survived "
-                                   f"SIGKILL (GPUs {list(s.gpus[:tp])} may still be held)")
+def _preflight(cells: _VllmCells, c: int) -> dict[str, Any] | None:
+    """The memory guard's row (0 GPU-seconds) for a TP that cannot hold the model, else None."""
+    s, grid = cells.s, cells.grid
+    tp = int(grid.tp[c])
+    why = cells.card_infeasible.get(tp) or memory_guard(
+        tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
+        kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+    if why is None:
+        return None
+    row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
+    row["startup_s"] = 0.0
+    row["detail"] = why
+    return row
 
-    def reusable(tp: int) -> bool:
-        handle: ServerHandle | None = live["handle"]
-        return (s.reuse_server and handle is not None and live["tp"] == tp and handle.proc.poll() is None
-                and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
-    def measure(c: int) -> dict[str, Any]:
-        guarded = preflight(c)
-        if guarded is not None:
-            return guarded
-        key = grid.key(c)
-        w, tp, load = key
-        stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
-        startup_s = 0.0
-        if not reusable(tp):
-            stop_live()
-            port = free_port()
-            cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
-            log_path = _unique(Path(out_dir) / "logs" / f"{stem}.log")
-            launched = time.monotonic()
-            try:
-                handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
-            except FileNotFoundError:
-                raise InputError(f"{campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
-                                 f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
-            live.update(handle=handle, tp=tp, served=None)
-            ready = wait_ready(handle, s.readiness_timeout_s)
-            startup_s = time.monotonic() - launched
-            if ready.status != "ready":
-                failure = classify_startup(ready.status, log_tail(handle.log_path))
-                stop_live()
-                row = failure_row(key, float(grid.offered_rps[c]), failure, max(startup_s, 1e-3), s.seed)
-                row["startup_s"] = startup_s
-                row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {log_path})"
-                return row
-            live["served"] = served_model_info(handle.url, s.served_model_name, model_path=s.model)
-        handle = live["handle"]
-        spec = CellSpec(workload=w, tp=tp, load=load, scale=scales[c], warmup_s=s.warmup_s,
-                        duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
-                        max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens,
-                        request_error_tolerance=s.request_error_tolerance)
-        raw_path = _unique(Path(out_dir) / "raw" / f"{stem}.parquet")
-        try:
-            result = measure_cell(
-                handle.url, s.served_model_name, traces[w], spec, served=live["served"],
-                alive=lambda: handle.proc.poll() is None, records_path=raw_path,
-                record_extras={"workload": w, "tp": tp, "load": load, "scale": scales[c],
-                               "warmup_s": s.warmup_s, "window_s": s.duration_s},
-            )
-        except BaseException:
-            stop_live()
-            raise
-        row = dict(result.row)
+def _stop_live(s: VllmSettings, live: _LiveServer) -> None:
+    handle = live.handle
+    if handle is None:
+        return
+    tp = live.tp
+    live.handle, live.tp, live.served = None, None, None
+    left = stop_server(handle, grace_s=s.stop_timeout_s)
+    if left:
+        raise MeasurementError(f"server on port {handle.port} (TP{tp}): processes {sorted(left)} survived "
+                               f"SIGKILL (GPUs {list(s.gpus[:tp])} may still be held)")
+
+
+def _reusable(s: VllmSettings, live: _LiveServer, tp: int) -> bool:
+    handle = live.handle
+    return (s.reuse_server and handle is not None and live.tp == tp and handle.proc.poll() is None
+            and probe(handle.url + "/health", timeout_s=5.0) == 200)
+
+
+def _measure(cells: _VllmCells, live: _LiveServer, c: int) -> dict[str, Any]:
+    """One cell: the guard's row, a start-up failure's row, or the measured row."""
+    guarded = _preflight(cells, c)
+    if guarded is not None:
+        return guarded
+    w, tp, load = cells.grid.key(c)
+    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
+    startup_s = 0.0
+    if not _reusable(cells.s, live, tp):
+        startup_s, failed = _launch(cells, live, c, stem)
+        if failed is not None:
+            return failed
+    return _run_cell(cells, live, c, stem, startup_s)
+
+
+def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[float, dict[str, Any] | None]:
+    """Replace the live server with one for cell ``c``'s TP: ``(startup_s, failure row or None)``."""
+    s, grid = cells.s, cells.grid
+    key = grid.key(c)
+    tp = key[1]
+    _stop_live(s, live)
+    port = free_port()
+    cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
+    log_path = _unique(cells.out_dir / "logs" / f"{stem}.log")
+    launched = time.monotonic()
+    try:
+        handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
+    except FileNotFoundError:
+        raise InputError(f"{cells.campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
+                         f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
+    live.handle, live.tp, live.served = handle, tp, None
+    ready = wait_ready(handle, s.readiness_timeout_s)
+    startup_s = time.monotonic() - launched
+    if ready.status != "ready":
+        failure = classify_startup(ready.status, log_tail(handle.log_path))
+        _stop_live(s, live)
+        # A start-up failure held its GPUs for the start-up only (at least 1 ms: a row must have run).
+        row = failure_row(key, float(grid.offered_rps[c]), failure, max(startup_s, 1e-3), s.seed)
         row["startup_s"] = startup_s
-        if row["failure"] or not s.reuse_server:
-            stop_live()  # a server that failed a cell is never reused
-        return row
+        row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {log_path})"
+        return startup_s, row
+    live.served = served_model_info(handle.url, s.served_model_name, model_path=s.model)
+    return startup_s, None
 
-    def close() -> None:
-        stop_live()
 
-    return Backend(grid=grid, measure=measure, close=close, expected_duration_s=grid.duration_s,
-                   preflight=preflight)
+def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float) -> dict[str, Any]:
+    """Replay the cell's trace against the live server; records go to ``raw/``."""
+    s = cells.s
+    w, tp, load = cells.grid.key(c)
+    scale = cells.scales[c]
+    handle = live.handle
+    assert handle is not None
+    spec = CellSpec(workload=w, tp=tp, load=load, scale=scale, warmup_s=s.warmup_s,
+                    duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
+                    max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens,
+                    request_error_tolerance=s.request_error_tolerance)
+    raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
+    try:
+        result = measure_cell(
+            handle.url, s.served_model_name, cells.traces[w], spec, served=live.served,
+            alive=lambda: handle.proc.poll() is None, records_path=raw_path,
+            record_extras={"workload": w, "tp": tp, "load": load, "scale": scale,
+                           "warmup_s": s.warmup_s, "window_s": s.duration_s},
+        )
+    except BaseException:
+        _stop_live(s, live)
+        raise
+    row = dict(result.row)
+    row["startup_s"] = startup_s
+    if row["failure"] or not s.reuse_server:
+        _stop_live(s, live)  # a server that failed a cell is never reused
+    return row
 
 
 def _safe(label: str) -> str:

@@ -314,14 +314,26 @@ def ray_executor(
         InputError: Ray missing, or a pool larger than the cluster's GPUs.
     """
     ray = _import_ray()
-    started_here = False
-    if not ray.is_initialized():
-        address = campaign.pool.ray_address
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        except Exception as exc:  # noqa: BLE001 - any connection failure is the environment's
-            raise InputError(f"{campaign.path}: [measurement] ray_address: cannot start/join Ray ({exc})") from None
-        started_here = True
+    started_here = _ensure_ray(ray, campaign)
+    pool = _ray_pool_size(ray, campaign, grid, pool_gpus)
+    remote = _ray_cell_task(ray, cell_runner(campaign, out))
+    return _ray_task_executor(ray, remote, grid, offset_s=offset_s, started_here=started_here), pool
+
+
+def _ensure_ray(ray: Any, campaign: Any) -> bool:
+    """Join (or start) Ray unless it is already initialised; True when started here."""
+    if ray.is_initialized():
+        return False
+    address = campaign.pool.ray_address
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001 - any connection failure is the environment's
+        raise InputError(f"{campaign.path}: [measurement] ray_address: cannot start/join Ray ({exc})") from None
+    return True
+
+
+def _ray_pool_size(ray: Any, campaign: Any, grid: Any, pool_gpus: int | None) -> int:
+    """The pool (default: the cluster's GPUs), checked against the cluster and its nodes."""
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     pool = cluster_gpus if pool_gpus is None else int(pool_gpus)
     if pool > cluster_gpus:
@@ -338,7 +350,11 @@ def ray_executor(
             f"{campaign.path}: [measurement] executor: cell {grid.describe(big)} needs {widest} GPUs on one node; "
             f"the largest Ray node has {max(per_node)}"
         )
-    run = cell_runner(campaign, out)
+    return pool
+
+
+def _ray_cell_task(ray: Any, run: Callable[[tuple[str, int, str], tuple[int, ...]], dict[str, Any]]) -> Any:
+    """The Ray remote function measuring one cell on the GPUs Ray gave its task."""
 
     def remote_cell(key: tuple[str, int, str]) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
         started_at = time.time()
@@ -349,7 +365,11 @@ def ray_executor(
 
     # Application errors are not retried (a harness failure is reported); a
     # worker that dies is retried once.
-    remote = ray.remote(max_retries=1)(remote_cell)
+    return ray.remote(max_retries=1)(remote_cell)
+
+
+def _ray_task_executor(ray: Any, remote: Any, grid: Any, *, offset_s: float, started_here: bool) -> Executor:
+    """The :class:`Executor` over ``remote`` tasks, on the real clock from ``offset_s``."""
     t0 = time.monotonic()
     running: dict[Any, Job] = {}
 
@@ -401,7 +421,6 @@ def ray_executor(
         if started_here:
             ray.shutdown()
 
-    executor = Executor(
+    return Executor(
         submit=submit, wait_any=wait_any, ready=ready, cancel=cancel, now=now, close=close, simulated=False
     )
-    return executor, pool

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -125,6 +126,55 @@ def _make_executor(
     return local_executor(measure, simulated=simulated, offset_s=offset), int(pool.pool_gpus)
 
 
+class _Context(NamedTuple):
+    """What one invocation of the driver works with and never rebinds (the pool, journal
+    and executor are stateful objects; the helpers use them in place)."""
+
+    inputs: Any
+    campaign: Campaign
+    out: Path
+    grid: CellGrid
+    problem: Any
+    strategy: Any
+    tp: np.ndarray  # (n_cells,) int64
+    expected: np.ndarray  # (n_cells,) expected seconds per cell
+    journal: Any
+    executor: Executor
+    pool: GpuPool
+    on_event: Any
+
+
+@dataclass
+class _Flight:
+    """The driver's bookkeeping of starts, mutated by :func:`_start`, :func:`_fill_mandatory`,
+    :func:`_admit` and :func:`_absorb` (one place, instead of closures sharing cells)."""
+
+    flight: dict[int, dict[str, Any]]  # cell → its started record, while it runs
+    seq: int  # the next started record's sequence number
+    next_round: int  # the next acquisition's round number
+    restart: list[tuple[int, dict[str, Any]]]  # resumed cells not yet started again
+    design: list[int]  # initial-design cells not yet started
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (cell, harness error)
+
+
+class _Step(NamedTuple):
+    """One completion's decision: a final status (None: keep going) and what it rests on."""
+
+    status: str | None
+    final_alloc: Any
+    real: Any  # the real (unconditioned) Belief
+    t_fit: float
+    t_alloc: float
+
+
+class _Outcome(NamedTuple):
+    status: str
+    final_rec: Any
+    cancelled: list[dict[str, Any]]
+    plan_times: list[float]  # refit + batch selection, per completion (wall)
+    plan_cpu: list[float]  # the same in CPU seconds of this process (all threads)
+
+
 def run_parallel(
     inputs: Any,
     out: Path,
@@ -143,357 +193,441 @@ def run_parallel(
             journal from another campaign.
         MeasurementError: a cell's harness failed (after the others finished).
     """
-    from fleetsieve_bayes.allocation.milp import allocate_milp
-    from fleetsieve_bayes.decision.batch import believe, plan_batch
-    from fleetsieve_bayes.decision.strategies import RoundState, make_strategy
-    from fleetsieve_bayes.model.inference import fit
-    from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
+    from fleetsieve_bayes.decision.strategies import make_strategy
 
     campaign: Campaign = inputs.campaign
-    strategy_name, seed = inputs.strategy, inputs.seed
     enable_compilation_cache()
     t_start = time.perf_counter()
     grid: CellGrid = backend.grid
     problem = problem_from_campaign(campaign)
-    card, preset = inputs.card, inputs.preset
     strategy = make_strategy(
-        strategy_name,
+        inputs.strategy,
         grid,
         problem,
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
-        seed=seed,
+        seed=inputs.seed,
     )
     tp = np.asarray(grid.tp, np.int64)
-    expected = np.asarray(backend.expected_duration_s, np.float64)
-    index = grid.index()
 
     journal = open_journal(out)
     executor: Executor | None = None
     try:
         resumed = _begin(inputs, out, journal, grid, on_event)
-
         executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, _clock_offset(journal.records))
-        if int(tp.max()) > pool_n:
-            big = int(np.argmax(tp))
-            raise InputError(
-                f"{campaign.path}: [measurement] pool_gpus: {pool_n} GPUs cannot hold cell "
-                f"{grid.describe(big)} (TP{int(tp[big])}); use at least {int(tp.max())}"
-            )
-        pool = GpuPool(pool_n)
+        _check_pool_holds_every_cell(campaign, grid, tp, pool_n)
+        ctx = _Context(
+            inputs=inputs,
+            campaign=campaign,
+            out=out,
+            grid=grid,
+            problem=problem,
+            strategy=strategy,
+            tp=tp,
+            expected=np.asarray(backend.expected_duration_s, np.float64),
+            journal=journal,
+            executor=executor,
+            pool=GpuPool(pool_n),
+            on_event=on_event,
+        )
         measured, observed, _ = loop.measured_state(grid, journal.records)
-
-        # Cells in flight: what they are, for the journal and the packing.
-        flight: dict[int, dict[str, Any]] = {}  # cell → its started record
-        seq = [len([r for r in journal.records if record_dict(r).get("type") == "started"])]
-        acq_cells = {
-            cell_key(record_dict(r)["cell"])
-            for r in journal.records
-            if record_dict(r).get("type") == "started" and record_dict(r).get("phase") == "acquire"
-        }
-        next_round = [1 + len(acq_cells)]
-
-        def start(
-            c: int,
-            *,
-            phase: str,
-            round_no: int,
-            slots: tuple[int, ...],
-            start_s: float,
-            resumed: bool = False,
-            believed: list[int] | None = None,
-        ) -> None:
-            rec = {
-                "type": "started",
-                "seq": seq[0],
-                "round": round_no,
-                "phase": phase,
-                "cell": _cell_json(grid, c),
-                "gpus": list(slots),
-                "start_s": float(start_s),
-                "started_at": time.time(),
-            }
-            if resumed:
-                rec["resumed"] = True
-            if believed is not None:  # what the pick was conditioned on
-                rec["believed"] = [_cell_json(grid, k) for k in believed]
-            journal.append(_Raw(rec))  # durable before the cell runs
-            flight[c] = rec
-            executor.submit(Job(c, int(tp[c]), slots, float(start_s), seq[0]))
-            seq[0] += 1
-            on_event(
-                "measure-start",
-                {
-                    "cell": rec["cell"],
-                    "label": grid.describe(c),
-                    "expected_s": float(expected[c]),
-                    "round": round_no,
-                    "candidates": grid.n_cells,
-                    "gpus": list(slots),
-                    "in_flight": [grid.describe(k) for k in flight],
-                },
-            )
-
-        # Resume: cells started but never finished run again first.
-        restart = [(index[cell_key(r["cell"])], r) for r in in_flight_cells(journal.records)]
-        restart = [(c, r) for c, r in restart if not measured[c]]
-        if resumed and restart:
-            on_event("resume", {"measured": int(measured.sum()), "in_flight": [grid.describe(c) for c, _ in restart]})
-        design = [c for c in initial_design(grid) if not measured[c] and c not in dict(restart)]
-
-        def fill_mandatory() -> None:
-            for c, r in list(restart):
-                slots = pool.take(int(tp[c]), prefer=tuple(r.get("gpus", ())))
-                if slots is None:
-                    continue
-                s = float(r["start_s"]) if executor.simulated else executor.now()
-                start(c, phase=r.get("phase", "acquire"), round_no=int(r.get("round", 0)), slots=slots, start_s=s, resumed=True)
-                restart.remove((c, r))
-            for c in list(design):
-                slots = pool.take(int(tp[c]))
-                if slots is None:
-                    continue  # waits; a smaller design cell may fill the gap
-                start(c, phase="design", round_no=0, slots=slots, start_s=executor.now())
-                design.remove(c)
-
-        def admit(c: int, reserved: int | None) -> bool:
-            """Start ``c`` now if it fits and (with a reservation) does not delay it."""
-            need = int(tp[c])
-            if not pool.fits(need):
-                return False
-            now = executor.now()
-            if reserved is not None:
-                free = pool.n_free
-                shadow = now
-                for f, k in sorted((float(r["start_s"]) + expected[k], k) for k, r in flight.items()):
-                    if free >= int(tp[reserved]):
-                        break
-                    free += int(tp[k])
-                    shadow = max(shadow, f)
-                extra = free - int(tp[reserved])
-                if not (now + expected[c] <= shadow + 1e-9 or need <= extra):
-                    return False
-            slots = pool.take(need)
-            assert slots is not None
-            start(
-                c,
-                phase="acquire",
-                round_no=next_round[0],
-                slots=slots,
-                start_s=now,
-                believed=list(flight) + ([] if reserved is None else [reserved]),
-            )
-            next_round[0] += 1
-            return True
-
-        def absorb(dones: list[Done]) -> None:
-            """Journal finished cells (or their harness failures) and free their GPUs."""
-            for done in dones:
-                c = done.job.cell
-                r = flight.pop(c)
-                pool.give(tuple(r["gpus"]))
-                if done.error is not None or done.row is None:
-                    journal.append(
-                        _Raw(
-                            type="failed",
-                            cell=r["cell"],
-                            start_s=r["start_s"],
-                            finish_s=float(done.finish_s),
-                            error=done.error,
-                        )
-                    )
-                    failures.append((c, str(done.error)))
-                    continue
-                _record(journal, grid, c, done, r, on_event)
-            loop._write_measurements(out, journal)
-
-        status: str | None = None
-        final_alloc = None
-        final_rec: Any = None
-        cert = None
-        posterior = None
-        fitted_at = -1
-        failures: list[tuple[int, str]] = []
-        cancelled: list[dict[str, Any]] = []
-        plan_times: list[float] = []  # refit + batch selection, per completion (wall)
-        plan_cpu: list[float] = []  # the same in CPU seconds of this process (all threads)
-        while True:
-            if not failures:
-                fill_mandatory()
-            n_measured = int(measured.sum())
-            if not failures and not restart and not design and n_measured > 0:
-                t_event = t0 = time.perf_counter()
-                cpu_event = time.process_time()
-                t_fit = 0.0
-                if fitted_at != n_measured:
-                    warm = load_warm_start(out / WARM_START_DIR, before_round=n_measured)
-                    posterior = fit(
-                        grid,
-                        observed,
-                        measured,
-                        card,
-                        preset,
-                        seed=loop._round_seed(seed, n_measured),
-                        warm_start=warm,
-                    )
-                    save_warm_start(out / WARM_START_DIR, posterior, round_no=n_measured)
-                    fitted_at = n_measured
-                    t_fit = time.perf_counter() - t0
-
-                def allocate(values: np.ndarray) -> Any:
-                    return allocate_milp(grid, values, problem)
-
-                def believe_fn(
-                    believed: Any, posterior: Any = posterior, measured: Any = measured, observed: Any = observed
-                ) -> Any:
-                    return believe(
-                        grid,
-                        problem,
-                        posterior,
-                        measured,
-                        observed,
-                        believed,
-                        credible_level=campaign.credible_level,
-                        repeatability=campaign.repeatability,
-                        epsilon=campaign.epsilon,
-                        allocate=allocate,
-                    )
-
-                t0 = time.perf_counter()
-                real = believe_fn([])
-                t_alloc = time.perf_counter() - t0
-                cert = real.certificate
-                candidates = ~measured
-                candidates[list(flight)] = False
-                # The loop's stopping rule on what is measured; cells in flight count as
-                # unmeasured, and only a certificate stops the campaign while some fly.
-                decision = loop.decide_round(
-                    loop.RoundFacts(next_round[0], cert.status, int((~measured).sum()), campaign.max_rounds)
-                )
-                if not decision.acquire and (not flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
-                    status = decision.status
-                    if decision.final == "conservative":
-                        final_alloc = real.conservative
-                    elif decision.final == "measured-only":
-                        final_alloc = allocate(loop._measured_only_table(observed, measured))
-                elif decision.acquire and candidates.any() and pool.n_free >= int(tp[candidates].min()):
-                    def select(belief: Any, round_no: int, posterior: Any = posterior) -> int:
-                        state = RoundState(
-                            grid=grid,
-                            problem=problem,
-                            campaign_epsilon=campaign.epsilon,
-                            credible_level=campaign.credible_level,
-                            repeatability=campaign.repeatability,
-                            measured=belief.measured.copy(),
-                            observed=belief.observed.copy(),
-                            posterior=posterior,
-                            bounds=belief.bounds,
-                            conservative=belief.conservative,
-                            optimistic=belief.optimistic,
-                            certificate=belief.certificate,
-                            round=round_no,
-                            rng=np.random.default_rng([seed, round_no]),
-                            key=loop._jax_key(seed, round_no),
-                        )
-                        return int(strategy.select(state))
-
-                    free_cells = max(1, pool.n_free // max(1, int(tp[candidates].min())))
-                    if campaign.max_rounds is not None:
-                        free_cells = min(free_cells, campaign.max_rounds - next_round[0] + 1)
-                    plan = plan_batch(
-                        believe_fn=believe_fn,
-                        select=select,
-                        candidates=candidates,
-                        in_flight=list(flight),
-                        admit=admit,
-                        first_round=next_round[0],
-                        max_picks=min(MAX_PICKS, free_cells + 1),
-                        real=real,
-                    )
-                    first = True
-                    for pick in plan.picks:
-                        if not pick.start:
-                            continue
-                        timings = {
-                            "fit_s": t_fit if first else 0.0,
-                            "allocate_s": t_alloc if first else 0.0,
-                            "acquire_s": pick.seconds,
-                        }
-                        first = False
-                        rec = _round_record(
-                            journal, grid, pick.round, real, n_measured, "measure", pick.cell, timings, None
-                        )
-                        on_event("round", record_dict(rec))
-                plan_times.append(time.perf_counter() - t_event)
-                plan_cpu.append(time.process_time() - cpu_event)
-                # For status/report; written once the free GPUs are refilled (off the critical path).
-                loop._write_round_files(out, grid, posterior, real.bounds, measured)
-                late = executor.ready() if status is not None else []
-                if late:
-                    # Cells that finished while this refit ran are measured, not cancelled:
-                    # decide again with them.
-                    absorb(late)
-                    measured, observed, _ = loop.measured_state(grid, journal.records)
-                    status, final_alloc = None, None
-                    continue
-                if status is not None:
-                    for c, r in list(flight.items()):
-                        t = executor.cancel(c)
-                        rec = {
-                            "type": "cancelled",
-                            "cell": r["cell"],
-                            "gpus": r["gpus"],
-                            "start_s": r["start_s"],
-                            "finish_s": float(t),
-                            "gpu_seconds": max(0.0, float(t) - float(r["start_s"])) * int(tp[c]),
-                        }
-                        journal.append(_Raw(rec))
-                        cancelled.append(rec)
-                        pool.give(tuple(r["gpus"]))
-                        del flight[c]
-                    final_rec = _round_record(
-                        journal,
-                        grid,
-                        next_round[0],
-                        real,
-                        n_measured,
-                        status,
-                        None,
-                        {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": 0.0},
-                        final_alloc,
-                    )
-                    on_event("round", record_dict(final_rec))
-                    break
-
-            if not flight:
-                if failures:
-                    c, err = failures[0]
-                    raise MeasurementError(
-                        f"cell {grid.describe(c)}: {err} (the other cells in flight were recorded; "
-                        f"run again to resume — it re-measures {grid.describe(c)})"
-                    )
-                raise RuntimeError("parallel driver: nothing in flight, nothing to start and no decision")
-            absorb(executor.wait_any())
-            measured, observed, _ = loop.measured_state(grid, journal.records)
-
-        result = _result(inputs, grid, journal, final_rec, t_start)
-        result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
-        result["cancelled"] = [r["cell"] for r in cancelled]
-        # This invocation's refit + batch selection per completion: wall and CPU seconds.
-        result["timings"]["per_completion_s"] = plan_times
-        result["timings"]["per_completion_cpu_s"] = plan_cpu
-        result["pool"] = {
-            "pool_gpus": pool_n,
-            "executor": campaign.pool.executor,
-            "clock": "simulated" if executor.simulated else "real",
-        }
-        atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
-        on_event("done", result)
-        return loop.CampaignOutcome(status, result, result["allocation"])
+        fl = _resume_flight(ctx, measured, resumed)
+        outcome = _drive(ctx, fl, measured, observed)
+        return _finish(ctx, outcome, t_start)
     finally:
         if executor is not None:
             executor.close()
         journal.close()
+
+
+def _check_pool_holds_every_cell(campaign: Campaign, grid: CellGrid, tp: np.ndarray, pool_n: int) -> None:
+    if int(tp.max()) > pool_n:
+        big = int(np.argmax(tp))
+        raise InputError(
+            f"{campaign.path}: [measurement] pool_gpus: {pool_n} GPUs cannot hold cell "
+            f"{grid.describe(big)} (TP{int(tp[big])}); use at least {int(tp.max())}"
+        )
+
+
+def _resume_flight(ctx: _Context, measured: np.ndarray, resumed: bool) -> _Flight:
+    """The start bookkeeping from the journal: sequence and round numbers continue, cells
+    started but never finished run again first, then the design cells not yet measured."""
+    grid, records = ctx.grid, ctx.journal.records
+    started = [record_dict(r) for r in records if record_dict(r).get("type") == "started"]
+    acq_cells = {cell_key(d["cell"]) for d in started if d.get("phase") == "acquire"}
+    index = grid.index()
+    restart = [(index[cell_key(r["cell"])], r) for r in in_flight_cells(records)]
+    restart = [(c, r) for c, r in restart if not measured[c]]
+    if resumed and restart:
+        ctx.on_event("resume", {"measured": int(measured.sum()), "in_flight": [grid.describe(c) for c, _ in restart]})
+    design = [c for c in initial_design(grid) if not measured[c] and c not in dict(restart)]
+    return _Flight(flight={}, seq=len(started), next_round=1 + len(acq_cells), restart=restart, design=design)
+
+
+def _drive(ctx: _Context, fl: _Flight, measured: np.ndarray, observed: Any) -> _Outcome:
+    """The event loop: start what must start, decide on every completion, wait for the next."""
+    posterior: Any = None
+    fitted_at = -1
+    plan_times: list[float] = []
+    plan_cpu: list[float] = []
+    while True:
+        if not fl.failures:
+            _fill_mandatory(ctx, fl)
+        n_measured = int(measured.sum())
+        if not fl.failures and not fl.restart and not fl.design and n_measured > 0:
+            t_event = time.perf_counter()
+            cpu_event = time.process_time()
+            t_fit = 0.0
+            if fitted_at != n_measured:
+                posterior = _refit(ctx, measured, observed, n_measured)
+                fitted_at = n_measured
+                t_fit = time.perf_counter() - t_event
+            step = _decide(ctx, fl, posterior, measured, observed, n_measured, t_fit)
+            plan_times.append(time.perf_counter() - t_event)
+            plan_cpu.append(time.process_time() - cpu_event)
+            # For status/report; written once the free GPUs are refilled (off the critical path).
+            loop._write_round_files(ctx.out, ctx.grid, posterior, step.real.bounds, measured)
+            late = ctx.executor.ready() if step.status is not None else []
+            if late:
+                # Cells that finished while this refit ran are measured, not cancelled:
+                # decide again with them.
+                _absorb(ctx, fl, late)
+                measured, observed, _ = loop.measured_state(ctx.grid, ctx.journal.records)
+                continue
+            if step.status is not None:
+                cancelled = _cancel_in_flight(ctx, fl)
+                timings = {"fit_s": step.t_fit, "allocate_s": step.t_alloc, "acquire_s": 0.0}
+                final_rec = _round_record(
+                    ctx.journal, ctx.grid, fl.next_round, step.real, n_measured, step.status, None, timings,
+                    step.final_alloc,
+                )
+                ctx.on_event("round", record_dict(final_rec))
+                return _Outcome(step.status, final_rec, cancelled, plan_times, plan_cpu)
+
+        if not fl.flight:
+            if fl.failures:
+                c, err = fl.failures[0]
+                raise MeasurementError(
+                    f"cell {ctx.grid.describe(c)}: {err} (the other cells in flight were recorded; "
+                    f"run again to resume — it re-measures {ctx.grid.describe(c)})"
+                )
+            raise RuntimeError("parallel driver: nothing in flight, nothing to start and no decision")
+        _absorb(ctx, fl, ctx.executor.wait_any())
+        measured, observed, _ = loop.measured_state(ctx.grid, ctx.journal.records)
+
+
+def _refit(ctx: _Context, measured: np.ndarray, observed: Any, n_measured: int) -> Any:
+    """Fit on what is measured, warm-started from the latest earlier refit on disk; the seed
+    depends only on (seed, n_measured) so an interrupted campaign replays exactly."""
+    from fleetsieve_bayes.model.inference import fit
+    from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
+
+    inputs = ctx.inputs
+    warm = load_warm_start(ctx.out / WARM_START_DIR, before_round=n_measured)
+    posterior = fit(
+        ctx.grid,
+        observed,
+        measured,
+        inputs.card,
+        inputs.preset,
+        seed=loop._round_seed(inputs.seed, n_measured),
+        warm_start=warm,
+    )
+    save_warm_start(ctx.out / WARM_START_DIR, posterior, round_no=n_measured)
+    return posterior
+
+
+def _decide(
+    ctx: _Context,
+    fl: _Flight,
+    posterior: Any,
+    measured: np.ndarray,
+    observed: Any,
+    n_measured: int,
+    t_fit: float,
+) -> _Step:
+    """The real certificate, then either stop (a final status) or fill the free GPUs."""
+    allocate, believe_fn = _believer(ctx, posterior, measured, observed)
+    t0 = time.perf_counter()
+    real = believe_fn([])
+    t_alloc = time.perf_counter() - t0
+    candidates = ~measured
+    candidates[list(fl.flight)] = False
+    # The loop's stopping rule on what is measured; cells in flight count as
+    # unmeasured, and only a certificate stops the campaign while some fly.
+    decision = loop.decide_round(
+        loop.RoundFacts(fl.next_round, real.certificate.status, int((~measured).sum()), ctx.campaign.max_rounds)
+    )
+    status, final_alloc = None, None
+    if not decision.acquire and (not fl.flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
+        status = decision.status
+        if decision.final == "conservative":
+            final_alloc = real.conservative
+        elif decision.final == "measured-only":
+            final_alloc = allocate(loop._measured_only_table(observed, measured))
+    elif decision.acquire and candidates.any() and ctx.pool.n_free >= int(ctx.tp[candidates].min()):
+        _acquire(ctx, fl, posterior, real, candidates, believe_fn, n_measured, (t_fit, t_alloc))
+    return _Step(status, final_alloc, real, t_fit, t_alloc)
+
+
+def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any) -> tuple[Any, Any]:
+    """``allocate(values)`` and ``believe_fn(believed)`` bound to this completion's state."""
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.decision.batch import believe
+
+    campaign = ctx.campaign
+
+    def allocate(values: np.ndarray) -> Any:
+        return allocate_milp(ctx.grid, values, ctx.problem)
+
+    def believe_fn(believed: Any) -> Any:
+        return believe(
+            ctx.grid,
+            ctx.problem,
+            posterior,
+            measured,
+            observed,
+            believed,
+            credible_level=campaign.credible_level,
+            repeatability=campaign.repeatability,
+            epsilon=campaign.epsilon,
+            allocate=allocate,
+        )
+
+    return allocate, believe_fn
+
+
+def _acquire(
+    ctx: _Context,
+    fl: _Flight,
+    posterior: Any,
+    real: Any,
+    candidates: np.ndarray,
+    believe_fn: Any,
+    n_measured: int,
+    t_fit_alloc: tuple[float, float],
+) -> None:
+    """Plan a batch of picks conditioned on the cells in flight, start those that fit
+    (via :func:`_admit`) and journal a round record per started pick."""
+    from fleetsieve_bayes.decision.batch import plan_batch
+
+    campaign = ctx.campaign
+    free_cells = max(1, ctx.pool.n_free // max(1, int(ctx.tp[candidates].min())))
+    if campaign.max_rounds is not None:
+        free_cells = min(free_cells, campaign.max_rounds - fl.next_round + 1)
+    plan = plan_batch(
+        believe_fn=believe_fn,
+        select=lambda belief, round_no: _select(ctx, posterior, belief, round_no),
+        candidates=candidates,
+        in_flight=list(fl.flight),
+        admit=lambda c, reserved: _admit(ctx, fl, c, reserved),
+        first_round=fl.next_round,
+        max_picks=min(MAX_PICKS, free_cells + 1),
+        real=real,
+    )
+    t_fit, t_alloc = t_fit_alloc
+    first = True
+    for pick in plan.picks:
+        if not pick.start:
+            continue
+        # The refit and the real allocation are charged to the first pick only.
+        timings = {
+            "fit_s": t_fit if first else 0.0,
+            "allocate_s": t_alloc if first else 0.0,
+            "acquire_s": pick.seconds,
+        }
+        first = False
+        rec = _round_record(ctx.journal, ctx.grid, pick.round, real, n_measured, "measure", pick.cell, timings, None)
+        ctx.on_event("round", record_dict(rec))
+
+
+def _select(ctx: _Context, posterior: Any, belief: Any, round_no: int) -> int:
+    """The strategy's pick on a believed state; its randomness depends on (seed, round) only."""
+    from fleetsieve_bayes.decision.strategies import RoundState
+
+    campaign, seed = ctx.campaign, ctx.inputs.seed
+    state = RoundState(
+        grid=ctx.grid,
+        problem=ctx.problem,
+        campaign_epsilon=campaign.epsilon,
+        credible_level=campaign.credible_level,
+        repeatability=campaign.repeatability,
+        measured=belief.measured.copy(),
+        observed=belief.observed.copy(),
+        posterior=posterior,
+        bounds=belief.bounds,
+        conservative=belief.conservative,
+        optimistic=belief.optimistic,
+        certificate=belief.certificate,
+        round=round_no,
+        rng=np.random.default_rng([seed, round_no]),
+        key=loop._jax_key(seed, round_no),
+    )
+    return int(ctx.strategy.select(state))
+
+
+def _start(
+    ctx: _Context,
+    fl: _Flight,
+    c: int,
+    *,
+    phase: str,
+    round_no: int,
+    slots: tuple[int, ...],
+    start_s: float,
+    resumed: bool = False,
+    believed: list[int] | None = None,
+) -> None:
+    """Journal a ``started`` record (durable before the cell runs), then submit the cell."""
+    grid = ctx.grid
+    rec = {
+        "type": "started",
+        "seq": fl.seq,
+        "round": round_no,
+        "phase": phase,
+        "cell": _cell_json(grid, c),
+        "gpus": list(slots),
+        "start_s": float(start_s),
+        "started_at": time.time(),
+    }
+    if resumed:
+        rec["resumed"] = True
+    if believed is not None:  # what the pick was conditioned on
+        rec["believed"] = [_cell_json(grid, k) for k in believed]
+    ctx.journal.append(_Raw(rec))
+    fl.flight[c] = rec
+    ctx.executor.submit(Job(c, int(ctx.tp[c]), slots, float(start_s), fl.seq))
+    fl.seq += 1
+    ctx.on_event(
+        "measure-start",
+        {
+            "cell": rec["cell"],
+            "label": grid.describe(c),
+            "expected_s": float(ctx.expected[c]),
+            "round": round_no,
+            "candidates": grid.n_cells,
+            "gpus": list(slots),
+            "in_flight": [grid.describe(k) for k in fl.flight],
+        },
+    )
+
+
+def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
+    """Start resumed cells (on their old GPUs if free) then design cells, first fit."""
+    for c, r in list(fl.restart):
+        slots = ctx.pool.take(int(ctx.tp[c]), prefer=tuple(r.get("gpus", ())))
+        if slots is None:
+            continue
+        # On the simulated clock a resumed cell keeps its start time, so the replay is exact.
+        s = float(r["start_s"]) if ctx.executor.simulated else ctx.executor.now()
+        _start(ctx, fl, c, phase=r.get("phase", "acquire"), round_no=int(r.get("round", 0)), slots=slots, start_s=s, resumed=True)
+        fl.restart.remove((c, r))
+    for c in list(fl.design):
+        slots = ctx.pool.take(int(ctx.tp[c]))
+        if slots is None:
+            continue  # waits; a smaller design cell may fill the gap
+        _start(ctx, fl, c, phase="design", round_no=0, slots=slots, start_s=ctx.executor.now())
+        fl.design.remove(c)
+
+
+def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None) -> bool:
+    """Start ``c`` now if it fits and (with a reservation) does not delay it."""
+    need = int(ctx.tp[c])
+    if not ctx.pool.fits(need):
+        return False
+    now = ctx.executor.now()
+    if reserved is not None:
+        shadow, extra = _reservation_window(ctx, fl, now, int(ctx.tp[reserved]))
+        if not (now + ctx.expected[c] <= shadow + 1e-9 or need <= extra):
+            return False
+    slots = ctx.pool.take(need)
+    assert slots is not None
+    _start(
+        ctx,
+        fl,
+        c,
+        phase="acquire",
+        round_no=fl.next_round,
+        slots=slots,
+        start_s=now,
+        believed=list(fl.flight) + ([] if reserved is None else [reserved]),
+    )
+    fl.next_round += 1
+    return True
+
+
+def _reservation_window(ctx: _Context, fl: _Flight, now: float, need_reserved: int) -> tuple[float, int]:
+    """EASY backfilling: ``(shadow, extra)`` — when the reservation can start (cells in flight
+    finishing at their expected times) and the GPUs it leaves spare then."""
+    free = ctx.pool.n_free
+    shadow = now
+    for f, k in sorted((float(r["start_s"]) + ctx.expected[k], k) for k, r in fl.flight.items()):
+        if free >= need_reserved:
+            break
+        free += int(ctx.tp[k])
+        shadow = max(shadow, f)
+    return shadow, free - need_reserved
+
+
+def _absorb(ctx: _Context, fl: _Flight, dones: list[Done]) -> None:
+    """Journal finished cells (or their harness failures) and free their GPUs."""
+    for done in dones:
+        c = done.job.cell
+        r = fl.flight.pop(c)
+        ctx.pool.give(tuple(r["gpus"]))
+        if done.error is not None or done.row is None:
+            ctx.journal.append(
+                _Raw(
+                    type="failed",
+                    cell=r["cell"],
+                    start_s=r["start_s"],
+                    finish_s=float(done.finish_s),
+                    error=done.error,
+                )
+            )
+            fl.failures.append((c, str(done.error)))
+            continue
+        _record(ctx.journal, ctx.grid, c, done, r, ctx.on_event)
+    loop._write_measurements(ctx.out, ctx.journal)
+
+
+def _cancel_in_flight(ctx: _Context, fl: _Flight) -> list[dict[str, Any]]:
+    """Stop every cell still running; its GPU-seconds so far are journaled and counted."""
+    cancelled = []
+    for c, r in list(fl.flight.items()):
+        t = ctx.executor.cancel(c)
+        rec = {
+            "type": "cancelled",
+            "cell": r["cell"],
+            "gpus": r["gpus"],
+            "start_s": r["start_s"],
+            "finish_s": float(t),
+            "gpu_seconds": max(0.0, float(t) - float(r["start_s"])) * int(ctx.tp[c]),
+        }
+        ctx.journal.append(_Raw(rec))
+        cancelled.append(rec)
+        ctx.pool.give(tuple(r["gpus"]))
+        del fl.flight[c]
+    return cancelled
+
+
+def _finish(ctx: _Context, outcome: _Outcome, t_start: float) -> loop.CampaignOutcome:
+    """The loop's result.json plus the cancelled cells, per-completion timings and the pool."""
+    journal = ctx.journal
+    result = _result(ctx.inputs, ctx.grid, journal, outcome.final_rec, t_start)
+    result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
+    result["cancelled"] = [r["cell"] for r in outcome.cancelled]
+    # This invocation's refit + batch selection per completion: wall and CPU seconds.
+    result["timings"]["per_completion_s"] = outcome.plan_times
+    result["timings"]["per_completion_cpu_s"] = outcome.plan_cpu
+    result["pool"] = {
+        "pool_gpus": ctx.pool.n,
+        "executor": ctx.campaign.pool.executor,
+        "clock": "simulated" if ctx.executor.simulated else "real",
+    }
+    atomic_write_text(ctx.out / "result.json", json.dumps(result, indent=2) + "\n")
+    ctx.on_event("done", result)
+    return loop.CampaignOutcome(outcome.status, result, result["allocation"])
 
 
 class _Raw(dict):

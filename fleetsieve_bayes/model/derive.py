@@ -635,6 +635,18 @@ def _fit_knee(u: np.ndarray, y: np.ndarray, lo: float, hi: float) -> tuple[float
     return a, b, m
 
 
+class _Shape(NamedTuple):
+    """The card's shape fitted to the feasible roofline rows (u = log2 TP)."""
+
+    a: float  # log per-GPU capacity at the knee
+    b: float  # curvature of log capacity over u
+    m: float  # the knee, in u
+    slopes: dict[str, float]  # "ttft"/"completion" → d log tail / d u
+    bases: dict[str, float]  # "ttft"/"completion" → tail seconds at u_mid
+    u_mid: float  # the middle of the TP range, in u
+    pad: float  # the knee prior's padding of the TP range, in u
+
+
 def derive(
     arch: Architecture,
     gpu: GpuSpec,
@@ -653,6 +665,42 @@ def derive(
     Raises:
         InputError: bad dtype, TP list or token counts; no TP can hold the model.
     """
+    kv_dtype, tps = _check_derive_inputs(dtype, kv_dtype, tps, workload, gpu_memory_utilization)
+    rows = roofline(
+        arch, gpu, dtype=dtype, kv_dtype=kv_dtype, workload=workload, tps=tps,
+        gpu_memory_utilization=gpu_memory_utilization, min_concurrency=min_concurrency,
+    )
+    ok = [r for r in rows if r.feasible]
+    if not ok:
+        raise InputError(f"{arch.name} in {dtype} does not fit {gpu.name} at any TP in {tps}: {rows[-1].why}")
+    shape = _fit_shape(ok, tps)
+    fam = name or f"{arch.name}-{dtype}-{gpu.name}"
+    sections = _card_sections(fam, arch, gpu, dtype, kv_dtype, shape)
+    sections["feasibility"] = {"checked_tp": list(tps), "infeasible_tp": [r.tp for r in rows if not r.feasible]}
+    sections["derivation"] = {
+        "source": source,
+        **_architecture_fields(arch),
+        "gpu": gpu.name,
+        "dtype": dtype,
+        "kv_dtype": kv_dtype,
+        "prompt_tokens": _r(workload.prompt_tokens),
+        "output_tokens": _r(workload.output_tokens),
+        "tp": list(tps),
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "min_concurrency": min_concurrency,
+    }
+    comments = _card_comments(rows, ok, dtype, workload, mid_tp=2.0**shape.u_mid)
+    return Derivation(fam, sections, comments, rows, arch, gpu)
+
+
+def _check_derive_inputs(
+    dtype: str,
+    kv_dtype: str | None,
+    tps: Sequence[int],
+    workload: Workload,
+    gpu_memory_utilization: float,
+) -> tuple[str, list[int]]:
+    """``(kv_dtype, sorted unique tps)`` after checking the flags (errors name the flag)."""
     if dtype not in ("bf16", "fp8"):
         raise InputError(f"--dtype must be bf16 or fp8, got {dtype!r}")
     kv_dtype = kv_dtype or "bf16"
@@ -665,14 +713,11 @@ def derive(
         raise InputError(f"--prompt-tokens and --output-tokens must be > 0, got {workload}")
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization!r}")
-    rows = roofline(
-        arch, gpu, dtype=dtype, kv_dtype=kv_dtype, workload=workload, tps=tps,
-        gpu_memory_utilization=gpu_memory_utilization, min_concurrency=min_concurrency,
-    )
-    ok = [r for r in rows if r.feasible]
-    if not ok:
-        raise InputError(f"{arch.name} in {dtype} does not fit {gpu.name} at any TP in {tps}: {rows[-1].why}")
-    W = WIDTHS
+    return kv_dtype, tps
+
+
+def _fit_shape(ok: list[TpRoofline], tps: list[int]) -> _Shape:
+    """Fit the knee parabola to log capacity and a log-linear tail per metric over log2 TP."""
     pad = 0.5
     u_all = np.log2(np.array(tps, dtype=float))
     u_lo, u_hi = float(u_all.min()), float(u_all.max())
@@ -691,11 +736,15 @@ def derive(
         else:
             s, c = -0.3, float(y[0]) + 0.3 * float(u[0])
         slopes[metric], bases[metric] = float(s), float(np.exp(c + s * u_mid))
+    return _Shape(a, b, m, slopes, bases, u_mid, pad)
 
-    fam = name or f"{arch.name}-{dtype}-{gpu.name}"
-    best = max(ok, key=lambda r: r.per_gpu_rps)
-    infeasible = [r.tp for r in rows if not r.feasible]
-    knee_tp = _r(2.0**m, 3)
+
+def _card_sections(
+    fam: str, arch: Architecture, gpu: GpuSpec, dtype: str, kv_dtype: str, shape: _Shape
+) -> dict[str, dict[str, Any]]:
+    """The card's prior sections, in card order: derived centres, fixed widths, engine defaults."""
+    W = WIDTHS
+    knee_tp = _r(2.0**shape.m, 3)
     sections: dict[str, dict[str, Any]] = {
         "card": {
             "family": fam,
@@ -709,11 +758,11 @@ def derive(
             "tp": knee_tp,
             "logit_sd": W["knee_logit_sd"],
             "class_sd": W["knee_class_sd"],
-            "edge_pad_log2": pad,
+            "edge_pad_log2": shape.pad,
         },
-        "curvature": {"median": _r(b, 3), "log_sd": W["curvature_log_sd"], "class_sd": W["curvature_class_sd"]},
+        "curvature": {"median": _r(shape.b, 3), "log_sd": W["curvature_log_sd"], "class_sd": W["curvature_class_sd"]},
         "capacity": {
-            "per_gpu_at_knee": _r(math.exp(a)),
+            "per_gpu_at_knee": _r(math.exp(shape.a)),
             "log_sd": W["capacity_log_sd"],
             "class_sd": W["capacity_class_sd"],
         },
@@ -722,18 +771,21 @@ def derive(
     }
     for metric in ("ttft", "completion"):
         sections[metric] = {
-            "base_median_s": _r(bases[metric], 3),
+            "base_median_s": _r(shape.bases[metric], 3),
             "base_log_sd": W["tail_base_log_sd"],
             "class_sd": W["tail_class_sd"],
-            "slope_per_log2tp": _r(slopes[metric], 3),
+            "slope_per_log2tp": _r(shape.slopes[metric], 3),
             "slope_sd": W["tail_slope_sd"],
             **TAIL_ENGINE,
         }
     sections["success"] = dict(ENGINE_DEFAULTS["success"])
     sections["noise"] = dict(ENGINE_DEFAULTS["noise"])
-    sections["feasibility"] = {"checked_tp": list(tps), "infeasible_tp": infeasible}
-    sections["derivation"] = {
-        "source": source,
+    return sections
+
+
+def _architecture_fields(arch: Architecture) -> dict[str, Any]:
+    """The architecture's part of the ``[derivation]`` provenance section."""
+    return {
         "architecture": arch.name,
         "parameters_b": _r(arch.params_total / 1e9),
         "active_parameters_b": _r(arch.params_active / 1e9),
@@ -745,21 +797,18 @@ def derive(
         "vocab_size": arch.vocab,
         "experts": arch.experts,
         "active_experts": arch.active_experts,
-        "gpu": gpu.name,
-        "dtype": dtype,
-        "kv_dtype": kv_dtype,
-        "prompt_tokens": _r(workload.prompt_tokens),
-        "output_tokens": _r(workload.output_tokens),
-        "tp": list(tps),
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "min_concurrency": min_concurrency,
     }
 
+
+def _card_comments(
+    rows: list[TpRoofline], ok: list[TpRoofline], dtype: str, workload: Workload, *, mid_tp: float
+) -> dict[str, str]:
+    """"section.key" → why, written next to the value in the card."""
+    best = max(ok, key=lambda r: r.per_gpu_rps)
     table = "; ".join(
         f"TP{r.tp} {r.per_gpu_rps:.2f}" if r.feasible else f"TP{r.tp} infeasible" for r in rows
     )
-    mid_tp = 2.0**u_mid
-    comments = {
+    return {
         "knee.tp": (
             f"argmax of the fitted parabola of log per-GPU capacity over log2 TP; per-GPU roofline "
             f"capacity (req/s/GPU): {table}; the roofline's best TP is TP{best.tp}"
@@ -804,7 +853,6 @@ def derive(
             + ("".join(f"\n{r.why}" for r in rows if not r.feasible))
         ),
     }
-    return Derivation(fam, sections, comments, rows, arch, gpu)
 
 
 def _toml_value(v: Any) -> str:
