@@ -48,6 +48,19 @@ class Workload:
     critical: bool = False
     floor: float = 1.0
 
+    def to_json(self) -> dict[str, Any]:
+        """The class as the journal header and the fingerprint record it (docs/contracts.md)."""
+        return {
+            "demand_rps": self.demand_rps,
+            "critical": self.critical,
+            "floor": self.floor,
+            "slo": {
+                "success_min": self.slo.success_min,
+                "ttft_p99_s": self.slo.ttft_p99_s,
+                "completion_p99_s": self.slo.completion_p99_s,
+            },
+        }
+
 
 @dataclass(frozen=True)
 class Measurement:

@@ -62,16 +62,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "max_rounds": campaign.max_rounds,
         },
         "workloads": {
-            w.name: {
-                "demand_rps": w.demand_rps,
-                "critical": w.critical,
-                "floor": w.floor,
-                "slo": {
-                    "success_min": w.slo.success_min,
-                    "ttft_p99_s": w.slo.ttft_p99_s,
-                    "completion_p99_s": w.slo.completion_p99_s,
-                },
-            }
+            w.name: w.to_json()
             for w in campaign.workloads
         },
     }

@@ -486,20 +486,7 @@ def _new_header(inputs: _Inputs, grid: CellGrid, reused_from: dict[str, Any] | N
         gpus=c.gpus,
         epsilon=c.epsilon,
         credible_level=c.credible_level,
-        workloads=tuple(
-            {
-                "name": w.name,
-                "demand_rps": w.demand_rps,
-                "critical": w.critical,
-                "floor": w.floor,
-                "slo": {
-                    "success_min": w.slo.success_min,
-                    "ttft_p99_s": w.slo.ttft_p99_s,
-                    "completion_p99_s": w.slo.completion_p99_s,
-                },
-            }
-            for w in c.workloads
-        ),
+        workloads=tuple({"name": w.name, **w.to_json()} for w in c.workloads),
         fingerprint=inputs.fingerprint,
         inputs=inputs.inputs,
         reused_from=reused_from,
