@@ -329,7 +329,11 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
         if args.inference is not None:
             camp["model"]["inference"] = args.inference
         c = write_synthetic(root / f"c{k:03d}", df, camp)
-        from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign, values_from_table
+        from fleetsieve_bayes.allocation.problem import (
+            grid_from_table,
+            problem_from_campaign,
+            values_from_table,
+        )
         from fleetsieve_bayes.evaluation.regret import make_oracle
         from fleetsieve_bayes.table import read_table
 

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetsieve_bayes.allocation.problem import (
+    admissible,
     grid_from_table,
     problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import parse_campaign
 from fleetsieve_bayes.evaluation.regret import make_oracle
-from fleetsieve_bayes.allocation.problem import admissible
 from fleetsieve_bayes.evaluation.synthetic import (
     OOM_DURATION_S,
     TRUE_COLUMNS,

@@ -77,6 +77,8 @@ class Campaign:
     inference: str = "fast"
     repeatability: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # A certified state needs the joint check's probability ≥ 1 − risk.
+    risk: float = 0.05
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -96,7 +98,7 @@ class Campaign:
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus"}
 _MODEL_KEYS = {"family", "inference", "repeatability"}
-_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
+_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
 # Keys of the replay backend (``delay_s``: wall seconds each replayed
@@ -236,6 +238,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         lo_open=True,
         hi_open=True,
     )
+    risk = ctx.number("[stopping] risk", stopping.get("risk", 0.05), lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     max_rounds = (
         ctx.integer("[stopping] max_rounds", stopping["max_rounds"], lo=1)
         if "max_rounds" in stopping
@@ -302,6 +305,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         max_rounds=max_rounds,
         inference=inference,
         repeatability=repeatability,
+        risk=risk,
     )
 
 

@@ -261,11 +261,13 @@ def _run_locked(
 ) -> CampaignOutcome:
     # Imported here: these pull in JAX/NumPyro, which `status`/`report` don't need.
     from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.campaign.certification import attempt_certification, thin
     from fleetsieve_bayes.decision.bounds import (
         conservative_table,
         credible_bounds,
         optimistic_table,
     )
+    from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
     from fleetsieve_bayes.decision.strategies import RoundState, make_strategy
     from fleetsieve_bayes.model.inference import fit, load_preset
     from fleetsieve_bayes.model.priors import load_card
@@ -331,6 +333,27 @@ def _run_locked(
             cert = certify(grid, problem, conservative, optimistic, measured, observed, campaign.epsilon)
             t_alloc = time.perf_counter() - t0
 
+            # A certified state is only issued from the converged certifying
+            # posterior and after the decision-level joint check.
+            attempt = None
+            t_cert = 0.0
+            if cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+                attempt = attempt_certification(
+                    grid,
+                    problem,
+                    card,
+                    observed,
+                    measured,
+                    epsilon=campaign.epsilon,
+                    credible_level=campaign.credible_level,
+                    repeatability=campaign.repeatability,
+                    risk=campaign.risk,
+                    seed=_round_seed(seed, round_no) + 1,
+                )
+                cert, bounds = attempt.certificate, attempt.bounds
+                conservative, optimistic = attempt.conservative, attempt.optimistic
+                t_cert = attempt.wall_s
+
             unmeasured = np.flatnonzero(~measured)
             chosen: int | None = None
             t_acq = 0.0
@@ -353,7 +376,8 @@ def _run_locked(
                     repeatability=campaign.repeatability,
                     measured=measured.copy(),
                     observed=observed.copy(),
-                    posterior=posterior,
+                    # After an attempt, its converged draws (thinned to the cheap fit's shape).
+                    posterior=posterior if attempt is None else thin(attempt.posterior, posterior.latent.shape[0]),
                     bounds=bounds,
                     conservative=conservative,
                     optimistic=optimistic,
@@ -362,7 +386,22 @@ def _run_locked(
                     rng=np.random.default_rng([seed, round_no]),
                     key=_jax_key(seed, round_no),
                 )
-                chosen = int(strategy.select(state))
+                if attempt is not None and attempt.gap_closed and strategy_name == "fleetsieve":
+                    # The interval gap is closed but the joint check is not: measure
+                    # the cell expected to reduce the decision's posterior regret most.
+                    scores = regret_scores(
+                        grid,
+                        problem,
+                        conservative,
+                        attempt.posterior.latent,
+                        attempt.posterior.noise,
+                        observed,
+                        measured,
+                        seed=_round_seed(seed, round_no) + 2,
+                    )
+                    chosen = select_by_regret(scores, grid.cost_gpu_s)
+                if chosen is None:
+                    chosen = int(strategy.select(state))
                 if measured[chosen]:
                     raise RuntimeError(f"strategy {strategy_name!r} chose measured cell {grid.describe(chosen)}")
                 t_acq = time.perf_counter() - t0
@@ -381,10 +420,12 @@ def _run_locked(
                 "candidates": grid.n_cells,
                 "gpu_seconds": spent,
                 "chosen": None if chosen is None else _cell_json(grid, chosen),
-                "timings": {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": t_acq},
+                "timings": {"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": t_acq, "certify_s": t_cert},
             }
+            if attempt is not None:
+                round_rec["joint"] = attempt.to_json()
             # Persist this round's view for status/report before measuring.
-            _write_round_files(out, grid, posterior, bounds, measured)
+            _write_round_files(out, grid, posterior if attempt is None else attempt.posterior, bounds, measured)
             if chosen is None:
                 journal.append(round_rec)
                 on_event("round", round_rec)
@@ -469,7 +510,21 @@ def _result_json(
         "objective": objective,
         "certificate": None
         if cert is None
-        else {"reason": cert.reason, "gap": {k: float(v) for k, v in cert.gap._asdict().items()}},
+        else {
+            "reason": cert.reason,
+            "gap": {k: float(v) for k, v in cert.gap._asdict().items()},
+            # The joint check and the certifying posterior's diagnostics of the
+            # final round (null when that round made no certification attempt).
+            **_joint_json(rounds[-1] if rounds else None),
+        },
+        "risk": campaign.risk,
         "epsilon": campaign.epsilon,
         "candidates": grid.n_cells,
     }
+
+
+def _joint_json(round_rec: dict[str, Any] | None) -> dict[str, Any]:
+    joint = (round_rec or {}).get("joint")
+    if not joint:
+        return {"p_epsilon_optimal": None, "p_slo_met": None, "p_infeasible": None, "diagnostics": None}
+    return {k: joint.get(k) for k in ("p_epsilon_optimal", "p_slo_met", "p_infeasible", "diagnostics")}
