@@ -57,7 +57,14 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         ],
         "certificate": None
         if last is None
-        else {"status": last.get("certificate"), "reason": last.get("reason"), "gap": last.get("gap"), "round": last.get("round")},
+        else {
+            "status": last.get("certificate"),
+            "reason": last.get("reason"),
+            "gap": last.get("gap"),
+            "round": last.get("round"),
+            # The last certification attempt's joint check (absent: none this round).
+            **({"joint": last["joint"]} if last.get("joint") else {}),
+        },
         "conservative": None if last is None else last.get("conservative"),
         "optimistic": None if last is None else last.get("optimistic"),
         "next": None if last is None else last.get("chosen"),
@@ -117,6 +124,15 @@ def render_status(view: CampaignView, console: Any) -> None:
             f"goodput {_num(g.get('goodput'))}",
             highlight=False,
         )
+        j = last.get("joint")
+        if j:
+            d = j.get("diagnostics") or {}
+            console.print(
+                f"joint check: P(ε-optimal) {_num(j.get('p_epsilon_optimal'))}, P(SLO met) {_num(j.get('p_slo_met'))}, "
+                f"P(infeasible) {_num(j.get('p_infeasible'))}; certifying posterior r_hat_max {_num(d.get('r_hat_max'))}, "
+                f"ess_bulk_min {_num(d.get('ess_bulk_min'), 0)}, divergences {d.get('divergences')}",
+                highlight=False,
+            )
         nxt = last.get("chosen")
         if nxt:
             console.print(f"{_chosen_state(view, nxt)}: {nxt['workload']} TP{nxt['tp']}@{nxt['load']}", highlight=False)

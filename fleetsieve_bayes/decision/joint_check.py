@@ -109,6 +109,7 @@ def joint_tables(
         around them with each draw's noise scales (unmeasured cells equal).
     """
     k1, k2 = jax.random.split(key)
+    latent, noise = jnp.asarray(latent), jnp.asarray(noise)
     measured = jnp.asarray(measured, bool)
     obs = jnp.where(measured[:, None], jnp.asarray(observed, latent.dtype), 1.0)
     y = sample_obs(k1, latent, noise[:, None, :])

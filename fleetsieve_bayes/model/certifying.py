@@ -116,8 +116,8 @@ def fit_certifying(
     *,
     seed: int,
     criteria: Convergence = CONVERGENCE,
-    max_rounds: int = 3,
-    time_budget_s: float = 25.0,
+    max_rounds: int = 6,
+    time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
 ) -> CertifyingFit:
     """Fit the certifying posterior and check it against ``criteria``.
@@ -128,7 +128,9 @@ def fit_certifying(
         preset: an NUTS preset (object, name or path); default ``certify``.
         seed: PRNG seed (the same seed gives the same posterior).
         max_rounds: extensions (more draws) or re-runs after the first run.
-        time_budget_s: no further extension starts after this many seconds.
+        time_budget_s: no further extension starts after this many seconds
+            (default None: the number of draws alone decides, so a resumed
+            campaign reproduces the same posterior).
 
     Returns:
         A :class:`CertifyingFit`; ``posterior.latent`` has
@@ -162,7 +164,8 @@ def fit_certifying(
         samples, stats = _concatenate(fits)
         diag = convergence_diagnostics(samples, stats["diverging"])
         ok = _passes(diag, criteria)
-        if ok or attempts > max_rounds or time.perf_counter() - t0 > time_budget_s:
+        late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
+        if ok or attempts > max_rounds or late:
             break
     data = model_data(grid, observed, measured_mask, failed=failed)
     post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
