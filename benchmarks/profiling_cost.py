@@ -124,12 +124,15 @@ def _safe_run(task: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}", **{k: task[k] for k in ("scenario", "strategy", "seed")}}
 
 
-def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str) -> list[dict[str, Any]]:
+def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path | None = None) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
 
     def note(r: dict[str, Any]) -> None:
+        if partial is not None:  # one line per finished run: an interrupted benchmark keeps its runs
+            with partial.open("a") as fh:
+                fh.write(json.dumps({k: v for k, v in r.items() if k != "curve"}, default=_json_default) + "\n")
         if "error" in r:
             print(f"[{label}] ERROR {r['scenario']} {r['strategy']} seed {r['seed']}: {r['error']}", file=sys.stderr, flush=True)
             errors.append(r)
@@ -242,7 +245,7 @@ def bench_campaign(args: argparse.Namespace) -> dict[str, Any]:
                 })
     # Interleave strategies so a slow or interrupted run still compares side by side.
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
-    runs = [] if args.floors_only else _run_all(tasks, args.jobs, "campaign")
+    runs = [] if args.floors_only else _run_all(tasks, args.jobs, "campaign", args.partial)
     for name, only in scenarios:
         campaign, grid, problem = _load_scenario(str(args.campaign), args.demand_scale, only, args.inference)
         values = _true_values(campaign, grid, "table")
@@ -352,7 +355,9 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "inference": None, "strategy": s, "seed": seed, "truths": ["table", "curve"],
                 })
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
-    runs = _run_all(tasks, args.jobs, "suite")
+    if args.partial is not None:
+        args.partial.with_suffix(".specs.json").write_text(json.dumps(specs, indent=1, default=_json_default))
+    runs = _run_all(tasks, args.jobs, "suite", args.partial)
     per: list[dict[str, Any]] = []
     for k, spec in enumerate(specs):
         name = f"c{k:03d}"
@@ -507,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
+    p.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
     args = p.parse_args(argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
