@@ -40,7 +40,7 @@ from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 
 DEFAULT_SIZES = "2x20x16,4x50x64,8x100x256,8x200x512"
 TP_CHOICES = np.array([1, 2, 4, 8])
-# Per-GPU efficiency by TP: an interior knee at TP4 (DESIGN.md's premise).
+# Per-GPU efficiency by TP: an interior knee at TP4 (the premise of docs/contracts.md's allocation problem).
 TP_EFFICIENCY = {1: 1.0, 2: 1.05, 4: 1.1, 8: 0.8}
 
 

@@ -27,16 +27,12 @@ import json
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
-from numpyro.infer import Predictive
 
 from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table
 from fleetsieve_bayes.decision.bounds import credible_bounds
 from fleetsieve_bayes.decision.design import initial_design
-from fleetsieve_bayes.model.inference import _bind, fit, load_preset
-from fleetsieve_bayes.model.joint import model_data
-from fleetsieve_bayes.model.priors import load_card
+from fleetsieve_bayes.model.inference import fit, load_preset, prior_predictive
 from fleetsieve_bayes.table import METRICS, read_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,13 +102,8 @@ def loo_tp(grid: CellGrid, obs: np.ndarray, preset: str, level: float) -> dict:
 
 def simulate_fleets(grid: CellGrid, card_name: str, n: int, seed: int) -> dict[str, np.ndarray]:
     """``n`` fleets from the prior: ``y (n, n_cells, 4)``, ``latent``, ``knee (n, n_classes)``."""
-    card = load_card(card_name)
-    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
-    pred = Predictive(_bind(card), num_samples=n)(jax.random.PRNGKey(seed), data, None)
-    from fleetsieve_bayes.model.joint import from_transformed
-
-    y = np.asarray(from_transformed(pred["y"]))
-    return {"y": y, "latent": np.asarray(pred["latent"]), "knee": np.asarray(pred["knee"])}
+    pred = prior_predictive(grid, card_name, n, seed=seed)
+    return {"y": pred["y"], "latent": pred["latent"], "knee": pred["knee"]}
 
 
 def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed: int) -> dict:

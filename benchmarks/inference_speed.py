@@ -29,16 +29,12 @@ from pathlib import Path
 
 os.environ.setdefault("FLEETSIEVE_JAX_CACHE", "off")
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from numpyro.infer import Predictive  # noqa: E402
 
 from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table  # noqa: E402
 from fleetsieve_bayes.decision.design import initial_design  # noqa: E402
 from fleetsieve_bayes.model.diagnostics import summarize  # noqa: E402
-from fleetsieve_bayes.model.inference import _bind, fit  # noqa: E402
-from fleetsieve_bayes.model.joint import from_transformed, model_data  # noqa: E402
-from fleetsieve_bayes.model.priors import load_card  # noqa: E402
+from fleetsieve_bayes.model.inference import fit, prior_predictive  # noqa: E402
 from fleetsieve_bayes.table import read_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,9 +64,7 @@ def synthetic_grid(n_cells: int, seed: int = 0) -> tuple[CellGrid, np.ndarray]:
         offered_rps=np.array(offered)[order],
         duration_s=np.full(len(order), 300.0),
     )
-    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
-    pred = Predictive(_bind(load_card("generic")), num_samples=1)(jax.random.PRNGKey(seed), data, None)
-    return grid, np.asarray(from_transformed(pred["y"][0]))
+    return grid, prior_predictive(grid, "generic", 1, seed=seed)["y"][0]
 
 
 def bench(grid: CellGrid, obs: np.ndarray, card: str, preset: str, refits: int) -> dict:

@@ -34,7 +34,7 @@ from acquisition_scaling import synthetic  # noqa: E402
 
 from fleetsieve_bayes.campaign.config import load_campaign  # noqa: E402
 from fleetsieve_bayes.campaign.loop import run_campaign  # noqa: E402
-from fleetsieve_bayes.decision.strategies import _shared_acquisition  # noqa: E402
+from fleetsieve_bayes.decision.strategies.gap import shared_acquisition  # noqa: E402
 
 CELL_S = 300.0
 
@@ -59,7 +59,7 @@ def shipped_rounds(campaign_path: Path, seed: int) -> dict:
 
 def acquisition_point(n_loads: int, n_draws: int, repeats: int) -> dict:
     grid, problem, latent, noise, observed, measured = synthetic(n_loads, n_draws)
-    acq = _shared_acquisition(grid, problem, 16, 0.9, 0.0)
+    acq = shared_acquisition(grid, problem, 16, 0.9, 0.0)
     args = tuple(jnp.asarray(a) for a in (latent, noise, observed, measured))
     t0 = time.perf_counter()
     jax.block_until_ready(acq.score(jax.random.PRNGKey(0), *args))

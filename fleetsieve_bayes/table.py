@@ -1,4 +1,4 @@
-"""Measurement tables (CSV or Parquet): the DESIGN.md contract.
+"""Measurement tables (CSV or Parquet): the contract of docs/contracts.md.
 
 One row per measured cell with the columns of :data:`COLUMNS` (plus the
 optional :data:`OPTIONAL_COLUMNS`). GPU-seconds of a cell are
@@ -71,7 +71,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     """Read and validate a measurement table (``.csv`` or ``.parquet``).
 
     Returns:
-        A DataFrame with the DESIGN.md columns, typed (``tp`` int, metrics
+        A DataFrame with the docs/contracts.md columns, typed (``tp`` int, metrics
         float, ``calibration`` bool if present), in file order.
 
     Raises:
@@ -207,7 +207,7 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> None:
-    """Write a table as CSV or Parquet by the file's suffix (DESIGN.md columns first)."""
+    """Write a table as CSV or Parquet by the file's suffix (docs/contracts.md columns first)."""
     path = Path(path)
     cols = [c for c in COLUMNS if c in df.columns] + [c for c in df.columns if c not in COLUMNS]
     df = df[cols]

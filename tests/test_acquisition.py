@@ -10,13 +10,13 @@ import pytest
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.acquisition import (
     AcquisitionScores,
-    _related_cells,
     bound_tables,
     collapse_measured,
     credible_quantiles,
     fantasy_outcomes,
     importance_weights,
     make_acquisition,
+    related_cells,
     select_cell,
     weighted_intervals,
 )
@@ -221,10 +221,10 @@ def test_related_cells():
     rng = np.random.default_rng(5)
     base = rng.uniform(1.0, 2.0, (100, 4))
     lat = np.stack([base, base * 1.5, rng.uniform(1.0, 2.0, (100, 4)), rng.uniform(1.0, 2.0, (100, 4))], axis=1)
-    idx = np.asarray(_related_cells(jnp.asarray(lat), jnp.zeros(4, bool), 2))
+    idx = np.asarray(related_cells(jnp.asarray(lat), jnp.zeros(4, bool), 2))
     assert idx.shape == (4, 2)
     assert list(idx[0]) == [0, 1] and list(idx[1]) == [1, 0]
-    idx = np.asarray(_related_cells(jnp.asarray(lat), jnp.array([False, True, False, False]), 2))
+    idx = np.asarray(related_cells(jnp.asarray(lat), jnp.array([False, True, False, False]), 2))
     assert idx[0, 0] == 0 and idx[0, 1] in (2, 3)  # the measured twin is excluded
 
 

@@ -12,15 +12,13 @@ import math
 import jax
 import numpy as np
 import pytest
-from numpyro.infer import Predictive
 
 from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
 from fleetsieve_bayes.decision.bounds import credible_bounds
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.model.diagnostics import summarize
-from fleetsieve_bayes.model.inference import Posterior, _bind, fit, load_preset
-from fleetsieve_bayes.model.joint import from_transformed, latent_metrics, model_data
-from fleetsieve_bayes.model.priors import load_card
+from fleetsieve_bayes.model.inference import Posterior, fit, load_preset, prior_predictive
+from fleetsieve_bayes.model.joint import latent_metrics, model_data
 from fleetsieve_bayes.table import read_table
 
 GRID_CSV = "examples/h100_31b_fp8/grid.csv"
@@ -124,9 +122,8 @@ def test_tails_rising_below_saturation_do_not_pin_capacity(shipped):
 
 
 def _simulate(grid, n, seed):
-    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
-    pred = Predictive(_bind(load_card(CARD)), num_samples=n)(jax.random.PRNGKey(seed), data, None)
-    return np.asarray(from_transformed(pred["y"])), np.asarray(pred["knee"])
+    pred = prior_predictive(grid, CARD, n, seed=seed)
+    return pred["y"], pred["knee"]
 
 
 def _sbc(grid, fleets, seed):
@@ -202,3 +199,14 @@ def test_svi_agrees_with_nuts(shipped):
     assert np.mean(np.abs(mid(nuts) - mid(svi)) < 0.5 * width) > 0.8
     ratio = np.log(svi.hi[~m, :3] / svi.lo[~m, :3]) / width
     assert 0.4 < np.median(ratio) < 2.5
+
+
+def test_prior_predictive_is_public_and_in_natural_units(shipped):
+    grid, _ = shipped
+    pred = prior_predictive(grid, CARD, 3, seed=1)
+    assert pred["y"].shape == pred["latent"].shape == (3, grid.n_cells, 4)
+    assert pred["knee"].shape[0] == 3
+    y = pred["y"]
+    assert np.all(y[..., :3] > 0) and np.all((y[..., 3] > 0) & (y[..., 3] < 1))
+    again = prior_predictive(grid, CARD, 3, seed=1)
+    np.testing.assert_array_equal(again["y"], y)  # seeded

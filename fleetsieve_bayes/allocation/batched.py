@@ -1,7 +1,7 @@
 """Exact lexicographic fleet allocation in JAX, batched over tables.
 
-The same problem as :mod:`fleetsieve_bayes.allocation.milp` (DESIGN.md, "The
-allocation problem (exact)"), solved by a fixed-shape combinatorial algorithm
+The same problem as :mod:`fleetsieve_bayes.allocation.milp` (docs/contracts.md,
+"The allocation problem"), solved by a fixed-shape combinatorial algorithm
 so that the acquisition kernel and the certificate can call it inside their own
 ``jit``/``vmap`` on thousands of tables at once.
 
@@ -15,23 +15,24 @@ budget G; W = G + 1 budget levels ``w = 0..G``):
   reduced by a segment max over (class, TP level) groups.
 * Stages 1–2: the optimal min-fulfillment t* is one of the values
   ``r_i[w]``. For a threshold s the fewest GPUs class i needs is
-  ``need_i(s) = min{w : r_i[w] ≥ s − tol}`` (a searchsorted on the monotone
+  ``need_i(s) = min{w : r_i[w] ≥ s·(1 − tol)}`` (a searchsorted on the monotone
   ``r_i``). t is feasible iff ``Σ_i need_i(max(t, L_i)) ≤ G`` with
   ``L_i = δ_i`` for critical classes and 0 otherwise; the critical floors
   are feasible iff t = 0 is. t* is the largest feasible candidate.
 * Stage 3: a (max, +) knapsack over classes, value ``min(λ_i, cap_i[w])``
-  allowed only where ``r_i[w] ≥ max(t*, L_i) − tol``; ``F[b]`` is the best
+  allowed only where ``r_i[w] ≥ max(t*, L_i)·(1 − tol)``; ``F[b]`` is the best
   goodput with at most b GPUs, O(K·W²).
-* Stage 4: the smallest budget b with ``F[b] ≥ F[G] − tol·Σλ``; the
+* Stage 4: the smallest budget b with ``F[b] ≥ F[G]·(1 − tol)``; the
   backtrack (``lax.scan``) recovers each class's GPUs ``w_i`` (smallest w
   among exact ties).
 * Cell choice (shared with the MILP): for class i with ``w_i`` GPUs, the
   lowest-index admissible cell whose served rate
-  ``min(λ_i, floor(w_i/tp_q)·c_q)`` is within ``tol·λ_i`` of the best; its
-  replicas are ``floor(w_i / tp_q)``.
+  ``min(λ_i, floor(w_i/tp_q)·c_q)`` is within ``tol`` (relative) of the
+  best; its replicas are ``floor(w_i / tp_q)``.
 
-Tolerance: ``tol`` (default 1e-6, the MILP's) is absolute on fulfillment
-(a number in [0, 1]) and ``tol · Σ_i λ_i`` on goodput (req/s). Computation is
+Tolerance: ``tol`` (default 1e-6, the MILP's) is relative to each stage's
+optimum (:func:`fleetsieve_bayes.allocation.objective.within`), so the result
+does not depend on the demand's scale. Computation is
 in the values' dtype promoted to at least float32 (float32 by default, i.e. a
 relative rounding error ~1e-7 per operation, below ``tol``); results agree with
 the float64 MILP unless two genuinely different allocations differ by less
@@ -47,11 +48,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import DEFAULT_TOL, allocation_from_choice, within
 from fleetsieve_bayes.allocation.problem import (
-    ADMISSIBILITY_TOL,
     Allocation,
     AllocationProblem,
     CellGrid,
+    check_demand,
+    meets_slo,
 )
 
 __all__ = [
@@ -63,9 +66,9 @@ __all__ = [
     "solve_jax_problem",
     "make_jax_allocator",
     "allocate_jax",
+    "allocation_from_choice",
 ]
 
-DEFAULT_TOL = 1e-6
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
 _COMPARE_MAX = 1 << 14
@@ -181,18 +184,13 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     """One table: ``values (C, 4)`` → scalar/``(K,)`` :class:`JaxAllocation`."""
     dt = jnp.result_type(values.dtype, jnp.float32)
     values = values.astype(dt)
-    thr, ttft, comp, succ = values[:, 0], values[:, 1], values[:, 2], values[:, 3]
+    thr = values[:, 0]
     n_c = values.shape[0]
     n_k = spec.demand.shape[0]
     n_t = spec.tp_levels.shape[0]
     kq = spec.cell_class
-    atol = ADMISSIBILITY_TOL
-    adm = (
-        spec.cell_valid
-        & (succ >= spec.success_min.astype(dt)[kq] - atol)
-        & (ttft <= spec.ttft_max.astype(dt)[kq] + atol)
-        & (comp <= spec.completion_max.astype(dt)[kq] + atol)
-        & (thr > 0)
+    adm = spec.cell_valid & meets_slo(
+        values, spec.success_min.astype(dt)[kq], spec.ttft_max.astype(dt)[kq], spec.completion_max.astype(dt)[kq]
     )
     lam = spec.demand.astype(dt)
     valid_k = spec.class_valid
@@ -213,7 +211,7 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     small = (n_k * (max_gpus + 1)) ** 2 <= _COMPARE_MAX
 
     def total_need(t: jax.Array) -> jax.Array:
-        s = jnp.maximum(t, lo) - tol  # (K,)
+        s = within(jnp.maximum(t, lo), tol)  # (K,)
         if small:  # count below-threshold levels: no loop, cheaper to compile
             need = jnp.sum(r < s[:, None], axis=1)
         else:
@@ -226,7 +224,7 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     t_star = jnp.max(jnp.where(cand_ok, cand, -jnp.inf))
 
     # Stage 3: (max, +) knapsack; F[b] = best goodput with at most b GPUs.
-    allowed = r >= (jnp.maximum(t_star, lo) - tol)[:, None]
+    allowed = r >= within(jnp.maximum(t_star, lo), tol)[:, None]
     val = jnp.where(allowed, served, -jnp.inf)  # (K, W)
     diff = w[:, None] - w[None, :]  # (W, W): b - w
     fits = diff >= 0
@@ -242,9 +240,8 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
         dp_step, jnp.zeros(max_gpus + 1, dt), val, unroll=unroll
     )  # (W,), (K, W)
     g_star = f_final[jnp.clip(spec.gpus, 0, max_gpus)]
-    tol_g = tol * jnp.sum(jnp.where(valid_k, lam, 0.0))
     # Stage 4: fewest GPUs that keep goodput within tolerance of the optimum.
-    good = (f_final >= g_star - tol_g) & (w <= spec.gpus)
+    good = (f_final >= within(g_star, tol)) & (w <= spec.gpus)
     b_star = jnp.argmax(good).astype(jnp.int32)
 
     def back(b: jax.Array, choice_k: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -287,7 +284,7 @@ def _choose_cells(
     n_q = w_k[kq] // spec.cell_tp  # (C,)
     s_q = jnp.where(adm, jnp.minimum(lam[kq], n_q.astype(thr.dtype) * thr), -jnp.inf)
     best = jax.ops.segment_max(s_q, kq, num_segments=n_k)  # (K,)
-    ok = adm & (n_q > 0) & (s_q >= best[kq] - tol * lam[kq])
+    ok = adm & (n_q > 0) & (s_q >= within(best[kq], tol))
     idx = jnp.where(ok, jnp.arange(n_c, dtype=jnp.int32), jnp.int32(n_c))
     cell = jax.ops.segment_min(idx, kq, num_segments=n_k)
     cell = jnp.where((cell >= n_c) | ~spec.class_valid, -1, cell).astype(jnp.int32)
@@ -340,7 +337,11 @@ def allocate_jax(
     the budget to a power of two) so that similar problems share one
     compilation. Objectives are recomputed in float64 from the chosen cells and
     replicas.
+
+    Raises:
+        InputError: a demand outside :data:`~fleetsieve_bayes.allocation.problem.DEMAND_RANGE`.
     """
+    check_demand(problem.demand)
     levels = tuple(sorted({1, 2, 4, 8} | {int(t) for t in grid.tp}))
     n_cells = max(32, -(-grid.n_cells // 32) * 32)
     max_gpus = 1 << max(4, int(problem.gpus - 1).bit_length())
@@ -355,35 +356,4 @@ def allocate_jax(
         np.asarray(out.cell),
         np.asarray(out.replicas),
         feasible=bool(out.feasible),
-    )
-
-
-def allocation_from_choice(
-    grid: CellGrid,
-    values: np.ndarray,
-    problem: AllocationProblem,
-    cell: np.ndarray,
-    replicas: np.ndarray,
-    *,
-    feasible: bool,
-) -> Allocation:
-    """An :class:`Allocation` from ``cell (K,)`` and ``replicas (K,)``, objectives in float64."""
-    k = grid.n_classes
-    if not feasible:
-        return Allocation(
-            "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0
-        )
-    cell = np.asarray(cell, np.int64)
-    replicas = np.where(cell >= 0, np.asarray(replicas, np.int64), 0)
-    thr = np.where(cell >= 0, values[np.maximum(cell, 0), 0], 0.0)
-    served = np.minimum(problem.demand, replicas * thr)
-    gpus = int(np.sum(np.where(cell >= 0, replicas * grid.tp[np.maximum(cell, 0)], 0)))
-    return Allocation(
-        status="feasible",
-        cell=np.where(replicas > 0, cell, -1),
-        replicas=replicas,
-        served=served,
-        min_fulfillment=float(np.min(served / problem.demand)),
-        goodput_rps=float(np.sum(served)),
-        gpus_used=gpus,
     )

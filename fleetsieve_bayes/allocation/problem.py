@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS
@@ -28,10 +29,17 @@ __all__ = [
     "values_from_table",
     "problem_from_campaign",
     "admissible",
+    "meets_slo",
     "allocation_to_json",
     "ADMISSIBILITY_TOL",
+    "DEMAND_RANGE",
+    "check_demand",
 ]
 
+# Demands (req/s) the allocators resolve: the stages are scale-free inside this
+# range (tested from 1e-6 to 1e9); beyond it float32 (JAX) fulfillment ratios
+# and CBC's tolerances stop being meaningful, so such input is refused.
+DEMAND_RANGE = (1e-9, 1e12)
 # Tolerance when comparing a cell's metric with an SLO limit, so that a value
 # equal to its limit (up to float rounding) is admissible in both allocators.
 ADMISSIBILITY_TOL = 1e-9
@@ -110,6 +118,10 @@ class Allocation(NamedTuple):
     def feasible(self) -> bool:
         return self.status == "feasible"
 
+    def committed(self) -> list[int]:
+        """The cells this allocation commits to (a replica or more), in class order."""
+        return [int(c) for c, n in zip(self.cell, self.replicas, strict=True) if c >= 0 and n > 0]
+
 
 def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str = "table") -> CellGrid:
     """Candidate cells = every row of ``df`` whose workload is one of ``workloads``.
@@ -155,12 +167,35 @@ def values_from_table(grid: CellGrid, df: pd.DataFrame, *, source: str = "table"
     return out
 
 
+def check_demand(demand: Any, names: tuple[str, ...] | None = None, *, source: str = "allocation") -> None:
+    """Refuse demands the allocators cannot resolve: non-finite or outside :data:`DEMAND_RANGE`.
+
+    Raises:
+        InputError: one line naming the class and the value.
+    """
+    lo, hi = DEMAND_RANGE
+    for i, x in enumerate(np.asarray(demand, np.float64).reshape(-1)):
+        if not (lo <= x <= hi):  # also catches NaN
+            name = f"workload {names[i]!r}" if names else f"class {i}"
+            raise InputError(
+                f"{source}: {name}: demand {x:g} req/s is outside the range the allocator "
+                f"resolves ({lo:g} to {hi:g} req/s)"
+            )
+
+
 def problem_from_campaign(campaign: Campaign, *, demand_scale: float = 1.0) -> AllocationProblem:
-    """Arrays of the campaign's classes, demand multiplied by ``demand_scale``."""
+    """Arrays of the campaign's classes, demand multiplied by ``demand_scale``.
+
+    Raises:
+        InputError: a (scaled) demand outside :data:`DEMAND_RANGE`.
+    """
     ws = campaign.workloads
     inf = np.inf
+    demand = np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64)
+    where = str(campaign.path) + ("" if demand_scale == 1.0 else f" (demand × {demand_scale:g})")
+    check_demand(demand, campaign.workload_names, source=where)
     return AllocationProblem(
-        demand=np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64),
+        demand=demand,
         critical=np.array([w.critical for w in ws], dtype=bool),
         floor=np.array([w.floor for w in ws], dtype=np.float64),
         success_min=np.array([w.slo.success_min for w in ws], dtype=np.float64),
@@ -172,29 +207,48 @@ def problem_from_campaign(campaign: Campaign, *, demand_scale: float = 1.0) -> A
     )
 
 
+def meets_slo(
+    values: Any, success_min: Any, ttft_max: Any, completion_max: Any, *, tol: float = ADMISSIBILITY_TOL
+) -> Any:
+    """The admissibility rule, for any array namespace (NumPy, JAX, pandas-free arrays).
+
+    Args:
+        values: ``(..., n, 4)`` metrics in METRICS order.
+        success_min, ttft_max, completion_max: ``(n,)`` limits of each cell's
+            class (``+inf`` where the policy names no tail limit).
+
+    Returns:
+        bool ``(..., n)``: success ≥ success_min and every named tail ≤ its
+        limit (each up to ``tol``), with throughput > 0. An unobserved tail
+        (NaN: the source had no such timing) passes only a policy that does
+        not name it.
+    """
+    xp = namespace(values)
+    thr, succ = values[..., 0], values[..., 3]
+    ttft, comp = (xp.where(xp.isnan(values[..., k]), xp.inf, values[..., k]) for k in (1, 2))
+    return (
+        (succ >= success_min - tol)
+        & (ttft <= ttft_max + tol)
+        & (comp <= completion_max + tol)
+        & (thr > 0)
+    )
+
+
 def admissible(grid: CellGrid, values: np.ndarray, problem: AllocationProblem) -> np.ndarray:
-    """Which cells satisfy their class's SLO policy.
+    """Which cells satisfy their class's SLO policy (:func:`meets_slo`).
 
     Args:
         values: ``(..., n_cells, 4)`` cell metrics in METRICS order.
 
     Returns:
-        bool array ``(..., n_cells)``: success ≥ success_min and every named
-        tail ≤ its limit, with throughput > 0.
+        bool array ``(..., n_cells)``.
     """
     w = grid.workload_idx
-    thr, ttft, comp, succ = (values[..., k] for k in range(4))
-    tol = ADMISSIBILITY_TOL
-    return (
-        (succ >= problem.success_min[w] - tol)
-        & (ttft <= problem.ttft_max[w] + tol)
-        & (comp <= problem.completion_max[w] + tol)
-        & (thr > 0)
-    )
+    return meets_slo(values, problem.success_min[w], problem.ttft_max[w], problem.completion_max[w])
 
 
 def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | None:
-    """DESIGN.md's ``allocation`` object: ``{workload: {tp, load, replicas}}``, or None if infeasible.
+    """The ``allocation`` object of result.json (docs/contracts.md): ``{workload: {tp, load, replicas}}``, or None if infeasible.
 
     A class that gets no replica appears as ``{"tp": null, "load": null, "replicas": 0}``.
     """

@@ -2,7 +2,7 @@
 
 A campaign names the fleet budget, the model family (prior card), the
 measurement backend, the stopping rule and the workload classes with their
-demand and SLO. See DESIGN.md for the contract; this module keeps it exactly
+demand and SLO. See docs/contracts.md for the contract; this module keeps it exactly
 and adds only optional keys. Every problem is reported as one
 :class:`~fleetsieve_bayes.errors.InputError` naming the file and the field.
 """
@@ -314,3 +314,8 @@ def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:
     if name not in raw:
         raise ctx.fail(f"[{name}]", "missing section")
     return raw[name]
+
+
+# The one TOML validator (one-line errors naming the file and the field), also
+# used by the inference presets (fleetsieve_bayes.model.presets).
+Validator = _Ctx

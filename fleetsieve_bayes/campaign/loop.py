@@ -13,7 +13,7 @@ Campaign directory:
     posterior.nc      the latest posterior (ArviZ InferenceData)
     bounds.csv        the latest credible intervals of every cell
     warm_start/       the model state each round starts from
-    result.json       the final result (DESIGN.md contract)
+    result.json       the final result (docs/contracts.md)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.allocation.objective import objective_json
 from fleetsieve_bayes.allocation.problem import (
     Allocation,
     AllocationProblem,
@@ -76,12 +77,7 @@ def _cell_json(grid: CellGrid, c: int) -> dict[str, Any]:
 
 
 def _objective_json(a: Allocation) -> dict[str, Any]:
-    return {
-        "feasible": a.feasible,
-        "min_fulfillment": float(a.min_fulfillment),
-        "goodput_rps": float(a.goodput_rps),
-        "gpus_used": int(a.gpus_used),
-    }
+    return objective_json(a, with_feasible=True)
 
 
 def measured_state(grid: CellGrid, journal_records: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -484,13 +480,7 @@ def _result_json(
     per_round = [
         {"round": r["round"], **r["timings"], "total_s": float(sum(r["timings"].values()))} for r in rounds
     ]
-    objective = None
-    if alloc is not None and alloc.feasible:
-        objective = {
-            "min_fulfillment": float(alloc.min_fulfillment),
-            "goodput_rps": float(alloc.goodput_rps),
-            "gpus_used": int(alloc.gpus_used),
-        }
+    objective = objective_json(alloc) if alloc is not None and alloc.feasible else None
     return {
         "status": status,
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
@@ -503,7 +493,7 @@ def _result_json(
             "per_round": per_round,
             "this_invocation_s": wall_s,
         },
-        # Extensions beyond DESIGN.md's contract (additive).
+        # Additive extensions of the result.json contract (docs/contracts.md).
         "campaign": campaign.name,
         "strategy": strategy,
         "seed": seed,

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fleetsieve_bayes.allocation.objective import objective_json
 from fleetsieve_bayes.allocation.problem import (
     Allocation,
     CellGrid,
@@ -91,15 +92,11 @@ def solve(campaign: Campaign, grid: CellGrid, values: Any, scale: float, solver:
 
 
 def result_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any]:
-    """DESIGN.md's ``{status, allocation, objective}`` object."""
+    """The ``{status, allocation, objective}`` object of ``allocate --json`` (docs/contracts.md)."""
     return {
         "status": alloc.status,
         "allocation": allocation_to_json(alloc, grid),
-        "objective": {
-            "min_fulfillment": round(alloc.min_fulfillment, 9),
-            "goodput_rps": round(alloc.goodput_rps, 9),
-            "gpus_used": int(alloc.gpus_used),
-        },
+        "objective": objective_json(alloc, digits=9),
     }
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fleetsieve_bayes.campaign.config import load_campaign
-from fleetsieve_bayes.decision.design import STRATEGY_NAMES
+from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:

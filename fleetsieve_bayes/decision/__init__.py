@@ -1,1 +1,1 @@
-"""From posterior to decision: credible bounds, the certificate, the initial design, acquisition and baseline strategies."""
+"""From posterior to decision: the interval and table rules, credible bounds, the certificate, the initial design, the acquisition kernel and the strategies."""

@@ -14,16 +14,18 @@ shapes — and the compiled kernel — stay fixed for a whole campaign):
    without refitting);
 3. recompute every cell's credible interval as *weighted* quantiles of its
    posterior-predictive draws (latent + one fixed noise draw per posterior
-   draw, as :mod:`fleetsieve_bayes.decision.bounds` does) (the draws of each cell/metric are sorted once per call — the order
-   does not depend on the weights — then weights are accumulated in that
-   order);
+   draw, as :mod:`fleetsieve_bayes.decision.bounds` does) (the draws of each
+   cell/metric are sorted once per call — the order does not depend on the
+   weights — then weights are accumulated in that order);
 4. rebuild the conservative table (low throughput, high tails, low success)
-   and the optimistic table (the reverse); measured cells, and the candidate
-   itself, collapse to their (fantasy) value ± the relative repeatability
-   band, exactly as :mod:`fleetsieve_bayes.decision.bounds` does;
+   and the optimistic table (the reverse) with the rules of
+   :mod:`fleetsieve_bayes.decision.intervals` — the functions the
+   certificate's bounds use: success widened to 0/1 near the ends, measured
+   cells and the candidate itself collapsed to their (fantasy) value ± the
+   relative repeatability band;
 5. solve both tables with the JAX allocator and evaluate the stage-wise gap of
-   :mod:`fleetsieve_bayes.decision.certificate` (``stagewise_gap`` / ``scalar_gap``,
-   the very same functions the certificate uses);
+   :mod:`fleetsieve_bayes.allocation.objective` (``stagewise_gap`` /
+   ``scalar_gap``, the very same functions the certificate uses);
 6. average over fantasies: ``score(e) = gap_now − E_f[gap(e, y_f)]``.
 
 Quantiles here are the inverted empirical CDF (weighted); ``bounds`` uses
@@ -71,13 +73,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import objective_value, scalar_gap, stagewise_gap
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.certificate import scalar_gap, stagewise_gap
+from fleetsieve_bayes.decision.intervals import (
+    bound_tables,
+    collapse_measured,
+    credible_quantiles,
+    widen_success,
+    with_measured,
+)
+from fleetsieve_bayes.decision.strategies.base import select_cell
 
 __all__ = [
     "AcquisitionScores",
     "Acquisition",
+    "AcquisitionConfig",
+    "KernelFunctions",
+    "KernelInputs",
     "make_acquisition",
+    "prepare_inputs",
+    "candidate_tables",
     "credible_quantiles",
     "importance_weights",
     "weighted_intervals",
@@ -86,6 +101,7 @@ __all__ = [
     "conservative_value",
     "fantasy_plan",
     "fantasy_outcomes",
+    "related_cells",
     "select_cell",
     "DEFAULT_ESS_THRESHOLD",
     "DEFAULT_MIN_EFFECTIVE_DRAWS",
@@ -100,6 +116,9 @@ DEFAULT_MIN_EFFECTIVE_DRAWS = 40.0
 # Bisection steps on log2 β ∈ [-_LOG2_BETA_MIN, 0] for the tempering exponent.
 _N_BISECT = 14
 _LOG2_BETA_MIN = 30.0
+
+# The conservative allocation's objective as one number (the certificate's weights).
+conservative_value = objective_value
 
 
 class AcquisitionScores(NamedTuple):
@@ -123,11 +142,72 @@ class Acquisition(NamedTuple):
     credible_level: float
 
 
-def credible_quantiles(level: float) -> tuple[float, float]:
-    """Lower/upper quantile levels of a central interval: 0.9 → (0.05, 0.95)."""
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"credible_level must be in (0, 1), got {level}")
-    return (1.0 - level) / 2.0, (1.0 + level) / 2.0
+class AcquisitionConfig(NamedTuple):
+    """Settings of one acquisition kernel (hashable: fixed for a campaign).
+
+    n_fantasies: fantasy outcomes per candidate.
+    credible_level: central interval level of the bounds (0.9 → 5 %/95 %).
+    repeatability: relative band around measured (and fantasy) values.
+    cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
+    ess_threshold: normalised ESS below which the likelihood is tempered.
+    min_effective_draws: ... or fewer effective draws than this (the threshold
+        used is ``min(0.5, max(ess_threshold, min_effective_draws / n_draws))``;
+        set both to 0 to never temper).
+    predictive: intervals of the posterior predictive (latent + noise, one
+        fixed draw of noise per posterior draw, key ``predictive_seed``) — the
+        default of :func:`fleetsieve_bayes.decision.bounds.credible_bounds` —
+        rather than of the latent metrics.
+    n_related: reweight only this many most-correlated unmeasured cells per
+        candidate (None: all cells, exact). See the module docstring.
+    memory_budget_mb: rough budget for one chunk of candidates.
+    tie_tolerance: see :func:`select_cell`.
+    """
+
+    n_fantasies: int = 16
+    credible_level: float = 0.9
+    repeatability: float = 0.0
+    cost_normalised: bool = False
+    ess_threshold: float = DEFAULT_ESS_THRESHOLD
+    min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS
+    predictive: bool = True
+    predictive_seed: int = 0
+    n_related: int | None = None
+    memory_budget_mb: float = 128.0
+    tie_tolerance: float = 1e-6
+
+
+class KernelFunctions(NamedTuple):
+    """What the kernel calls: the allocator and the observation model.
+
+    solve: ``values (..., n_cells, 4) -> JaxAllocation``.
+    obs_logpdf: ``(y, latent, noise) -> log p(y | latent, noise)`` summed over metrics.
+    sample_obs: ``(key, latent, noise) -> y``.
+    total_demand: Σλ, the goodput normaliser of the gap.
+    """
+
+    solve: Callable[[jax.Array], Any]
+    obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+    sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+    total_demand: float
+
+
+class KernelInputs(NamedTuple):
+    """Per-call arrays shared by every candidate (see :func:`prepare_inputs`).
+
+    Shapes: C cells, D draws, F fantasies, k related cells per candidate.
+    """
+
+    latent: jax.Array  # (D, C, 4)
+    noise: jax.Array  # (D, 4)
+    observed: jax.Array  # (C, 4), 1.0 where unmeasured
+    measured: jax.Array  # bool (C,)
+    sorted_vals: jax.Array  # (C, 4, D) predictive draws, sorted per cell/metric
+    order: jax.Array  # (C, 4, D) the argsort that produced sorted_vals
+    lo_now: jax.Array  # (C, 4) current intervals, measured cells collapsed
+    hi_now: jax.Array  # (C, 4)
+    d_f: jax.Array  # int (F,) fantasy draw indices (common random numbers)
+    k_obs: jax.Array  # the key of every candidate's fantasy observations
+    related: jax.Array  # int (C, k) cells reweighted per candidate
 
 
 @partial(jax.jit, static_argnames=("ess_threshold",))
@@ -203,81 +283,6 @@ def weighted_intervals(
     return lo, hi
 
 
-def collapse_measured(values: jax.Array, repeatability: float) -> tuple[jax.Array, jax.Array]:
-    """A measured cell's interval, exactly as :func:`fleetsieve_bayes.decision.bounds.credible_bounds`.
-
-    Throughput and tails: value ± the relative repeatability band; success: the
-    band is relative on the failure probability ``1 − s``, clipped to [0, 1].
-
-    Args:
-        values: ``(..., 4)`` measured metrics (METRICS order).
-
-    Returns:
-        ``(lo, hi)`` each ``(..., 4)``.
-    """
-    lo = values * (1.0 - repeatability)
-    hi = values * (1.0 + repeatability)
-    fail = 1.0 - values[..., 3]
-    lo = lo.at[..., 3].set(jnp.clip(1.0 - fail * (1.0 + repeatability), 0.0, 1.0))
-    hi = hi.at[..., 3].set(jnp.clip(1.0 - fail * (1.0 - repeatability), 0.0, 1.0))
-    return lo, hi
-
-
-def bound_tables(lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Conservative and optimistic tables from intervals; ``(..., 4)`` each.
-
-    Conservative: low throughput, high TTFT and completion, low success;
-    optimistic: the reverse.
-    """
-    cons = jnp.stack([lo[..., 0], hi[..., 1], hi[..., 2], lo[..., 3]], axis=-1)
-    opt = jnp.stack([hi[..., 0], lo[..., 1], lo[..., 2], hi[..., 3]], axis=-1)
-    return cons, opt
-
-
-def conservative_value(feasible: Any, min_fulfillment: Any, goodput: Any, total_demand: float) -> Any:
-    """The conservative allocation's objective as one number, weighted like :func:`scalar_gap`.
-
-    ``10·feasible + min_fulfillment + goodput/Σλ`` (0 when infeasible), so that
-    ``scalar_gap`` = optimistic value − conservative value when A⁺ dominates.
-    """
-    f = feasible * 1.0
-    return 10.0 * f + f * min_fulfillment + f * goodput / total_demand
-
-
-def select_cell(
-    scores: AcquisitionScores | np.ndarray,
-    cost_gpu_s: np.ndarray,
-    *,
-    cost_normalised: bool = False,
-    tie_tolerance: float = 1e-6,
-) -> int:
-    """The next cell to measure.
-
-    Args:
-        scores: the kernel's output, or a plain ``(n_cells,)`` score array
-            (−inf, e.g. for measured cells, is never selected).
-        cost_gpu_s: ``(n_cells,)`` expected GPU-seconds of each cell.
-        cost_normalised: rank by ``max(score, 0) / cost`` instead of score.
-        tie_tolerance: scores within ``tie_tolerance·max(1, |best|)`` of the
-            best are ties, broken by lower cost, then lower index (cost is a
-            strict tie-breaker, not a divisor, unless ``cost_normalised``).
-
-    Raises:
-        ValueError: no unmeasured cell is left.
-    """
-    s = np.asarray(getattr(scores, "score", scores), dtype=np.float64)
-    cost = np.asarray(cost_gpu_s, dtype=np.float64)
-    valid = np.isfinite(s)
-    if not valid.any():
-        raise ValueError("no unmeasured cell left to select")
-    if cost_normalised:
-        s = np.where(valid, np.maximum(s, 0.0) / np.maximum(cost, 1e-12), -np.inf)
-    best = s[valid].max()
-    tie = valid & (s >= best - tie_tolerance * max(1.0, abs(best)))
-    idx = np.flatnonzero(tie)
-    return int(idx[np.lexsort((idx, cost[idx]))[0]])
-
-
 def fantasy_plan(key: jax.Array, n_draws: int, n_fantasies: int) -> tuple[jax.Array, jax.Array]:
     """Common random numbers shared by every candidate.
 
@@ -311,7 +316,7 @@ def fantasy_outcomes(
     return jax.vmap(lambda lat_e: sample_obs(k_obs, lat_e, noise[d_f]))(jnp.moveaxis(latent[d_f], 1, 0))
 
 
-def _related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
+def related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
     """``(n_cells, k)`` for each candidate, the k unmeasured cells most correlated with it.
 
     Correlation: mean over metrics of |corr| of log(|x|+tiny) across draws;
@@ -327,58 +332,146 @@ def _related_cells(latent: jax.Array, measured: jax.Array, k: int) -> jax.Array:
     return idx
 
 
-def make_acquisition(
+def n_related_cells(config: AcquisitionConfig, n_cells: int) -> int:
+    """How many cells each candidate reweights (all of them unless ``n_related`` caps it)."""
+    return n_cells if config.n_related is None else max(1, min(int(config.n_related), n_cells))
+
+
+def tempering_threshold(config: AcquisitionConfig, n_draws: int) -> float:
+    """The normalised ESS below which a fantasy's likelihood is tempered."""
+    return float(min(0.5, max(config.ess_threshold, config.min_effective_draws / n_draws)))
+
+
+def chunk_plan(n_candidates: int, per_candidate_bytes: int, memory_budget_mb: float) -> tuple[int, int]:
+    """``(n_chunks, chunk)`` covering ``n_candidates`` in balanced chunks within the budget.
+
+    Balanced so that padding wastes less than one candidate per chunk.
+    """
+    chunk_max = int(max(1, min(n_candidates, memory_budget_mb * 2**20 // max(per_candidate_bytes, 1))))
+    n_chunks = -(-n_candidates // chunk_max)
+    return n_chunks, -(-n_candidates // n_chunks)
+
+
+def prepare_inputs(
+    key: jax.Array,
+    latent: jax.Array,
+    noise: jax.Array,
+    observed: jax.Array,
+    measured: jax.Array,
+    fns: KernelFunctions,
+    config: AcquisitionConfig,
+) -> KernelInputs:
+    """Everything every candidate shares: sorted predictive draws, current intervals, the fantasy plan.
+
+    Intervals are of the posterior *predictive* (latent + observation noise),
+    like :func:`fleetsieve_bayes.decision.bounds.credible_bounds`, with the same
+    fixed key; weights attach to draw d. ``observed`` rows of unmeasured cells
+    are ignored (may be NaN).
+    """
+    n_draws, n_cells, _ = latent.shape
+    measured = jnp.asarray(measured, bool)
+    observed = jnp.where(measured[:, None], jnp.asarray(observed, latent.dtype), 1.0)
+    draws = latent
+    if config.predictive:
+        draws = fns.sample_obs(jax.random.PRNGKey(config.predictive_seed), latent, noise[:, None, :])
+    # Sort every cell/metric's draws once: the order is weight-independent.
+    lat_t = jnp.moveaxis(draws.astype(latent.dtype), 0, -1)  # (C, 4, D)
+    order = jnp.argsort(lat_t, axis=-1)
+    sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
+    uniform = jnp.full((n_draws,), 1.0 / n_draws, latent.dtype)
+    q_lo, q_hi = credible_quantiles(config.credible_level)
+    lo0, hi0 = widen_success(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi))
+    lo_now, hi_now = with_measured(lo0, hi0, observed, measured, config.repeatability)
+    d_f, k_obs = fantasy_plan(key, n_draws, config.n_fantasies)
+    k = n_related_cells(config, n_cells)
+    if k >= n_cells:
+        related = jnp.broadcast_to(jnp.arange(n_cells), (n_cells, n_cells))
+    else:
+        related = related_cells(latent, measured, k)
+    return KernelInputs(latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related)
+
+
+def candidate_tables(
+    e: jax.Array, inp: KernelInputs, fns: KernelFunctions, config: AcquisitionConfig
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Conservative and optimistic tables after each fantasy measurement of cell ``e``.
+
+    ``e == n_cells`` is the "measure nothing" candidate: uniform weights,
+    nothing collapses — the current tables, the very ones the certificate's
+    bounds give (up to the quantile rule).
+
+    Returns:
+        ``(cons (F, C, 4), opt (F, C, 4), ess (F,), tempered (F,))``.
+    """
+    n_draws, n_cells, _ = inp.latent.shape
+    n_f = config.n_fantasies
+    null = e == n_cells
+    e_ = jnp.minimum(e, n_cells - 1)
+    y = fns.sample_obs(inp.k_obs, inp.latent[inp.d_f, e_], inp.noise[inp.d_f])  # (F, 4), same randomness for every e
+    loglik = fns.obs_logpdf(y[:, None, :], inp.latent[None, :, e_, :], inp.noise[None, :, :])  # (F, D)
+    w, ess, tempered = importance_weights(loglik, tempering_threshold(config, n_draws))
+    w = jnp.where(null, jnp.full((n_draws,), 1.0 / n_draws, w.dtype)[None, :], w)
+    nb = inp.related[e_]  # (k,)
+    q_lo, q_hi = credible_quantiles(config.credible_level)
+    lo_nb, hi_nb = widen_success(*weighted_intervals(inp.sorted_vals[nb], inp.order[nb], w, q_lo, q_hi))  # (F, k, 4)
+    lo = jnp.broadcast_to(inp.lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
+    hi = jnp.broadcast_to(inp.hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
+    is_e = jnp.arange(n_cells) == e
+    obs_f = jnp.where(is_e[None, :, None], y[:, None, :], inp.observed[None])  # (F, C, 4)
+    fixed = jnp.broadcast_to(inp.measured | is_e, (n_f, n_cells))
+    lo, hi = with_measured(lo, hi, obs_f, fixed, config.repeatability)
+    cons, opt = bound_tables(lo, hi)
+    return cons, opt, ess, tempered
+
+
+def gap_and_value(fns: KernelFunctions, cons: jax.Array, opt: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``cons``/``opt`` ``(..., n_cells, 4)`` → scalar gap and conservative value ``(...)``."""
+    a = fns.solve(jnp.stack([cons, opt], axis=-3))  # fields (..., 2, ...)
+    f, r, g = a.feasible, a.min_fulfillment, a.goodput
+    gap = stagewise_gap(f[..., 0], r[..., 0], g[..., 0], f[..., 1], r[..., 1], g[..., 1], fns.total_demand)
+    return scalar_gap(gap), objective_value(f[..., 0], r[..., 0], g[..., 0], fns.total_demand)
+
+
+def score_candidates(inp: KernelInputs, fns: KernelFunctions, config: AcquisitionConfig) -> AcquisitionScores:
+    """Every candidate's expected gap, chunked along candidates (``lax.map`` of ``vmap``)."""
+    n_draws, n_cells, _ = inp.latent.shape
+    n_f = config.n_fantasies
+
+    def one(e: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        cons, opt, ess, tempered = candidate_tables(e, inp, fns, config)
+        gap, value = gap_and_value(fns, cons, opt)  # (F,)
+        return gap.mean(), value.mean(), ess.min(), tempered.any()
+
+    # One chunk's (chunk, F, k, 4, D) cumulative weights fit the budget (~4 live arrays).
+    per_candidate = n_f * n_related_cells(config, n_cells) * 4 * n_draws * 4 * 4
+    n_chunks, chunk = chunk_plan(n_cells + 1, per_candidate, config.memory_budget_mb)
+    # Candidates 0..n_cells-1 plus the null candidate n_cells, padded (repeating the
+    # null one) to whole chunks so one loop body compiles.
+    padded = jnp.minimum(jnp.arange(n_chunks * chunk), n_cells)
+    outs = jax.lax.map(jax.vmap(one), padded.reshape(n_chunks, chunk))
+    exp_gap, exp_val, ess_min, fallback = (x.reshape(-1)[:n_cells] for x in outs)
+    gap_now, cons_now = (x.reshape(-1)[n_cells] for x in outs[:2])
+    measured = inp.measured
+    return AcquisitionScores(
+        score=jnp.where(measured, -jnp.inf, gap_now - exp_gap),
+        expected_gap=jnp.where(measured, jnp.nan, exp_gap),
+        gap_now=gap_now,
+        ess_min=jnp.where(measured, 1.0, ess_min),
+        fallback=fallback & ~measured,
+        expected_conservative=jnp.where(measured, jnp.nan, exp_val),
+        conservative_now=cons_now,
+    )
+
+
+def kernel_functions(
     grid: CellGrid,
     problem: AllocationProblem,
     *,
-    n_fantasies: int = 16,
-    credible_level: float = 0.9,
-    repeatability: float = 0.0,
-    cost_normalised: bool = False,
-    ess_threshold: float = DEFAULT_ESS_THRESHOLD,
-    min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS,
-    predictive: bool = True,
-    predictive_seed: int = 0,
-    n_related: int | None = None,
-    memory_budget_mb: float = 128.0,
-    tie_tolerance: float = 1e-6,
     allocator_solve: Callable[[jax.Array], Any] | None = None,
     obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
     sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
-) -> Acquisition:
-    """Build the jitted acquisition kernel for one campaign.
-
-    Args:
-        grid, problem: the campaign's cells and allocation problem.
-        n_fantasies: fantasy outcomes per candidate.
-        credible_level: central interval level of the bounds (0.9 → 5 %/95 %).
-        repeatability: relative band around measured (and fantasy) values.
-        cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
-        ess_threshold: normalised ESS below which the likelihood is tempered.
-        min_effective_draws: ... or fewer effective draws than this (the
-            threshold used is ``min(0.5, max(ess_threshold,
-            min_effective_draws / n_draws))``; set both to 0 to never temper).
-        predictive: intervals of the posterior predictive (latent + noise, one
-            fixed draw of noise per posterior draw, key ``predictive_seed``) —
-            the default of :func:`fleetsieve_bayes.decision.bounds.credible_bounds` —
-            rather than of the latent metrics.
-        n_related: reweight only this many most-correlated unmeasured cells
-            per candidate (None: all cells, exact). See the module docstring.
-        memory_budget_mb: rough budget for one chunk of candidates.
-        tie_tolerance: see :func:`select_cell`.
-        allocator_solve: ``values (..., n_cells, 4) -> JaxAllocation``; default
-            ``allocation_jax.make_jax_allocator(grid, problem).solve``.
-        obs_logpdf, sample_obs: the observation model; default those of
-            :mod:`fleetsieve_bayes.model.joint`.
-
-    Returns:
-        An :class:`Acquisition`. ``score(key, latent, noise, observed,
-        measured)`` takes ``latent (n_draws, n_cells, 4)`` natural units,
-        ``noise (n_draws, 4)``, ``observed (n_cells, 4)`` (rows of unmeasured
-        cells ignored, may be NaN) and ``measured (n_cells,)`` bool; inside, the
-        work is shaped ``(n_candidates=n_cells, n_fantasies, n_draws, n_cells)``
-        (chunked along candidates). It is jitted once per input shape.
-    """
+) -> KernelFunctions:
+    """The kernel's functions; defaults: the JAX allocator and :mod:`fleetsieve_bayes.model.joint`'s noise."""
     if allocator_solve is None:
         from fleetsieve_bayes.allocation.batched import make_jax_allocator
 
@@ -388,107 +481,55 @@ def make_acquisition(
 
         obs_logpdf = obs_logpdf or _model.obs_logpdf
         sample_obs = sample_obs or _model.sample_obs
-    q_lo, q_hi = credible_quantiles(credible_level)
-    total_demand = float(np.sum(problem.demand))
-    n_f = int(n_fantasies)
-    solve, logpdf, sample = allocator_solve, obs_logpdf, sample_obs
+    return KernelFunctions(allocator_solve, obs_logpdf, sample_obs, float(np.sum(problem.demand)))
 
-    def gap_and_value(cons: jax.Array, opt: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``cons``/``opt`` ``(..., n_cells, 4)`` → scalar gap and conservative value ``(...)``."""
-        a = solve(jnp.stack([cons, opt], axis=-3))  # fields (..., 2, ...)
-        gap = stagewise_gap(
-            a.feasible[..., 0],
-            a.min_fulfillment[..., 0],
-            a.goodput[..., 0],
-            a.feasible[..., 1],
-            a.min_fulfillment[..., 1],
-            a.goodput[..., 1],
-            total_demand,
-        )
-        value = conservative_value(a.feasible[..., 0], a.min_fulfillment[..., 0], a.goodput[..., 0], total_demand)
-        return scalar_gap(gap), value
+
+def make_acquisition(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    config: AcquisitionConfig | None = None,
+    *,
+    allocator_solve: Callable[[jax.Array], Any] | None = None,
+    obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+    sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+    **settings: Any,
+) -> Acquisition:
+    """Build the jitted acquisition kernel for one campaign.
+
+    Args:
+        grid, problem: the campaign's cells and allocation problem.
+        config: an :class:`AcquisitionConfig`; ``settings`` override its fields
+            by name (``make_acquisition(grid, problem, n_fantasies=8)``).
+        allocator_solve, obs_logpdf, sample_obs: see :func:`kernel_functions`.
+
+    Returns:
+        An :class:`Acquisition`. ``score(key, latent, noise, observed,
+        measured)`` takes ``latent (n_draws, n_cells, 4)`` natural units,
+        ``noise (n_draws, 4)``, ``observed (n_cells, 4)`` (rows of unmeasured
+        cells ignored, may be NaN) and ``measured (n_cells,)`` bool; inside, the
+        work is shaped ``(n_candidates=n_cells, n_fantasies, n_draws, n_cells)``
+        (chunked along candidates). It is jitted once per input shape.
+
+    Raises:
+        TypeError: a setting that is not a field of :class:`AcquisitionConfig`.
+    """
+    config = (config or AcquisitionConfig())._replace(**settings)
+    config = config._replace(n_fantasies=int(config.n_fantasies))
+    credible_quantiles(config.credible_level)  # fail early on a bad level
+    fns = kernel_functions(
+        grid, problem, allocator_solve=allocator_solve, obs_logpdf=obs_logpdf, sample_obs=sample_obs
+    )
 
     @jax.jit
     def score(
         key: jax.Array, latent: jax.Array, noise: jax.Array, observed: jax.Array, measured: jax.Array
     ) -> AcquisitionScores:
-        n_draws, n_cells, _ = latent.shape
-        dtype = latent.dtype
-        measured = jnp.asarray(measured, bool)
-        observed = jnp.where(measured[:, None], jnp.asarray(observed, dtype), 1.0)
-
-        # Intervals are of the posterior *predictive* (latent + observation noise), like
-        # bounds.credible_bounds, with the same fixed key; weights attach to draw d.
-        draws = sample(jax.random.PRNGKey(predictive_seed), latent, noise[:, None, :]) if predictive else latent
-        # Sort every cell/metric's draws once: the order is weight-independent.
-        lat_t = jnp.moveaxis(draws.astype(dtype), 0, -1)  # (C, 4, D)
-        order = jnp.argsort(lat_t, axis=-1)
-        sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
-
-        uniform = jnp.full((n_draws,), 1.0 / n_draws, dtype)
-        lo0, hi0 = weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi)  # (C, 4)
-        m_lo, m_hi = collapse_measured(observed, repeatability)
-        lo_now = jnp.where(measured[:, None], m_lo, lo0)
-        hi_now = jnp.where(measured[:, None], m_hi, hi0)
-
-        d_f, k_obs = fantasy_plan(key, n_draws, n_f)
-        threshold = float(min(0.5, max(ess_threshold, min_effective_draws / n_draws)))
-        noise_f = noise[d_f]  # (F, 4)
-
-        k = n_cells if n_related is None else max(1, min(int(n_related), n_cells))
-        if k >= n_cells:
-            related = jnp.broadcast_to(jnp.arange(n_cells), (n_cells, n_cells))
-        else:
-            related = _related_cells(latent, measured, k)
-        cells = jnp.arange(n_cells)
-
-        def one(e: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-            # e == n_cells is the "measure nothing" candidate: uniform weights, nothing
-            # collapses, so its gap is gap_now — one allocator call site for both.
-            null = e == n_cells
-            e_ = jnp.minimum(e, n_cells - 1)
-            y = sample(k_obs, latent[d_f, e_], noise_f)  # (F, 4), same randomness for every e
-            loglik = logpdf(y[:, None, :], latent[None, :, e_, :], noise[None, :, :])  # (F, D)
-            w, ess, tempered = importance_weights(loglik, threshold)
-            w = jnp.where(null, uniform[None, :], w)
-            nb = related[e_]  # (k,)
-            lo_nb, hi_nb = weighted_intervals(sorted_vals[nb], order[nb], w, q_lo, q_hi)  # (F, k, 4)
-            lo = jnp.broadcast_to(lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
-            hi = jnp.broadcast_to(hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
-            is_e = cells == e
-            obs_f = jnp.where(is_e[None, :, None], y[:, None, :], observed[None])  # (F, C, 4)
-            f_lo, f_hi = collapse_measured(obs_f, repeatability)
-            fixed = (measured | is_e)[None, :, None]
-            lo = jnp.where(fixed, f_lo, lo)
-            hi = jnp.where(fixed, f_hi, hi)
-            gap, value = gap_and_value(*bound_tables(lo, hi))  # (F,)
-            return gap.mean(), value.mean(), ess.min(), tempered.any()
-
-        # Chunk the candidate axis so one chunk's (chunk, F, k, 4, D) cumulative weights fit the budget.
-        per_candidate = n_f * k * 4 * n_draws * 4 * 4  # bytes, ~4 live arrays of that shape
-        chunk_max = int(max(1, min(n_cells + 1, memory_budget_mb * 2**20 // max(per_candidate, 1))))
-        # Balance the chunks so that padding wastes less than one candidate per chunk.
-        n_chunks = -(-(n_cells + 1) // chunk_max)
-        chunk = -(-(n_cells + 1) // n_chunks)
-        # Candidates 0..n_cells-1 plus the null candidate n_cells, padded (repeating the
-        # null one) to whole chunks so one loop body compiles.
-        padded = jnp.minimum(jnp.arange(n_chunks * chunk), n_cells)
-        outs = jax.lax.map(jax.vmap(one), padded.reshape(n_chunks, chunk))
-        exp_gap, exp_val, ess_min, fallback = (x.reshape(-1)[:n_cells] for x in outs)
-        gap_now, cons_now = (x.reshape(-1)[n_cells] for x in outs[:2])
-        exp_gap = jnp.where(measured, jnp.nan, exp_gap)
-        exp_val = jnp.where(measured, jnp.nan, exp_val)
-        return AcquisitionScores(
-            score=jnp.where(measured, -jnp.inf, gap_now - exp_gap),
-            expected_gap=exp_gap,
-            gap_now=gap_now,
-            ess_min=jnp.where(measured, 1.0, ess_min),
-            fallback=fallback & ~measured,
-            expected_conservative=exp_val,
-            conservative_now=cons_now,
-        )
+        inp = prepare_inputs(key, latent, noise, observed, measured, fns, config)
+        return score_candidates(inp, fns, config)
 
     def select(scores: AcquisitionScores, cost_gpu_s: np.ndarray) -> int:
-        return select_cell(scores, cost_gpu_s, cost_normalised=cost_normalised, tie_tolerance=tie_tolerance)
+        return select_cell(
+            scores, cost_gpu_s, cost_normalised=config.cost_normalised, tie_tolerance=config.tie_tolerance
+        )
 
-    return Acquisition(score=score, select=select, n_fantasies=n_f, credible_level=credible_level)
+    return Acquisition(score=score, select=select, n_fantasies=config.n_fantasies, credible_level=config.credible_level)

@@ -3,13 +3,10 @@
 For an unmeasured cell the interval is the central ``level`` interval of the
 posterior *predictive* distribution (latent metrics plus observation noise): it
 should contain what measuring the cell would return, which is the value the
-decision will use once the cell is measured. A measured cell collapses to its
-measured values, widened by ``±repeatability`` (relative) for throughput and
-tails and on the *failure* probability ``1 - success`` for success (a relative
-band on 0.99 itself would be meaninglessly wide), clipped to ``[0, 1]``.
-Measured failed cells keep their values (0 throughput, 0 success, tails
-possibly ``+inf``). Success intervals reaching within ``SUCCESS_EPS`` of 0 or 1
-are extended to 0 or 1 (the model's resolution ends there).
+decision will use once the cell is measured. Success widening near 0/1, the
+collapse of measured cells and the two tables follow the rules of
+:mod:`fleetsieve_bayes.decision.intervals` — the same functions the
+acquisition kernel uses. Quantiles here are NumPy's linear interpolation.
 """
 
 from __future__ import annotations
@@ -22,7 +19,13 @@ import numpy as np
 import pandas as pd
 
 from fleetsieve_bayes.allocation.problem import CellGrid
-from fleetsieve_bayes.model.joint import SUCCESS_EPS, sample_obs
+from fleetsieve_bayes.decision.intervals import (
+    bound_tables,
+    credible_quantiles,
+    widen_success,
+    with_measured,
+)
+from fleetsieve_bayes.model.joint import sample_obs
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [
@@ -33,7 +36,6 @@ __all__ = [
     "bounds_frame",
     "BOUNDS_COLUMNS",
 ]
-
 
 
 class Bounds(NamedTuple):
@@ -65,8 +67,7 @@ def credible_bounds(
         predictive: intervals of latent + noise (default) rather than latent only.
         seed: PRNG seed of the predictive noise draws (deterministic bounds).
     """
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"credible level must be in (0, 1), got {level}")
+    q_lo, q_hi = credible_quantiles(level)
     latent = np.asarray(posterior.latent, dtype=np.float64)
     if predictive:
         noise = jnp.asarray(posterior.noise)[:, None, :]
@@ -75,36 +76,21 @@ def credible_bounds(
         )
     else:
         draws = latent
-    a = (1.0 - level) / 2.0
-    lo = np.quantile(draws, a, axis=0)
-    hi = np.quantile(draws, 1.0 - a, axis=0)
-    # The model resolves success only within [SUCCESS_EPS, 1 - SUCCESS_EPS]
-    # (logit of clipped values): an interval reaching past either end reaches
-    # the end itself, so a measured 1.0 (or 0.0) is inside it.
-    lo[:, 3] = np.where(lo[:, 3] <= SUCCESS_EPS, 0.0, lo[:, 3])
-    hi[:, 3] = np.where(hi[:, 3] >= 1.0 - SUCCESS_EPS, 1.0, hi[:, 3])
-    m = np.asarray(measured_mask, dtype=bool)
+    lo, hi = widen_success(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0))
     obs = np.asarray(observed, dtype=np.float64)
-    r = float(repeatability)
-    with np.errstate(invalid="ignore"):
-        mlo = obs * (1.0 - r)
-        mhi = obs * (1.0 + r)
-        fail = 1.0 - obs[:, 3]
-        mlo[:, 3] = np.clip(1.0 - fail * (1.0 + r), 0.0, 1.0)
-        mhi[:, 3] = np.clip(1.0 - fail * (1.0 - r), 0.0, 1.0)
-    lo = np.where(m[:, None], mlo, lo)
-    hi = np.where(m[:, None], mhi, hi)
+    with np.errstate(invalid="ignore"):  # unmeasured rows may be NaN; they are not read
+        lo, hi = with_measured(lo, hi, obs, np.asarray(measured_mask, dtype=bool), float(repeatability))
     return Bounds(lo=lo, hi=hi)
 
 
 def conservative_table(bounds: Bounds) -> np.ndarray:
     """``(n_cells, 4)``: low throughput, high TTFT and completion, low success."""
-    return np.stack([bounds.lo[:, 0], bounds.hi[:, 1], bounds.hi[:, 2], bounds.lo[:, 3]], axis=1)
+    return bound_tables(bounds.lo, bounds.hi)[0]
 
 
 def optimistic_table(bounds: Bounds) -> np.ndarray:
     """``(n_cells, 4)``: high throughput, low TTFT and completion, high success."""
-    return np.stack([bounds.hi[:, 0], bounds.lo[:, 1], bounds.lo[:, 2], bounds.hi[:, 3]], axis=1)
+    return bound_tables(bounds.lo, bounds.hi)[1]
 
 
 def bounds_frame(grid: CellGrid, bounds: Bounds, measured_mask: np.ndarray) -> pd.DataFrame:

@@ -11,18 +11,18 @@ success) and the optimistic allocation A⁺ (the reverse), the campaign is
 
 The gap has one term per lexicographic stage: critical feasibility (1 if A⁺
 meets the floors and A⁻ does not), min fulfillment (A⁺ − A⁻), and goodput
-normalised by total demand (A⁺ − A⁻)/Σλ. Stage 4 (GPUs used) is a tie-breaker
-among equally good fleets and is deliberately not part of the gap. The gap
-functions are written with array operators only, so the JAX acquisition kernel
-uses the very same definition.
+normalised by total demand (A⁺ − A⁻)/Σλ. Its definition and weights live in
+:mod:`fleetsieve_bayes.allocation.objective` (re-exported here), shared with
+the JAX acquisition kernel.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import Gap, gap_within, scalar_gap, stagewise_gap
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 
 __all__ = [
@@ -41,47 +41,6 @@ CERTIFIED_FEASIBLE = "certified-feasible"
 CERTIFIED_INFEASIBLE = "certified-infeasible"
 UNDECIDED = "undecided"
 EXHAUSTED = "exhausted"
-
-
-class Gap(NamedTuple):
-    """Stage-wise gap between the optimistic and conservative allocations; each ``(...)``."""
-
-    critical: Any  # 1.0 where A⁺ is feasible and A⁻ is not, else 0.0
-    min_fulfillment: Any  # max(0, r⁺ − r⁻); 0 when both are infeasible
-    goodput: Any  # max(0, g⁺ − g⁻) / Σλ; 0 when both are infeasible
-
-
-def stagewise_gap(
-    cons_feasible: Any,
-    cons_min_fulfillment: Any,
-    cons_goodput: Any,
-    opt_feasible: Any,
-    opt_min_fulfillment: Any,
-    opt_goodput: Any,
-    total_demand: float,
-) -> Gap:
-    """The stage-wise gap; works on Python/NumPy/JAX scalars or arrays of one shape ``(...)``.
-
-    An infeasible allocation counts as fulfillment 0 and goodput 0, so when
-    only A⁻ is infeasible the later stages show the full distance to A⁺.
-    """
-    cf = cons_feasible * 1.0
-    of = opt_feasible * 1.0
-    r_minus = cons_min_fulfillment * cf
-    r_plus = opt_min_fulfillment * of
-    g_minus = cons_goodput * cf
-    g_plus = opt_goodput * of
-    zero = 0.0 * r_plus
-    critical = of * (1.0 - cf)
-    dr = r_plus - r_minus
-    dg = (g_plus - g_minus) / total_demand
-    # max(0, ·) written arithmetically so NumPy and JAX share it.
-    return Gap(critical=critical, min_fulfillment=(dr + abs(dr)) / 2 + zero, goodput=(dg + abs(dg)) / 2 + zero)
-
-
-def scalar_gap(gap: Gap) -> Any:
-    """One number to minimise: critical disagreement dominates, then the two continuous stages."""
-    return 10.0 * gap.critical + gap.min_fulfillment + gap.goodput
 
 
 class Certificate(NamedTuple):
@@ -129,7 +88,7 @@ def certify(
         return Certificate(
             CERTIFIED_INFEASIBLE, gap, (), "even the optimistic allocation cannot meet the critical floors"
         )
-    committed = [int(c) for c, n in zip(conservative.cell, conservative.replicas, strict=True) if c >= 0 and n > 0]
+    committed = conservative.committed()
     unmeasured = tuple(c for c in committed if not measured[c])
     if not conservative.feasible:
         return Certificate(UNDECIDED, gap, unmeasured, "the conservative allocation does not meet the critical floors yet")
@@ -137,7 +96,7 @@ def certify(
     bad = [c for c in committed if measured[c] and not ok_values[c]]
     if bad:  # cannot happen when A⁻ was solved on measured values; kept as a guard
         return Certificate(UNDECIDED, gap, unmeasured, f"committed cell {grid.describe(bad[0])} violates its SLO")
-    if gap.min_fulfillment > epsilon or gap.goodput > epsilon:
+    if not gap_within(gap, epsilon):
         return Certificate(
             UNDECIDED,
             gap,

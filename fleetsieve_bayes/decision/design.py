@@ -15,20 +15,11 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 
-__all__ = ["initial_design", "STRATEGY_NAMES"]
+# The names live in the strategy registry (the only list); re-exported for
+# callers that import them with the design.
+from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
 
-# The acquisition strategies (``run --strategy``); all share this initial
-# design, the model, the allocator and the stopping rule.
-STRATEGY_NAMES: tuple[str, ...] = (
-    "fleetsieve",
-    "random",
-    "grid",
-    "max-uncertainty",
-    "shared-uncertainty",
-    "targeted",
-    "voi",
-    "constrained-bo",
-)
+__all__ = ["initial_design", "STRATEGY_NAMES"]
 
 
 def initial_design(grid: CellGrid) -> list[int]:

@@ -18,6 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model.scales import TINY as _TINY
+from fleetsieve_bayes.model.scales import metric_transform
 
 __all__ = [
     "transform",
@@ -30,16 +32,14 @@ __all__ = [
     "independent_arms",
 ]
 
-SUCCESS_EPS = 1e-3
-_TINY, _HUGE = 1e-9, 1e9
 
 
 def transform(values: np.ndarray) -> np.ndarray:
-    """Natural units → modelling scale; ``(..., 4)`` → ``(..., 4)`` (finite)."""
-    v = np.asarray(values, np.float64)
-    pos = np.log(np.clip(v[..., :3], _TINY, _HUGE))
-    s = np.clip(v[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    return np.concatenate([pos, (np.log(s) - np.log1p(-s))[..., None]], axis=-1)
+    """Natural units → modelling scale in float64; ``(..., 4)`` → ``(..., 4)`` (finite).
+
+    The model's own transform (:func:`fleetsieve_bayes.model.scales.metric_transform`).
+    """
+    return metric_transform(np.asarray(values, np.float64), np)
 
 
 def cell_features(grid: CellGrid) -> np.ndarray:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.objective import gap_within, weigh
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, admissible
 from fleetsieve_bayes.decision.design import initial_design
 
@@ -134,7 +135,7 @@ def evaluate_allocation(
 
 
 def cells_from_json(grid: CellGrid, alloc_json: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(cell, replicas)`` arrays ``(n_classes,)`` of a DESIGN.md ``allocation`` object (None → None)."""
+    """``(cell, replicas)`` arrays ``(n_classes,)`` of a result.json ``allocation`` object (None → None)."""
     if alloc_json is None:
         return None
     index = grid.index()
@@ -153,7 +154,7 @@ def hindsight_floor(grid: CellGrid, optimum: Allocation) -> float:
     """GPU-seconds of the initial design plus the cells ``optimum`` commits to (each counted once)."""
     cells = set(initial_design(grid))
     if optimum.feasible:
-        cells |= {int(c) for c, n in zip(optimum.cell, optimum.replicas, strict=True) if c >= 0 and n > 0}
+        cells |= set(optimum.committed())
     cost = grid.cost_gpu_s
     return float(sum(cost[c] for c in cells))
 
@@ -169,11 +170,7 @@ def random_reveal_floor(grid: CellGrid, optimum: Allocation) -> float:
     """
     design = set(initial_design(grid))
     cost = grid.cost_gpu_s
-    committed = (
-        {int(c) for c, n in zip(optimum.cell, optimum.replicas, strict=True) if c >= 0 and n > 0}
-        if optimum.feasible
-        else set()
-    )
+    committed = set(optimum.committed()) if optimum.feasible else set()
     need = committed - design
     m = len(need)
     others = [c for c in range(grid.n_cells) if c not in design and c not in need]
@@ -210,13 +207,13 @@ def regret(outcome: TrueOutcome, oracle: Oracle, problem: AllocationProblem) -> 
 
 
 def scalar_regret(r: Regret) -> float:
-    """One number, as the certificate's scalar gap: 10·critical + max(0, Δr) + max(0, Δg)."""
-    return 10.0 * r.critical + max(0.0, r.min_fulfillment) + max(0.0, r.goodput)
+    """One number, weighted as the certificate's scalar gap: ``weigh(critical, max(0, Δr), max(0, Δg))``."""
+    return float(weigh(r.critical, max(0.0, r.min_fulfillment), max(0.0, r.goodput)))
 
 
 def eps_correct(r: Regret, epsilon: float) -> bool:
     """Critical feasibility right and both continuous stages within ``epsilon``."""
-    return r.critical == 0.0 and r.min_fulfillment <= epsilon and r.goodput <= epsilon
+    return gap_within(r, epsilon)
 
 
 def regret_curve(

@@ -1,6 +1,6 @@
 """Synthetic ground-truth fleets for the profiling-cost benchmark suite.
 
-A synthetic fleet is a fully measured table in the DESIGN.md schema plus a
+A synthetic fleet is a fully measured table in the docs/contracts.md schema plus a
 campaign (budget, demands, SLOs) over it. The ground truth comes from a
 plausible serving curve, deliberately *not* the model's own parametric form
 (so the benchmark does not test the model against itself):
@@ -33,7 +33,7 @@ SLOs sit on a cell's true value rounded to 3 significant digits (for
 :func:`random_spec`'s ``slo_on_cell``), so some cells sit within 1 % of their
 SLO — on either side.
 
-The returned table holds the *noisy* metrics in the DESIGN.md columns (what
+The returned table holds the *noisy* metrics in the docs/contracts.md columns (what
 the replay backend reveals) and the noise-free truth in ``true_<metric>``
 columns; :func:`truth_table` swaps them in. ``read_table`` ignores the extra
 columns, so the written CSV is a valid replay table.
@@ -340,8 +340,8 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
     """Generate one ground-truth table and a campaign over it.
 
     Returns:
-        ``(table, campaign)``: ``table`` has the DESIGN.md columns with noisy
-        metrics plus ``true_*`` noise-free columns, ``calibration`` and
+        ``(table, campaign)``: ``table`` has the docs/contracts.md columns with
+        noisy metrics plus ``true_*`` noise-free columns, ``calibration`` and
         ``failure``; ``campaign`` is the campaign mapping (as ``tomllib``
         would parse it) with ``[measurement] table = "grid.csv"``; write both
         with :func:`write_synthetic`.

@@ -14,7 +14,7 @@ from typing import Any
 import arviz as az
 import numpy as np
 
-from fleetsieve_bayes.model.inference import load_idata
+from fleetsieve_bayes.model.storage import load_idata
 
 __all__ = ["summarize", "diagnose_file"]
 

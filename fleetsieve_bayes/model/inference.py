@@ -1,7 +1,11 @@
-"""Fitting :func:`fleetsieve_bayes.model.joint.fleet_model`: presets, NUTS/SVI, the Posterior.
+"""Fitting :func:`fleetsieve_bayes.model.joint.fleet_model` with NUTS or SVI: the sampler driver and the Posterior.
 
-Presets are TOML files under ``inference/`` (``default``, ``fast``, ``svi``),
-referenced by name or path (:func:`load_preset`).
+Presets (TOML under ``inference/``) are parsed in
+:mod:`fleetsieve_bayes.model.presets` and posteriors stored by
+:mod:`fleetsieve_bayes.model.storage` (both re-exported here). The compiled
+pieces of a run are NamedTuples (:class:`NutsKernel`, :class:`SviKernel`) and
+each NUTS transition is recorded as a :class:`NutsTrace` (as BlackJAX's
+``HMCInfo``). :func:`prior_predictive` simulates fleets from the prior.
 
 Compile once per campaign: the compiled sampler is cached per (grid shape,
 card, preset), and the model's arrays are *arguments* of the compiled program
@@ -27,7 +31,6 @@ posterior arrays keep their shapes across rounds.
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,22 +45,28 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
-from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.joint import (
     ModelData,
     fleet_model,
+    from_transformed,
     init_unconstrained,
     model_data,
     sample_obs,
 )
+from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
-from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.model.storage import load_idata, save_posterior
 from fleetsieve_bayes.table import METRICS
 
 __all__ = [
     "InferencePreset",
     "Posterior",
+    "NutsKernel",
+    "NutsTrace",
+    "SviKernel",
     "fit",
+    "bind_model",
+    "prior_predictive",
     "load_preset",
     "list_presets",
     "save_posterior",
@@ -85,31 +94,6 @@ _WARM_DIVERGENCE_LIMIT = 0.02
 _SITES = ("class_z", "global", "noise_raw")
 
 
-class InferencePreset(NamedTuple):
-    """A validated inference preset."""
-
-    name: str
-    method: str  # "nuts" | "svi"
-    chains: int = 2
-    chain_method: str = "vectorized"
-    warmup: int = 500
-    samples: int = 500
-    target_accept: float = 0.9
-    max_tree_depth: int = 8
-    dense_mass: bool = True
-    guide: str = "AutoMultivariateNormal"
-    optimizer: str = "adam"
-    learning_rate: float = 0.01
-    steps: int = 4000
-    warm_steps: int = 500
-    draws: int = 400
-
-    @property
-    def n_draws(self) -> int:
-        """Posterior draws per fit (fixed per preset)."""
-        return self.chains * self.samples if self.method == "nuts" else self.draws
-
-
 class Posterior(NamedTuple):
     """A fitted posterior over all candidate cells.
 
@@ -128,103 +112,10 @@ class Posterior(NamedTuple):
     state: Any = None
 
 
-# --- presets ---------------------------------------------------------------
-
-_NUTS_KEYS = {
-    "chains",
-    "chain_method",
-    "warmup",
-    "samples",
-    "target_accept",
-    "max_tree_depth",
-    "dense_mass",
-}
-_SVI_KEYS = {"guide", "optimizer", "learning_rate", "steps", "warm_steps", "draws"}
-_GUIDES = (
-    "AutoNormal",
-    "AutoMultivariateNormal",
-    "AutoDiagonalNormal",
-    "AutoLowRankMultivariateNormal",
-)
-
-
-def list_presets() -> list[str]:
-    """Names of the shipped presets."""
-    return sorted(p.stem for p in data_dir("inference").glob("*.toml"))
-
-
-def load_preset(name_or_path: str | Path) -> InferencePreset:
-    """Load an inference preset by name (``inference/<name>.toml``) or path.
-
-    Raises:
-        InputError: not found, bad TOML, unknown key (did-you-mean), bad value.
-    """
-    import difflib
-
-    s = str(name_or_path)
-    p = Path(s)
-    if not (p.suffix == ".toml" or "/" in s):
-        p = data_dir("inference") / f"{s}.toml"
-        if not p.is_file():
-            names = list_presets()
-            close = difflib.get_close_matches(s, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"inference preset {s!r} not found{hint}; shipped: {', '.join(names)}")
-    if not p.is_file():
-        raise InputError(f"{p}: inference preset not found")
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{p}: cannot read inference preset: {exc}") from None
-    method = raw.get("method")
-    if method not in ("nuts", "svi"):
-        raise InputError(f'{p}: \'method\' must be "nuts" or "svi", got {method!r}')
-    for key in raw:
-        if key not in ("method", "nuts", "svi"):
-            close = difflib.get_close_matches(key, ["method", "nuts", "svi"], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"{p}: unknown key {key!r}{hint}")
-    table = raw.get(method, {})
-    allowed = _NUTS_KEYS if method == "nuts" else _SVI_KEYS
-    values: dict[str, Any] = {}
-    defaults = InferencePreset(name="", method=method)
-    for key, value in table.items():
-        if key not in allowed:
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(
-                f"{p}: unknown key [{method}] {key!r}{hint}; allowed: {', '.join(sorted(allowed))}"
-            )
-        want = type(getattr(defaults, key))
-        if want is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"{p}: [{method}] {key!r} must be a positive integer, got {value!r}")
-        if want is float and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-        ):
-            raise InputError(f"{p}: [{method}] {key!r} must be a positive number, got {value!r}")
-        if want is bool and not isinstance(value, bool):
-            raise InputError(f"{p}: [{method}] {key!r} must be true or false, got {value!r}")
-        if want is str and not isinstance(value, str):
-            raise InputError(f"{p}: [{method}] {key!r} must be a string, got {value!r}")
-        values[key] = want(value)
-    preset = defaults._replace(name=p.stem, **values)
-    if preset.chain_method not in ("vectorized", "sequential", "parallel"):
-        raise InputError(f"{p}: [nuts] 'chain_method' must be vectorized, sequential or parallel")
-    if preset.target_accept >= 1.0:
-        raise InputError(f"{p}: [nuts] 'target_accept' must be < 1")
-    if preset.guide not in _GUIDES:
-        raise InputError(f"{p}: [svi] 'guide' must be one of {', '.join(_GUIDES)}")
-    if not hasattr(optax, preset.optimizer):
-        raise InputError(f"{p}: [svi] 'optimizer' {preset.optimizer!r} is not an optax optimizer")
-    if method == "svi" and preset.steps % preset.warm_steps:
-        raise InputError(f"{p}: [svi] 'steps' must be a multiple of 'warm_steps'")
-    return preset
-
-
 # --- fitting ---------------------------------------------------------------
 
 
-def _bind(card: PriorCard) -> Any:
+def bind_model(card: PriorCard) -> Any:
     """``fleet_model`` with the card closed over: ``model(data, obs)``."""
 
     def model(data: ModelData, obs: jnp.ndarray | None = None) -> None:
@@ -233,7 +124,61 @@ def _bind(card: PriorCard) -> Any:
     return model
 
 
+def prior_predictive(
+    grid: CellGrid, card: PriorCard | str | Path, n: int, *, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """``n`` draws of every site of the model under the prior, nothing measured.
+
+    Returns:
+        site name → ``(n, ...)`` arrays, e.g. ``latent (n, n_cells, 4)``,
+        ``knee (n, n_classes)`` and ``y (n, n_cells, 4)``: simulated
+        measurements in natural units (the model's observation site is on the
+        modelling scale; it is mapped back here).
+    """
+    card = card if isinstance(card, PriorCard) else load_card(card)
+    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
+    pred = Predictive(bind_model(card), num_samples=n)(jax.random.PRNGKey(seed), data, None)
+    out = {k: np.asarray(v) for k, v in pred.items()}
+    out["y"] = np.asarray(from_transformed(pred["y"]))
+    return out
+
+
+class NutsTrace(NamedTuple):
+    """Per-transition record of one NUTS chain (as BlackJAX's ``HMCInfo``); each ``(n_steps, ...)``."""
+
+    z: dict[str, Any]  # unconstrained position
+    diverging: Any  # bool
+    accept_prob: Any
+    num_steps: Any  # leapfrog steps
+    step_size: Any
+    potential_energy: Any
+
+
+class NutsKernel(NamedTuple):
+    """Compiled pieces of one (shape, card, preset) NUTS run (see :func:`_nuts_kernel`)."""
+
+    model: Any  # the bound model
+    init: Any  # (z | None, rng, data) -> HMCState
+    chunk: Any  # (state, data) -> (state, NutsTrace of chunk_len transitions)
+    chunk_len: int
+    energy: Any  # (z, data) -> (potential energy, gradient)
+    post: Any  # (zs, data) -> constrained sites incl. deterministic ones
+    key: tuple  # cache key; a warm start must match it
+
+
+class SviKernel(NamedTuple):
+    """Compiled pieces of one (shape, card, preset) SVI run (see :func:`_svi_kernel`)."""
+
+    svi: Any  # numpyro.infer.SVI
+    init: Any  # (rng, data, params | None) -> SVIState
+    chunk: Any  # (state, data) -> (state, losses (warm_steps,))
+    draw: Any  # (rng, params, data) -> sites (draws, ...)
+    key: tuple
+
+
 _CACHE: dict[tuple, Any] = {}
+# NUTS kernels whose init has been traced in this process (see _fit_nuts).
+_KERNEL_READY: set[tuple] = set()
 
 
 def _resolve(
@@ -254,7 +199,6 @@ def fit(
     seed: int,
     warm_start: Posterior | None = None,
     failed: np.ndarray | None = None,
-    n_classes_max: int | None = None,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -266,11 +210,12 @@ def fit(
         preset: inference preset (object, name or path).
         seed: PRNG seed.
         warm_start: the previous round's Posterior (same grid) to start from.
-        failed: optional bool ``(n_cells,)`` failure labels (see :mod:`model`).
-        n_classes_max: pad classes (fixed shapes across campaigns).
+        failed: optional bool ``(n_cells,)`` failure labels (see
+            :func:`fleetsieve_bayes.model.joint.model_data`; the synthetic
+            suite passes them).
     """
     card, preset = _resolve(card, preset)
-    data = model_data(grid, observed, measured_mask, n_classes_max, failed=failed)
+    data = model_data(grid, observed, measured_mask, failed=failed)
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
     return _fit_nuts(data, card, preset, seed, warm_start)
@@ -280,7 +225,7 @@ def _shape_key(data: ModelData) -> tuple[int, int]:
     return (int(data.u.shape[0]), int(data.cap_ref.shape[0]))
 
 
-def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> dict[str, Any]:
+def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:
     """Compiled pieces of one (shape, card, preset): a single-chain NUTS chunk
     runner (``lax.scan`` of ``chunk`` transitions, data as an argument), the
     energy/gradient for re-targeting a saved state, and the constrained-space
@@ -292,7 +237,7 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
     primitive separately — tens of seconds on a cold CPU)."""
     key = ("nuts", _shape_key(data), card, preset)
     if key not in _CACHE:
-        model = _bind(card)
+        model = bind_model(card)
 
         def pe_gen(d: ModelData, obs: jnp.ndarray) -> Any:
             return lambda z: potential_energy(model, (d, obs), {}, z)
@@ -301,16 +246,11 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
         chunk_len = math.gcd(preset.warmup, preset.samples)
 
         @jax.jit
-        def chunk(state: Any, d: ModelData) -> tuple[Any, tuple]:
-            def body(s: Any, _: None) -> tuple[Any, tuple]:
+        def chunk(state: Any, d: ModelData) -> tuple[Any, NutsTrace]:
+            def body(s: Any, _: None) -> tuple[Any, NutsTrace]:
                 s = sample_kernel(s, model_args=(d, d.observed))
-                return s, (
-                    s.z,
-                    s.diverging,
-                    s.accept_prob,
-                    s.num_steps,
-                    s.adapt_state.step_size,
-                    s.potential_energy,
+                return s, NutsTrace(
+                    s.z, s.diverging, s.accept_prob, s.num_steps, s.adapt_state.step_size, s.potential_energy
                 )
 
             return jax.lax.scan(body, state, None, length=chunk_len)
@@ -345,25 +285,17 @@ def _nuts_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> 
 
             return jax.vmap(one)(zs)
 
-        _CACHE[key] = {
-            "model": model,
-            "init": init,
-            "chunk": chunk,
-            "chunk_len": chunk_len,
-            "energy": energy,
-            "post": post,
-            "key": key,
-        }
+        _CACHE[key] = NutsKernel(model, init, chunk, chunk_len, energy, post, key)
     return _CACHE[key]
 
 
 def _nuts_chain(
-    objs: dict[str, Any], state: Any, data: ModelData, n_iter: int, keep: int
-) -> tuple[Any, list]:
+    objs: NutsKernel, state: Any, data: ModelData, n_iter: int, keep: int
+) -> tuple[Any, NutsTrace]:
     """Advance one chain ``n_iter`` transitions (a multiple of the chunk); keep the last ``keep``."""
     outs = []
-    for _ in range(n_iter // objs["chunk_len"]):
-        state, out = objs["chunk"](state, data)
+    for _ in range(n_iter // objs.chunk_len):
+        state, out = objs.chunk(state, data)
         outs.append(out)
     kept = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[-keep:], *outs)
     return state, kept
@@ -372,19 +304,25 @@ def _nuts_chain(
 def _fit_nuts(
     data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None
 ) -> Posterior:
-    objs = _nuts_objects(data, card, preset)
+    objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)
     states: list[Any] | None = None
-    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs["key"]:
+    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs.key:
+        # numpyro's sample_kernel reads settings (tree depth, adaptation) that
+        # only its init_kernel sets; a state loaded from disk arrives in a
+        # process where init never ran, so trace it once (no compile, no run).
+        if objs.key not in _KERNEL_READY:
+            jax.eval_shape(objs.init, warm.state["states"][0].z, keys[0], data)
+            _KERNEL_READY.add(objs.key)
         states = []
         for c, last in enumerate(warm.state["states"]):
-            pe, grad = objs["energy"](last.z, data)
+            pe, grad = objs.energy(last.z, data)
             states.append(last._replace(potential_energy=pe, z_grad=grad, rng_key=keys[c]))
     results = None
     if states is not None:
         results = [_nuts_chain(objs, s, data, preset.samples, preset.samples) for s in states]
-        div = np.mean([r[1][1].mean() for r in results])
+        div = np.mean([r[1].diverging.mean() for r in results])
         if div > _WARM_DIVERGENCE_LIMIT:
             results = None
     if results is None:
@@ -392,36 +330,33 @@ def _fit_nuts(
         if states is not None:
             inits = [s.z for s in states]
         elif warm is not None and warm.params:
-            z0 = _init_from_median(objs["model"], args, warm.params)
+            z0 = _init_from_median(objs.model, args, warm.params)
             inits = [z0] * preset.chains
         results = []
         for c in range(preset.chains):
-            state = objs["init"](inits[c] if inits else None, keys[c], data)
+            state = objs.init(inits[c] if inits else None, keys[c], data)
             results.append(
                 _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
             )
-    zs = jax.tree.map(
-        lambda *xs: np.stack(xs), *[r[1][0] for r in results]
-    )  # (chains, samples, ...)
-    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), zs)
-    constrained = objs["post"](flat, data)
+    # Every field stacked over chains: (chains, samples, ...).
+    trace: NutsTrace = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r[1] for r in results])
+    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z)
+    constrained = objs.post(flat, data)
     samples = {
         k: np.asarray(v).reshape(preset.chains, preset.samples, *v.shape[1:])
         for k, v in constrained.items()
     }
-    stack = lambda i: np.stack([np.asarray(r[1][i]) for r in results])  # noqa: E731
-    num_steps = stack(3)
     stats = {
-        "diverging": stack(1).astype(bool),
-        "acceptance_rate": stack(2),
-        "n_steps": num_steps,
-        "tree_depth": np.floor(np.log2(np.maximum(num_steps, 1))).astype(np.int64) + 1,
-        "step_size": stack(4),
-        "lp": -stack(5),
+        "diverging": trace.diverging.astype(bool),
+        "acceptance_rate": trace.accept_prob,
+        "n_steps": trace.num_steps,
+        "tree_depth": np.floor(np.log2(np.maximum(trace.num_steps, 1))).astype(np.int64) + 1,
+        "step_size": trace.step_size,
+        "lp": -trace.potential_energy,
     }
     last_states = [jax.device_get(r[0]) for r in results]
     return _assemble(
-        samples, stats, data, seed, method="nuts", state={"key": objs["key"], "states": last_states}
+        samples, stats, data, seed, method="nuts", state={"key": objs.key, "states": last_states}
     )
 
 
@@ -433,10 +368,10 @@ def _init_from_median(
     return unconstrain_fn(model, args, {}, med)
 
 
-def _svi_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> dict[str, Any]:
+def _svi_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> SviKernel:
     key = ("svi", _shape_key(data), card, preset)
     if key not in _CACHE:
-        model = _bind(card)
+        model = bind_model(card)
         guide_cls = getattr(autoguide, preset.guide)
         guide = guide_cls(model, init_loc_fn=numpyro.infer.init_to_median(num_samples=15))
         optim = getattr(optax, preset.optimizer)(preset.learning_rate)
@@ -467,26 +402,26 @@ def _svi_objects(data: ModelData, card: PriorCard, preset: InferencePreset) -> d
             )
             return pred(rng, d, None)
 
-        _CACHE[key] = {"svi": svi, "chunk": chunk, "init": init, "draw": draw, "key": key}
+        _CACHE[key] = SviKernel(svi, init, chunk, draw, key)
     return _CACHE[key]
 
 
 def _fit_svi(
     data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None
 ) -> Posterior:
-    objs = _svi_objects(data, card, preset)
+    objs = _svi_kernel(data, card, preset)
     rng_init, rng_draw = jax.random.split(jax.random.PRNGKey(seed))
     prev = None
-    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs["key"]:
+    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs.key:
         prev = warm.state["params"]
-    svi_state = objs["init"](rng_init, data, prev)
+    svi_state = objs.init(rng_init, data, prev)
     n_chunks = 1 if prev is not None else preset.steps // preset.warm_steps
     losses = []
     for _ in range(n_chunks):
-        svi_state, loss = objs["chunk"](svi_state, data)
+        svi_state, loss = objs.chunk(svi_state, data)
         losses.append(loss)
-    params = objs["svi"].get_params(svi_state)
-    draws = objs["draw"](rng_draw, params, data)
+    params = objs.svi.get_params(svi_state)
+    draws = objs.draw(rng_draw, params, data)
     # Guide draws are i.i.d.; split them into 2 pseudo-chains so r_hat/ESS are defined.
     n = preset.draws
     half = n // 2
@@ -503,7 +438,7 @@ def _fit_svi(
         data,
         seed,
         method="svi",
-        state={"key": objs["key"], "params": jax.device_get(params)},
+        state={"key": objs.key, "params": jax.device_get(params)},
     )
     post.idata.sample_stats.attrs["final_elbo_loss"] = float(np.mean(loss_trace[-50:]))
     return post
@@ -557,35 +492,3 @@ def _assemble(
         idata=idata,
         state=state,
     )
-
-
-# --- storage ---------------------------------------------------------------
-
-
-def save_posterior(posterior: Posterior, path: str | Path) -> None:
-    """Write the posterior's InferenceData as netCDF (``posterior.nc``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    posterior.idata.to_netcdf(str(tmp))
-    tmp.replace(path)  # atomic: a crash never leaves a half-written posterior
-
-
-def load_idata(path: str | Path) -> Any:
-    """Read an InferenceData netCDF written by :func:`save_posterior`.
-
-    Raises:
-        InputError: missing or unreadable file, or no ``posterior`` group.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: posterior file not found")
-    try:
-        idata = az.from_netcdf(str(path))
-    except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
-        raise InputError(
-            f"{path}: cannot read posterior (netCDF): {type(exc).__name__}: {exc}".splitlines()[0]
-        ) from None
-    if "posterior" not in idata.groups():
-        raise InputError(f"{path}: no 'posterior' group in the file")
-    return idata

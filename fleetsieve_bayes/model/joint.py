@@ -68,6 +68,8 @@ import numpyro.distributions as dist
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.scales import SUCCESS_EPS, metric_transform
+from fleetsieve_bayes.model.scales import TINY as _TINY
 
 __all__ = [
     "ModelData",
@@ -91,9 +93,6 @@ __all__ = [
 # Student-t degrees of freedom of the observation noise (heavy tails: one odd
 # measurement, e.g. the 94.3 % success repeat in the paper, must not drag a curve).
 NOISE_DF = 5.0  # an integer: sample_obs draws it from normals
-# Success is modelled on the logit scale clipped to [eps, 1 - eps]; 0.999 and
-# 1.0 are indistinguishable at this resolution (SLOs are ≤ 0.999 in practice).
-SUCCESS_EPS = 1e-3
 # Lower bounds of the per-metric noise scales (transformed scale). The curves
 # are approximations: a measurement that matches them to 0.1 % (throughput
 # below saturation) must not make the posterior arbitrarily stiff, which would
@@ -125,9 +124,6 @@ _CAP_SHARPNESS = 25.0
 OVERLOAD_LOG_MEDIAN = math.log(30.0)
 OVERLOAD_LOG_SD = 1.5
 _OVER_SHARPNESS = 40.0
-# Floors/ceilings that keep log transforms finite for degenerate values.
-_TINY = 1e-9
-_HUGE = 1e9
 
 
 class ModelData(NamedTuple):
@@ -231,10 +227,9 @@ def model_data(
 
 def to_transformed(y: jnp.ndarray) -> jnp.ndarray:
     """Natural units → modelling scale. ``y (..., 4)`` → ``(..., 4)``:
-    log throughput, log ttft, log completion, logit(clipped success)."""
-    pos = jnp.log(jnp.clip(y[..., :3], _TINY, _HUGE))
-    s = jnp.clip(y[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    return jnp.concatenate([pos, (jnp.log(s) - jnp.log1p(-s))[..., None]], axis=-1)
+    log throughput, log ttft, log completion, logit(clipped success)
+    (:func:`fleetsieve_bayes.model.scales.metric_transform` in JAX)."""
+    return metric_transform(y, jnp)
 
 
 def from_transformed(z: jnp.ndarray) -> jnp.ndarray:

@@ -34,6 +34,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
+from fleetsieve_bayes.allocation.problem import meets_slo  # noqa: E402
+from fleetsieve_bayes.decision.intervals import bound_tables  # noqa: E402
 from fleetsieve_bayes.table import BOUNDS_COLUMNS  # noqa: E402
 
 __all__ = [
@@ -110,13 +112,8 @@ def slo_feasible(
     smin = np.array([float((slos.get(x) or {}).get("success_min") or 0.0) for x in w])
     tmax = np.array([_limit(slos.get(x), "ttft_p99_s") for x in w])
     cmax = np.array([_limit(slos.get(x), "completion_p99_s") for x in w])
-    tol = 1e-9
-    return (
-        (succ.to_numpy(float) >= smin - tol)
-        & (ttft.to_numpy(float) <= tmax + tol)
-        & (comp.to_numpy(float) <= cmax + tol)
-        & (thr.to_numpy(float) > 0)
-    )
+    values = np.stack([x.to_numpy(float) for x in (thr, ttft, comp, succ)], axis=-1)
+    return meets_slo(values, smin, tmax, cmax)
 
 
 def capacity_curves(bounds: pd.DataFrame, slos: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
@@ -129,8 +126,10 @@ def capacity_curves(bounds: pd.DataFrame, slos: Mapping[str, Mapping[str, Any]])
         ignored: what a capacity-only rule would read).
     """
     b = bounds.copy()
-    b["cons_ok"] = slo_feasible(b["workload"], b["throughput_lo"], b["ttft_p99_hi"], b["completion_p99_hi"], b["success_lo"], slos)
-    b["opt_ok"] = slo_feasible(b["workload"], b["throughput_hi"], b["ttft_p99_lo"], b["completion_p99_lo"], b["success_hi"], slos)
+    cols = ("throughput", "ttft_p99", "completion_p99", "success")
+    cons, opt = bound_tables(*(b[[f"{c}_{end}" for c in cols]].to_numpy(float) for end in ("lo", "hi")))
+    for name, table in (("cons_ok", cons), ("opt_ok", opt)):
+        b[name] = slo_feasible(b["workload"], *(pd.Series(table[:, k]) for k in range(4)), slos)
     b["lo_pg"] = b["throughput_lo"] / b["tp"]
     b["hi_pg"] = b["throughput_hi"] / b["tp"]
     rows = []

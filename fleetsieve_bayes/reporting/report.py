@@ -453,7 +453,7 @@ def build_report(
     """Render the report for ``view``.
 
     Args:
-        measurements: the measurement table (DESIGN.md columns).
+        measurements: the measurement table (docs/contracts.md columns).
         bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
         idata: the posterior InferenceData, or ``None``.
     """
