@@ -8,7 +8,7 @@ A certified state is only issued from a posterior that passes
 on every cell's latent metrics, and no divergent transition.
 
 :func:`fit_certifying` runs the ``certify`` preset (``inference/certify.toml``:
-four chains of 500 warm-up and 500 draws, target acceptance 0.95) with the
+four chains of 400 warm-up and 400 draws, target acceptance 0.95) with the
 same compiled NUTS runner as every round's fit
 (:func:`fleetsieve_bayes.model.inference.fit`; chains start from independent
 random points near the prior's centre), and checks the result. If it does not
@@ -116,7 +116,7 @@ def fit_certifying(
     *,
     seed: int,
     criteria: Convergence = CONVERGENCE,
-    max_rounds: int = 6,
+    max_rounds: int = 3,
     time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
 ) -> CertifyingFit:
