@@ -34,7 +34,7 @@ import math
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -150,8 +150,11 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
     else:
         # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            for r in pool.map(_safe_run, tasks, chunksize=max(1, len(tasks) // (4 * jobs))):
-                note(r)
+            # One task at a time per worker, recorded as it finishes (an interrupted
+            # benchmark keeps every finished run in --partial).
+            futures = [pool.submit(_safe_run, t) for t in tasks]
+            for f in as_completed(futures):
+                note(f.result())
     return results
 
 
