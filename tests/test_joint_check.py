@@ -192,3 +192,25 @@ def test_certifying_fit_converges_on_the_shipped_grid() -> None:
     assert cf.converged, cf.diagnostics
     s = summarize(cf.posterior.idata)  # what `diagnose` reports
     assert s["r_hat_max"] <= 1.01 and s["ess_bulk_min"] >= 400 and s["divergences"] == 0
+
+
+def test_stopping_risk_is_read_and_checked(tmp_path) -> None:
+    from pathlib import Path
+
+    from fleetsieve_bayes.campaign.config import parse_campaign
+    from fleetsieve_bayes.errors import InputError
+
+    raw = {
+        "name": "x",
+        "fleet": {"gpus": 4},
+        "model": {"family": "generic"},
+        "measurement": {"backend": "none"},
+        "stopping": {"risk": 0.1},
+        "workloads": [{"name": "chat", "demand_rps": 1.0, "slo": {"success_min": 0.99}}],
+    }
+    assert parse_campaign(raw, Path(tmp_path / "c.toml")).risk == 0.1
+    del raw["stopping"]["risk"]
+    assert parse_campaign(raw, Path(tmp_path / "c.toml")).risk == 0.05
+    raw["stopping"]["risk"] = 1.5
+    with pytest.raises(InputError, match=r"\[stopping\] risk"):
+        parse_campaign(raw, Path(tmp_path / "c.toml"))
