@@ -4,13 +4,20 @@ One row per measured cell with the columns of :data:`COLUMNS` (plus the
 optional :data:`OPTIONAL_COLUMNS`). GPU-seconds of a cell are
 ``duration_s * tp``. Reading validates every row and names the first bad one;
 tail latencies may be ``inf`` for a cell where no request completed (a failed
-cell is an observation, not a missing value), nothing may be NaN.
+cell is an observation, not a missing value). ``completion_p99_s`` may be
+empty (NaN after reading) when the row's source had no completion timing at
+all (e.g. an ingested result without end-to-end latencies): unobserved, never
+zero. Nothing else may be NaN. The optional ``startup_s`` is the server
+start-up time a measured cell paid (0 when it reused a running server); it is
+not part of ``duration_s`` except for a start-up failure.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +33,7 @@ __all__ = [
     "write_table",
     "validate_table",
     "gpu_seconds",
+    "startup_gpu_seconds",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -41,7 +49,7 @@ COLUMNS: tuple[str, ...] = (
 )
 # `failure` is empty for a normal cell, or a failure class from a backend
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s")
 # bounds.csv in a campaign directory: the final round's credible interval of
 # every cell (measured cells collapse to their measured values).
 BOUNDS_COLUMNS: tuple[str, ...] = (
@@ -63,6 +71,9 @@ METRICS: tuple[str, ...] = ("throughput_rps", "ttft_p99_s", "completion_p99_s", 
 
 _FLOAT_COLUMNS = ("offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s")
 _INF_OK = {"ttft_p99_s", "completion_p99_s"}
+# Unobserved (empty / NaN) is allowed here only: a source without completion timing.
+_NAN_OK = {"completion_p99_s"}
+_EMPTY = {"", "nan", "none", "null"}
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n", ""}
 
@@ -139,11 +150,17 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
     for col in _FLOAT_COLUMNS:
         vals = []
         for i, v in enumerate(df[col]):
+            if col in _NAN_OK and (v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY)):
+                vals.append(math.nan)
+                continue
             try:
                 f = float(str(v).strip()) if not isinstance(v, (int, float)) else float(v)
             except ValueError:
                 raise InputError(f"{where(i, col)}: not a number: {v!r}") from None
             if math.isnan(f):
+                if col in _NAN_OK:
+                    vals.append(math.nan)
+                    continue
                 raise InputError(f"{where(i, col)}: value is NaN")
             if math.isinf(f) and not (col in _INF_OK and f > 0):
                 raise InputError(f"{where(i, col)}: value is infinite")
@@ -190,6 +207,20 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
             except ValueError:
                 raise InputError(f"{where(i, 'seed')}: expected an integer, got {v!r}") from None
         out["seed"] = pd.array(seeds, dtype="Int64")
+    if "startup_s" in df.columns:
+        ups = []
+        for i, v in enumerate(df["startup_s"]):
+            if v is None or (isinstance(v, str) and v.strip().lower() in _EMPTY):
+                ups.append(math.nan)  # not recorded (e.g. a replayed or ingested row)
+                continue
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"{where(i, 'startup_s')}: not a number: {v!r}") from None
+            if not math.isnan(f) and (not math.isfinite(f) or f < 0):
+                raise InputError(f"{where(i, 'startup_s')}: start-up seconds must be finite and >= 0, got {v!r}")
+            ups.append(f)
+        out["startup_s"] = np.asarray(ups, dtype=np.float64)
     if "failure" in df.columns:
         out["failure"] = ["" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]]
 
@@ -220,3 +251,21 @@ def write_table(df: pd.DataFrame, path: str | Path) -> None:
 def gpu_seconds(df: pd.DataFrame) -> float:
     """Profiling cost of the rows: Σ duration_s × tp."""
     return float((df["duration_s"] * df["tp"]).sum())
+
+
+def startup_gpu_seconds(rows: Iterable[Mapping[str, Any]]) -> float:
+    """Server start-up cost of measured rows: Σ ``startup_s × tp`` over cells whose server became ready.
+
+    A failed start-up (``failure`` ``startup-*``) is left out: its wait is its
+    ``duration_s``, already in :func:`gpu_seconds`. Rows without ``startup_s``
+    (replayed, ingested) count 0.
+    """
+    total = 0.0
+    for row in rows:
+        up = row.get("startup_s")
+        if up is None or str(row.get("failure") or "").startswith("startup-"):
+            continue
+        up = float(up)
+        if math.isfinite(up):
+            total += up * int(row["tp"])
+    return total

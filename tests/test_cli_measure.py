@@ -55,3 +55,68 @@ def test_bad_trace_is_one_line_error(tmp_path, capsys) -> None:
                "--scale", "1", "--duration", "1", "--warmup", "0"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "line 3" in err and "TIMESTAMP" in err
+
+
+def test_prompts_stay_inside_the_served_vocabulary(trace, tmp_path, capsys) -> None:
+    # The fake server rejects token ids >= 500 like vLLM ("Token id … is out of vocabulary").
+    records = tmp_path / "rec.parquet"
+    with running_fake_server("--vocab-size", "500", model="m") as url:
+        ok = main(["measure", "--endpoint", url, "--model", "m", "--trace", str(trace), "--scale", "2",
+                   "--duration", "1", "--warmup", "0.2", "--vocab-size", "500", "--json"])
+        row_ok = json.loads(capsys.readouterr().out)
+        # Without the vocabulary the legacy range [1000, 30000) is used: every request fails,
+        # and the row says so (it used to read success 0 with an empty failure label).
+        bad = main(["measure", "--endpoint", url, "--model", "m", "--trace", str(trace), "--scale", "2",
+                    "--duration", "1", "--warmup", "0.2", "--records", str(records), "--json"])
+        cap = capsys.readouterr()
+    assert ok == 0 and row_ok["failure"] == "" and row_ok["success_rate"] == 1.0
+    row_bad = json.loads(cap.out)
+    assert bad == 0 and row_bad["failure"] == "request-errors" and row_bad["success_rate"] == 0.0
+    assert "out of vocabulary" in cap.err and "\n" not in cap.err.strip()
+    rec = pd.read_parquet(records)
+    assert (rec["error"] == "http-400").all() and rec["detail"].str.contains("out of vocabulary").all()
+
+
+def test_prompt_plus_output_fit_the_served_context(tmp_path, capsys) -> None:
+    path = tmp_path / "long.csv"
+    n = 20
+    write_azure_trace(path, np.arange(n) * 0.1, np.full(n, 4000), np.full(n, 20))  # prompts far too long
+    with running_fake_server("--max-model-len", "64", model="m") as url:  # reports max_model_len in /v1/models
+        rc = main(["measure", "--endpoint", url, "--model", "m", "--trace", str(path), "--scale", "1",
+                   "--duration", "1", "--warmup", "0.2", "--json"])
+        row = json.loads(capsys.readouterr().out)
+        assert rc == 0 and row["failure"] == "" and row["success_rate"] == 1.0
+        write_azure_trace(path, np.arange(n) * 0.1, np.full(n, 10), np.full(n, 64))  # the output alone fills it
+        too_long = main(["measure", "--endpoint", url, "--model", "m", "--trace", str(path), "--scale", "1",
+                         "--duration", "1", "--warmup", "0.2"])
+        err = capsys.readouterr().err.strip()
+    assert too_long == 2 and "\n" not in err
+    assert str(path) in err and "64 output tokens" in err and "context is 64 tokens" in err
+
+
+def test_fit_to_context_keeps_outputs_and_shortens_prompts() -> None:
+    from fleetsieve_bayes.backends.cell import fit_to_context
+    from fleetsieve_bayes.backends.traces import Schedule
+
+    plan = Schedule(np.arange(3.0), np.array([10, 300, 5000]), np.array([20, 50, 100]), np.arange(3))
+    fitted = fit_to_context(plan, 256, "t.csv")
+    assert fitted.input_tokens.tolist() == [10, 206, 156] and fitted.output_tokens.tolist() == [20, 50, 100]
+    assert ((fitted.input_tokens + fitted.output_tokens) <= 256).all()
+    assert fit_to_context(plan, None, "t.csv") is plan
+
+
+def test_token_range_follows_the_vocabulary() -> None:
+    from fleetsieve_bayes.backends.loadgen import (
+        TOKEN_ID_HIGH,
+        TOKEN_ID_LOW,
+        prompt_tokens,
+        token_range,
+    )
+
+    assert token_range(None) == (TOKEN_ID_LOW, TOKEN_ID_HIGH)
+    assert token_range(32000) == (1000, 30000)
+    lo, hi = token_range(512)
+    assert (lo, hi) == (128, 512)
+    ids = prompt_tokens(0, 3, 2000, token_ids=(lo, hi), salt=7)
+    assert min(ids) >= 128 and max(ids) < 512
+    assert ids != prompt_tokens(0, 3, 2000, token_ids=(lo, hi), salt=8)  # cells sharing a server differ

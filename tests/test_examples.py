@@ -37,7 +37,7 @@ def test_8b_table_script_reproduces_the_shipped_file(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(EXAMPLES / "h100_8b_bf16" / "grid_synthetic.csv"))
 
 
-@pytest.mark.parametrize("name", ["h100_31b_fp8", "h100_8b_bf16", "vllm"])
+@pytest.mark.parametrize("name", ["h100_31b_fp8", "h100_8b_bf16", "vllm", "vllm_cpu"])
 def test_example_campaigns_load(name: str) -> None:
     campaign = load_campaign(EXAMPLES / name / "campaign.toml")
     assert campaign.workloads

@@ -89,3 +89,43 @@ def test_round_trip(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple],
     write_table(df, path)
     back = read_table(path)
     pd.testing.assert_frame_equal(back[list(COLUMNS)], df.astype({"tp": np.int64}), check_dtype=False)
+
+
+def test_empty_completion_is_unobserved_and_startup_s_is_optional(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"{HEADER},startup_s\n{ROW},61.5\n" + "code,4,C96,6.6,6.596,0.93,,0.992,300,\n")
+    df = read_table(path)
+    assert np.isnan(df["completion_p99_s"][1]) and df["completion_p99_s"][0] == 15.98
+    assert df["startup_s"][0] == 61.5 and np.isnan(df["startup_s"][1])
+    pq = tmp_path / "t.parquet"
+    write_table(df, pq)
+    back = read_table(pq)
+    assert np.isnan(back["completion_p99_s"][1]) and back["startup_s"][0] == 61.5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"{HEADER}\n" + ROW.replace("6.596", ""), "column 'throughput_rps': not a number"),
+        (f"{HEADER},startup_s\n{ROW},-1", "column 'startup_s': start-up seconds must be finite and >= 0"),
+    ],
+)
+def test_only_completion_may_be_empty(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text + "\n")
+    with pytest.raises(InputError, match=message):
+        read_table(path)
+
+
+def test_startup_gpu_seconds_leaves_out_failed_startups_and_missing_values() -> None:
+    from fleetsieve_bayes.table import startup_gpu_seconds
+
+    rows = [
+        {"tp": 2, "startup_s": 60.0, "failure": ""},  # started a server: 120
+        {"tp": 2, "startup_s": 0.0, "failure": ""},  # reused it
+        {"tp": 4, "startup_s": 30.0, "failure": "startup-oom"},  # its wait is its duration_s
+        {"tp": 8, "failure": ""},  # replayed: no start-up recorded
+        {"tp": 1, "startup_s": float("nan"), "failure": ""},
+        {"tp": 1, "startup_s": 5.0, "failure": "died-mid-run"},  # started, then died: 5
+    ]
+    assert startup_gpu_seconds(rows) == 125.0

@@ -191,3 +191,41 @@ def test_no_server_left_behind() -> None:
             if int(rest[1]) == os.getpid() and rest[0] != "Z" and group_members(int(pid)):
                 leftovers.append(int(pid))
     assert leftovers == []
+
+
+def test_consecutive_cells_with_the_same_tp_reuse_the_server(tmp_path) -> None:
+    out = tmp_path / "out"
+    backend = make_backend(_campaign(tmp_path), out)
+    idx = backend.grid.index()
+    try:
+        first = backend.measure(idx[("chat", 1, "low")])
+        second = backend.measure(idx[("chat", 1, "high")])  # same TP: the running server is reused
+        third = backend.measure(idx[("chat", 2, "low")])  # another TP: restart
+    finally:
+        backend.close()
+    assert first["startup_s"] > 0 and second["startup_s"] == 0.0 and third["startup_s"] > 0
+    assert all(r["failure"] == "" and r["success_rate"] == 1.0 for r in (first, second, third))
+    assert len(list((out / "logs").glob("*.log"))) == 2  # two servers for three cells
+    # startup_s is a table column; duration_s stays the measurement itself.
+    df = validate_table(pd.DataFrame([{k: r[k] for k in (*COLUMNS, "seed", "failure", "startup_s")}
+                                      for r in (first, second, third)]))
+    assert list(df["startup_s"]) == [first["startup_s"], 0.0, third["startup_s"]]
+    assert all(r["duration_s"] == pytest.approx(WARMUP + WINDOW) for r in (first, second, third))
+
+
+def test_reuse_can_be_switched_off(tmp_path) -> None:
+    out = tmp_path / "out"
+    backend = make_backend(_campaign(tmp_path, extra="reuse_server = false"), out)
+    idx = backend.grid.index()
+    try:
+        rows = [backend.measure(idx[("chat", 1, "low")]), backend.measure(idx[("chat", 1, "high")])]
+    finally:
+        backend.close()
+    assert all(r["startup_s"] > 0 for r in rows) and len(list((out / "logs").glob("*.log"))) == 2
+
+
+def test_startup_failure_duration_is_its_startup(tmp_path) -> None:
+    backend = make_backend(_campaign(tmp_path, flags=("--die-at-start",)), tmp_path / "out")
+    row = backend.measure(0)
+    backend.close()
+    assert row["failure"] == "startup-exit" and row["duration_s"] == pytest.approx(row["startup_s"])

@@ -65,6 +65,50 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
     assert len(measured) == len(result["measured"])
     # GPU-seconds = Σ duration × TP over the measured cells (2 s per cell).
     assert result["gpu_seconds"] == pytest.approx(float((measured["duration_s"] * measured["tp"]).sum()))
+    # Start-up is reported beside, not inside, the measurement GPU-seconds.
+    assert result["startup_gpu_seconds"] == pytest.approx(float((measured["startup_s"] * measured["tp"]).sum()))
+    assert result["startup_gpu_seconds"] > 0
     # The committed cell was measured, and every measured cell kept its raw records.
     assert any((m["tp"], m["load"]) == (alloc["tp"], alloc["load"]) for m in result["measured"])
     assert len(list((out / "raw").glob("*.parquet"))) == len(measured)
+
+
+def test_certified_with_no_replicas_says_which_slo_is_missed(tmp_path, capsys) -> None:
+    # No cell can meet a 1 ms TTFT p99: the certificate is "feasible, no replicas". The
+    # summary and `status` must say why, at the class's best measured cell.
+    n = 40
+    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))
+    cmd = json.dumps(fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1"))
+    (tmp_path / "campaign.toml").write_text(f"""
+name = "fake-miss"
+[fleet]
+gpus = 4
+[model]
+family = "generic"
+[measurement]
+backend = "vllm"
+model = "fake-model"
+command = {cmd}
+tp = [1, 2]
+gpus = [0, 1]
+loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
+traces = {{ chat = "chat.csv" }}
+warmup_s = 0.5
+duration_s = 1.5
+readiness_timeout_s = 30
+request_timeout_s = 5
+stop_timeout_s = 5
+[[workloads]]
+name = "chat"
+demand_rps = 8.0
+slo = {{ success_min = 0.99, ttft_p99_s = 0.001 }}
+""")
+    out = tmp_path / "run"
+    assert main(["run", str(tmp_path / "campaign.toml"), "--out", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "certified-feasible" in summary and "start-up GPU-seconds" in summary
+    line = next(x for x in summary.splitlines() if x.strip().startswith("chat:"))
+    assert "no replicas — best measured cell TP" in line and "misses TTFT p99" in line and "> 0.001 s" in line
+    assert main(["status", str(out), "--json"]) == 0
+    unserved = json.loads(capsys.readouterr().out)["unserved"]
+    assert unserved["chat"]["misses"][0]["slo"] == "ttft_p99_s" and unserved["chat"]["misses"][0]["limit"] == 0.001

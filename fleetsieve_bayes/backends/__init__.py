@@ -1,7 +1,10 @@
 """Measurement backends: where a chosen cell's table row comes from.
 
 A backend is a :class:`Backend` — a NamedTuple of functions, not a class
-hierarchy. ``make_backend`` picks one by the campaign's
+hierarchy. :data:`BACKENDS` is the registry: each name maps to a
+:class:`BackendSpec` whose ``validate`` checks that backend's own
+``[measurement]`` keys when the campaign file is loaded, and whose ``make``
+builds it. ``make_backend`` picks one by the campaign's
 ``[measurement] backend`` name.
 """
 
@@ -44,15 +47,63 @@ class Backend(NamedTuple):
     preflight: Callable[[int], dict[str, Any] | None]
 
 
+class BackendSpec(NamedTuple):
+    """One registered backend.
+
+    Attributes:
+        validate: ``validate(campaign)`` raises
+            :class:`~fleetsieve_bayes.errors.InputError` (one line naming the
+            file and key) for a bad ``[measurement]`` key of this backend.
+        make: ``make(campaign, out_dir) -> Backend``.
+    """
+
+    validate: Callable[[Campaign], None]
+    make: Callable[[Campaign, Path], Backend]
+
+
+def _replay_spec() -> BackendSpec:
+    from fleetsieve_bayes.backends.replay import make_replay_backend, validate_replay_options
+
+    return BackendSpec(validate=validate_replay_options, make=lambda c, _out: make_replay_backend(c))
+
+
+def _vllm_spec() -> BackendSpec:
+    from fleetsieve_bayes.backends.vllm import make_vllm_backend, parse_vllm_options
+
+    def validate(campaign: Campaign) -> None:
+        parse_vllm_options(campaign)
+
+    return BackendSpec(validate=validate, make=make_vllm_backend)
+
+
+# name → loader of its spec (imported lazily: the vLLM backend pulls in aiohttp).
+BACKENDS: dict[str, Callable[[], BackendSpec]] = {"replay": _replay_spec, "vllm": _vllm_spec}
+
+
+def backend_spec(campaign: Campaign) -> BackendSpec:
+    """The registered backend named by ``campaign.measurement.backend``.
+
+    Raises:
+        InputError: an unknown name, listing the known ones.
+    """
+    name = campaign.measurement.backend
+    if name not in BACKENDS:
+        known = ", ".join(repr(n) for n in sorted(BACKENDS))
+        raise InputError(f"{campaign.path}: [measurement] backend: unknown backend {name!r} (expected one of {known})")
+    return BACKENDS[name]()
+
+
+def validate_backend(campaign: Campaign) -> None:
+    """Check the campaign's ``[measurement]`` keys with its backend's own validator.
+
+    A name that is not registered is left to :func:`make_backend` (campaign
+    files are also parsed where no backend is ever built, e.g. by tools that
+    only read their workloads).
+    """
+    if campaign.measurement.backend in BACKENDS:
+        backend_spec(campaign).validate(campaign)
+
+
 def make_backend(campaign: Campaign, out_dir: Path) -> Backend:
     """The backend named by ``campaign.measurement.backend``."""
-    name = campaign.measurement.backend
-    if name == "replay":
-        from fleetsieve_bayes.backends.replay import make_replay_backend
-
-        return make_replay_backend(campaign)
-    if name == "vllm":
-        from fleetsieve_bayes.backends.vllm import make_vllm_backend
-
-        return make_vllm_backend(campaign, out_dir)
-    raise InputError(f"{campaign.path}: [measurement] backend: unknown backend {name!r} (expected 'replay' or 'vllm')")
+    return backend_spec(campaign).make(campaign, out_dir)

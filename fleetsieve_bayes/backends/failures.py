@@ -20,6 +20,7 @@ __all__ = [
     "STARTUP_EXIT",
     "DIED_MID_RUN",
     "REQUEST_ERRORS",
+    "NO_SUCCESS",
     "MEMORY_GUARD",
     "TEARDOWN_ORPHANS",
     "FAILURE_CLASSES",
@@ -34,10 +35,11 @@ STARTUP_TIMEOUT = "startup-timeout"
 STARTUP_EXIT = "startup-exit"
 DIED_MID_RUN = "died-mid-run"
 REQUEST_ERRORS = "request-errors"
+NO_SUCCESS = "no-success"  # every window request failed, none by a request error (e.g. all timed out)
 MEMORY_GUARD = "memory-guard"
 TEARDOWN_ORPHANS = "teardown-orphans"
 FAILURE_CLASSES: tuple[str, ...] = (
-    STARTUP_OOM, STARTUP_TIMEOUT, STARTUP_EXIT, DIED_MID_RUN, REQUEST_ERRORS, MEMORY_GUARD,
+    STARTUP_OOM, STARTUP_TIMEOUT, STARTUP_EXIT, DIED_MID_RUN, REQUEST_ERRORS, NO_SUCCESS, MEMORY_GUARD,
 )
 
 # Messages of out-of-memory at vLLM start-up (PyTorch, CUDA, and vLLM's own
@@ -64,18 +66,23 @@ def classify_startup(status: str, log: str) -> str:
     return STARTUP_EXIT
 
 
-def classify_run(*, server_died: bool, n_window: int, n_error: int, tolerance: float) -> str:
+def classify_run(*, server_died: bool, n_window: int, n_error: int, tolerance: float,
+                 n_ok: int | None = None) -> str:
     """Failure class of a cell that started: ``""`` when its metrics stand as measured.
 
     Timeouts are overload, not failure: they lower ``success_rate``. Other
     request errors (HTTP errors, broken streams) above ``tolerance`` of the
     window requests mean the configuration cannot serve the workload (e.g.
-    prompts beyond its context length).
+    prompts beyond its context length). A cell where no window request
+    succeeded (``n_ok == 0``) is always labelled, :data:`NO_SUCCESS` when
+    nothing more specific applies.
     """
     if server_died:
         return DIED_MID_RUN
     if n_window and n_error / n_window > tolerance:
         return REQUEST_ERRORS
+    if n_window and n_ok == 0:
+        return NO_SUCCESS
     return ""
 
 

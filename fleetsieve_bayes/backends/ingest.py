@@ -1,23 +1,52 @@
 """Existing benchmark results → measurement-table rows.
 
-Two formats:
+Formats (detected from the content):
 
-- ``vllm bench serve --save-result`` JSON: one cell per file. ``offered_rps``
-  = ``request_rate`` (or ``num_prompts / duration`` when the rate was
-  ``inf``), ``throughput_rps`` = ``completed / duration``, ``success_rate`` =
-  ``completed / num_prompts``, TTFT p99 = ``p99_ttft_ms`` and completion p99 =
-  ``p99_e2el_ms`` (``--percentile-metrics ttft,e2el``), falling back to the
-  per-request ``ttfts`` / ``latencies`` of ``--save-detailed``. Labels come
-  from the command line or from ``--metadata workload=… tp=… load=…``.
-- GuideLLM ``benchmarks.json``: one cell per benchmark. Counts from
-  ``metrics.request_totals`` (successful/errored/incomplete/total),
-  ``offered_rps`` = total / duration, ``throughput_rps`` = successful /
-  duration, TTFT p99 from ``time_to_first_token_ms.successful.percentiles.p99``,
-  completion p99 from ``request_latency.successful.percentiles.p99`` (seconds).
-  The load label defaults to the benchmark's strategy (e.g. ``constant@2.5``).
+- ``vllm bench serve --save-result`` JSON (and the older
+  ``benchmarks/benchmark_serving.py``): one cell per JSON object; a file
+  written with ``--append-result`` holds several objects, one after another.
+- GuideLLM ``benchmarks.json``, current and 0.3 schemas: one cell per benchmark.
 
-Every problem is an :class:`~fleetsieve_bayes.errors.InputError` naming the
-file and the field.
+Conversions (every unit converted to seconds / requests per second):
+
+vLLM
+  ``success_rate`` = ``completed`` / requests sent, where requests sent =
+  ``completed + failed`` (newest), else the length of ``errors`` (older), else
+  ``num_prompts``. TTFT p99 = ``p99_ttft_ms`` / 1000, else the p99 of the
+  successful per-request ``ttfts`` (s). Completion p99 = ``p99_e2el_ms`` /
+  1000, else ``p99_latency_ms`` / 1000 (older files), else the p99 of the
+  successful per-request ``latencies`` (s), else of ``ttfts + sum(itls)`` per
+  successful request; when the file has none of these the completion p99 is
+  left empty (unobserved) — a p99 is never made up from means. ``duration``
+  runs until the last request finished, so it contains the drain of the last
+  requests; the time the client was sending is estimated as ``duration −``
+  the fastest successful request's end-to-end time (the drain lasts at least
+  that long), and ``throughput_rps`` = ``completed`` / that time, capped at
+  ``offered_rps × success_rate``. ``offered_rps`` = ``request_rate`` for an
+  open-loop run (a finite rate and no ``max_concurrency``). A closed-loop run
+  (``request_rate`` ``"inf"``, or a ``max_concurrency`` cap) has no open-loop
+  rate: its offered rate is the rate the client actually sent
+  (``(n − 1)`` / the span of ``start_times`` with ``--save-detailed``, else
+  requests sent / the sending time above), never more than ``request_rate``.
+  A ramp-up run has no single offered rate and is refused.
+GuideLLM
+  Counts from ``metrics.request_totals`` (current) or ``request_totals`` (0.3).
+  ``incomplete`` requests were cancelled when the benchmark's time ran out:
+  they are neither successes nor failures, so ``success_rate`` =
+  successful / (successful + errored). ``duration`` = the benchmark's
+  ``duration`` (or ``end_time − start_time``). ``offered_rps`` = the
+  strategy's ``rate`` for ``constant`` / ``poisson``; the closed-loop
+  strategies (``synchronous``, ``concurrent``, ``throughput``) offer what
+  they send: (successful + errored) / duration. ``throughput_rps`` =
+  successful / duration, capped at ``offered_rps × success_rate``. TTFT p99 =
+  ``metrics.time_to_first_token_ms.successful.percentiles.p99`` / 1000;
+  completion p99 = ``metrics.request_latency.successful.percentiles.p99`` (s).
+  The load label defaults to ``<strategy>@<rate>`` (e.g. ``constant@2``).
+
+A cell where no request succeeded gets ``failure = "no-success"`` and
+infinite tails. Every row is checked before it is returned: success in
+[0, 1] and throughput ≤ offered × 1.05. Every problem is one
+:class:`~fleetsieve_bayes.errors.InputError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -30,9 +59,40 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm"]
-
+from fleetsieve_bayes.backends.failures import NO_SUCCESS
 from fleetsieve_bayes.errors import InputError
+
+__all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects"]
+
+# A measured served rate may exceed the offered one by sampling noise; more is an inconsistency.
+THROUGHPUT_SLACK = 1.05
+_CLOSED_LOOP = ("synchronous", "concurrent", "throughput")
+
+
+def read_json_objects(path: Path) -> list[Any]:
+    """The JSON values in ``path``: one, or several written one after another (``--append-result``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: result file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read result file: {exc}") from None
+    decoder = json.JSONDecoder()
+    out: list[Any] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: not valid JSON: {exc}") from None
+        out.append(value)
+    if not out:
+        raise InputError(f"{path}: empty result file")
+    return out
 
 
 def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None = None,
@@ -40,42 +100,79 @@ def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None
     """Rows of one result file (format detected from its content).
 
     Args:
-        loads: load labels, one per cell of the file in order (a single label
-            for a vLLM result); empty to take them from metadata/strategy.
+        loads: load labels, one per cell of the file in order; empty to take
+            them from metadata / the strategy / the request rate.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: result file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read result file: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
-    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
-        return rows_from_guidellm(data, str(path), workload=workload, tp=tp, loads=loads)
-    if isinstance(data, dict) and "completed" in data and "duration" in data:
-        if len(loads) > 1:
-            raise InputError(f"{path}: a vllm bench result is one cell; got {len(loads)} load labels")
-        return [rows_from_vllm_bench(data, str(path), workload=workload, tp=tp, load=loads[0] if loads else None)]
+    objs = read_json_objects(path)
+    if len(objs) == 1 and isinstance(objs[0], dict) and "benchmarks" in objs[0]:
+        return rows_from_guidellm(objs[0], str(path), workload=workload, tp=tp, loads=loads)
+    if all(isinstance(o, dict) and "completed" in o and "duration" in o for o in objs):
+        if loads and len(loads) != len(objs):
+            raise InputError(f"{path}: {len(objs)} vllm bench result(s) in the file but {len(loads)} load labels")
+        return [
+            rows_from_vllm_bench(o, str(path) if len(objs) == 1 else f"{path}: result #{k + 1}", workload=workload,
+                                 tp=tp, load=loads[k] if loads else None)
+            for k, o in enumerate(objs)
+        ]
     raise InputError(f"{path}: not a vllm bench serve result (no 'completed'/'duration') "
                      f"nor a GuideLLM benchmarks.json (no 'benchmarks' list)")
 
 
-def _num(src: str, data: dict[str, Any], key: str, *, required: bool = True) -> float | None:
+# --- field readers: JSON numbers only, one line naming the field otherwise ------------------
+
+
+def _number(src: str, value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        what = "null" if value is None else f"{type(value).__name__} {value!r}"
+        raise InputError(f"{src}: field {field!r}: expected a number, got {what}")
+    x = float(value)
+    if math.isnan(x) or x < 0:
+        raise InputError(f"{src}: field {field!r}: expected a non-negative number, got {value!r}")
+    return x
+
+
+def _opt(src: str, data: dict[str, Any], key: str) -> float | None:
+    """A non-negative number, or None when the key is absent or null."""
+    v = data.get(key)
+    return None if v is None else _number(src, v, key)
+
+
+def _numbers(src: str, data: dict[str, Any], key: str) -> np.ndarray | None:
+    """A per-request list of numbers ``(n,)``, or None when absent."""
     v = data.get(key)
     if v is None:
-        if required:
-            raise InputError(f"{src}: missing field {key!r}")
         return None
-    if isinstance(v, str):
-        try:
-            v = float(v)
-        except ValueError:
-            raise InputError(f"{src}: field {key!r}: not a number: {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(float(v)) or float(v) < 0:
-        raise InputError(f"{src}: field {key!r}: expected a non-negative number, got {v!r}")
-    return float(v)
+    if not isinstance(v, list):
+        raise InputError(f"{src}: field {key!r}: expected a list of numbers, got {type(v).__name__}")
+    return np.array([_number(src, x, f"{key}[{i}]") for i, x in enumerate(v)], dtype=np.float64)
+
+
+def _itl_sums(src: str, data: dict[str, Any]) -> np.ndarray | None:
+    v = data.get("itls")
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise InputError(f"{src}: field 'itls': expected a list of lists, got {type(v).__name__}")
+    out = []
+    for i, x in enumerate(v):
+        if not isinstance(x, list):
+            raise InputError(f"{src}: field 'itls[{i}]': expected a list of numbers, got {type(x).__name__}")
+        out.append(sum(_number(src, y, f"itls[{i}]") for y in x))
+    return np.asarray(out, dtype=np.float64)
+
+
+def _tp(src: str, t: Any) -> int:
+    """A TP label: ``2``, ``2.0`` or ``"2.0"`` (``--metadata`` values are strings) → 2."""
+    try:
+        f = float(str(t).strip())
+    except ValueError:
+        raise InputError(f"{src}: tp label {t!r} is not an integer") from None
+    if not math.isfinite(f) or f != int(f):
+        raise InputError(f"{src}: tp label {t!r} is not an integer")
+    if f < 1:
+        raise InputError(f"{src}: tp label must be >= 1, got {t!r}")
+    return int(f)
 
 
 def _labels(src: str, meta: dict[str, Any], workload: str | None, tp: int | None,
@@ -86,83 +183,188 @@ def _labels(src: str, meta: dict[str, Any], workload: str | None, tp: int | None
     for name, v in (("workload", w), ("tp", t), ("load", ld)):
         if v is None or str(v).strip() == "":
             raise InputError(f"{src}: no {name} label (give --{name} or put {name}=… in the result's metadata)")
-    try:
-        t_int = int(str(t))
-    except ValueError:
-        raise InputError(f"{src}: tp label {t!r} is not an integer") from None
-    if t_int < 1:
-        raise InputError(f"{src}: tp label must be >= 1, got {t_int}")
-    return str(w), t_int, str(ld)
+    return str(w), _tp(src, t), str(ld)
 
 
-def _p99(values: Any) -> float:
-    x = np.asarray([v for v in values if v is not None and v > 0], dtype=np.float64)
+def _p99(x: np.ndarray) -> float:
     return float(np.percentile(x, 99)) if x.size else math.inf
+
+
+def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a row no measurement can produce (rather than write it)."""
+    s, thr, off = row["success_rate"], row["throughput_rps"], row["offered_rps"]
+    if not 0.0 <= s <= 1.0:
+        raise InputError(f"{src}: success rate {s:g} outside [0, 1] (more completed than sent?)")
+    if not (off > 0 and math.isfinite(off)):
+        raise InputError(f"{src}: offered rate {off:g} req/s is not a positive number")
+    if thr > off * THROUGHPUT_SLACK:
+        raise InputError(f"{src}: throughput {thr:.4g} req/s exceeds the offered {off:.4g} req/s "
+                         f"by more than {100 * (THROUGHPUT_SLACK - 1):.0f} %")
+    return row
+
+
+def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
+    if n_ok <= 0:
+        row.update(throughput_rps=0.0, ttft_p99_s=math.inf, completion_p99_s=math.inf, success_rate=0.0,
+                   failure=NO_SUCCESS)
+    return _check_row(src, row)
+
+
+# --- vLLM ----------------------------------------------------------------------------------
 
 
 def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None = None,
                          tp: int | None = None, load: str | None = None) -> dict[str, Any]:
-    """One row from a ``vllm bench serve --save-result`` JSON object."""
-    w, t, ld = _labels(src, data, workload, tp, load)
-    duration = _num(src, data, "duration")
-    assert duration is not None
+    """One row from a ``vllm bench serve`` / ``benchmark_serving.py`` result object (module docstring)."""
+    if data.get("ramp_up_strategy") is not None:
+        raise InputError(f"{src}: a ramp-up run (ramp_up_strategy={data['ramp_up_strategy']!r}) has no single "
+                         f"offered rate; measure each rate separately")
+    duration = _number(src, data.get("duration"), "duration")
     if duration <= 0:
         raise InputError(f"{src}: field 'duration': must be positive, got {duration:g}")
-    completed = _num(src, data, "completed")
-    assert completed is not None
-    failed = _num(src, data, "failed", required=False)
-    n = _num(src, data, "num_prompts", required=False)
-    if n is None:
-        n = completed + (failed or 0.0)
-    rate = data.get("request_rate")
-    try:
-        rate_f = float(rate) if rate is not None else math.inf
-    except (TypeError, ValueError):
-        raise InputError(f"{src}: field 'request_rate': not a number: {rate!r}") from None
-    offered = rate_f if math.isfinite(rate_f) and rate_f > 0 else n / duration
-    ok_mask = None
-    if isinstance(data.get("errors"), list):
-        ok_mask = [not e for e in data["errors"]]
-    ttft_s = _p99_seconds(
-        src, data, "p99_ttft_ms", "ttfts", ok_mask,
-        "missing field 'p99_ttft_ms' (and no per-request 'ttfts')",
-    )
-    comp_s = _p99_seconds(
-        src, data, "p99_e2el_ms", "latencies", ok_mask,
-        "missing field 'p99_e2el_ms' (run vllm bench serve with "
-        "--percentile-metrics ttft,e2el, or --save-detailed for per-request latencies)",
-    )
-    if n <= 0:
-        raise InputError(f"{src}: field 'num_prompts': no requests")
-    return {
+    completed = _number(src, data.get("completed"), "completed")
+    failed = _opt(src, data, "failed")
+    errors = data.get("errors")
+    if errors is not None and not isinstance(errors, list):
+        raise InputError(f"{src}: field 'errors': expected a list, got {type(errors).__name__}")
+    if failed is not None:
+        n_sent = completed + failed
+    elif errors is not None:
+        n_sent = float(len(errors))
+    else:
+        n_sent = _opt(src, data, "num_prompts") or completed
+    if n_sent <= 0:
+        raise InputError(f"{src}: no requests (completed + failed is 0)")
+    success = completed / n_sent
+
+    ttfts = _numbers(src, data, "ttfts")
+    lats = _numbers(src, data, "latencies")
+    itl_sum = _itl_sums(src, data)
+    starts = _numbers(src, data, "start_times")
+    n_req = next((len(a) for a in (ttfts, lats, itl_sum, starts) if a is not None), None)
+    for name, arr in (("ttfts", ttfts), ("latencies", lats), ("itls", itl_sum), ("start_times", starts)):
+        if arr is not None and len(arr) != n_req:
+            raise InputError(f"{src}: field {name!r} has {len(arr)} entries, other per-request fields {n_req}")
+    if errors is not None and n_req is not None and len(errors) != n_req:
+        raise InputError(f"{src}: field 'errors' has {len(errors)} entries, other per-request fields {n_req}")
+    if errors is not None:
+        ok = np.array([not e for e in errors], dtype=bool)
+    elif lats is not None:
+        ok = lats > 0  # a failed request's latency is left at 0
+    elif ttfts is not None:
+        ok = ttfts > 0
+    else:
+        ok = None
+
+    def successful(x: np.ndarray | None) -> np.ndarray | None:
+        return None if x is None else (x[ok] if ok is not None else x)
+
+    p99_ttft = _opt(src, data, "p99_ttft_ms")
+    if p99_ttft is not None:
+        ttft_s = p99_ttft / 1000.0
+    elif ttfts is not None:
+        ttft_s = _p99(successful(ttfts))
+    elif completed > 0:
+        raise InputError(f"{src}: missing field 'p99_ttft_ms' (and no per-request 'ttfts'); run vllm bench serve "
+                         f"with --percentile-metrics including ttft")
+    else:
+        ttft_s = math.inf
+
+    # Per-request end-to-end times of the successful requests, when the file has them.
+    e2e = successful(lats) if lats is not None else (
+        successful(ttfts + itl_sum) if ttfts is not None and itl_sum is not None else None)
+    p99_e2el = _opt(src, data, "p99_e2el_ms")
+    p99_latency = _opt(src, data, "p99_latency_ms")
+    if p99_e2el is not None:
+        comp_s = p99_e2el / 1000.0
+    elif p99_latency is not None:
+        comp_s = p99_latency / 1000.0
+    elif e2e is not None:
+        comp_s = _p99(e2e)
+    else:
+        comp_s = math.nan  # unobserved: this file has no completion timing
+
+    # The client was sending for duration − drain; the drain lasts at least the fastest request.
+    fastest = float(e2e[e2e > 0].min()) if e2e is not None and np.any(e2e > 0) else 0.0
+    sending = duration - fastest if fastest < duration else duration
+    achieved = n_sent / sending
+    if starts is not None and len(starts) >= 2 and float(starts.max() - starts.min()) > 0:
+        achieved = (len(starts) - 1) / float(starts.max() - starts.min())
+
+    rate_raw = data.get("request_rate")
+    if rate_raw is None or (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity")):
+        rate = math.inf
+    else:
+        rate = _number(src, rate_raw, "request_rate")
+    conc = data.get("max_concurrency")
+    if conc is not None:
+        conc = _number(src, conc, "max_concurrency")
+    if math.isfinite(rate) and rate > 0 and conc is None:
+        offered = rate  # open loop
+    elif math.isfinite(rate) and rate > 0:
+        offered = min(rate, achieved)  # the concurrency cap may have held the client back
+    else:
+        offered = achieved  # closed loop: the client offers what it sends
+
+    default_load = (f"{rate:g}rps" if math.isfinite(rate) and conc is None
+                    else (f"C{int(conc)}" if conc is not None else "max"))
+    meta = dict(data)
+    meta.setdefault("load", default_load)
+    w, t, ld = _labels(src, meta, workload, tp, load)
+    row = {
         "workload": w, "tp": t, "load": ld,
         "offered_rps": offered,
-        "throughput_rps": completed / duration,
-        "ttft_p99_s": ttft_s if completed else math.inf,
-        "completion_p99_s": comp_s if completed else math.inf,
-        "success_rate": min(1.0, completed / n),
+        "throughput_rps": min(completed / sending, offered * success),
+        "ttft_p99_s": ttft_s,
+        "completion_p99_s": comp_s,
+        "success_rate": success,
         "duration_s": duration,
         "failure": "",
     }
+    return _finish(src, row, completed)
+
+
+# --- GuideLLM ------------------------------------------------------------------------------
 
 
 def _get(src: str, obj: Any, *keys: str) -> Any:
     cur = obj
-    for k in keys:
-        if not isinstance(cur, dict) or k not in cur:
-            raise InputError(f"{src}: missing field {'.'.join(keys)!r}")
+    for i, k in enumerate(keys):
+        if not isinstance(cur, dict):
+            where = ".".join(keys[:i]) or "benchmark"
+            raise InputError(f"{src}: field {where!r}: expected an object, got {type(cur).__name__}")
+        if k not in cur:
+            raise InputError(f"{src}: missing field {'.'.join(keys[: i + 1])!r}")
         cur = cur[k]
     return cur
 
 
-def _count(v: Any) -> float:
-    return float(v["count"]) if isinstance(v, dict) else float(v)
+def _count(src: str, totals: dict[str, Any], key: str) -> float:
+    v = totals.get(key, 0)
+    if isinstance(v, dict):  # some writers nest {"count": n}
+        v = v.get("count")
+    return _number(src, v, f"request_totals.{key}")
+
+
+def _strategy(b: dict[str, Any]) -> dict[str, Any]:
+    for holder in (b.get("config"), b.get("args"), b):
+        if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
+            return holder["strategy"]
+    return {}
+
+
+def _guidellm_p99(where: str, metrics: dict[str, Any], key: str) -> float:
+    """``metrics.<key>.successful.percentiles.p99`` as a number (null or a string: one line)."""
+    v = _get(where, metrics, key, "successful", "percentiles", "p99")
+    return _number(where, v, f"metrics.{key}.successful.percentiles.p99")
 
 
 def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None = None,
                        tp: int | None = None, loads: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """One row per benchmark of a GuideLLM ``benchmarks.json`` object."""
-    benches = data["benchmarks"]
+    """One row per benchmark of a GuideLLM ``benchmarks.json`` object (module docstring)."""
+    benches = data.get("benchmarks")
+    if not isinstance(benches, list):
+        raise InputError(f"{src}: field 'benchmarks': expected a list, got {type(benches).__name__}")
     if not benches:
         raise InputError(f"{src}: 'benchmarks' is empty")
     if loads and len(loads) != len(benches):
@@ -170,64 +372,60 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
     rows = []
     for i, b in enumerate(benches):
         where = f"{src}: benchmarks[{i}]"
-        metrics = _get(where, b, "metrics")
+        if not isinstance(b, dict):
+            raise InputError(f"{where}: expected an object, got {type(b).__name__}")
+        metrics = b.get("metrics")
+        if not isinstance(metrics, dict):
+            raise InputError(f"{where}: field 'metrics': expected an object, got "
+                             f"{'nothing' if metrics is None else type(metrics).__name__}")
         totals = metrics.get("request_totals", b.get("request_totals"))
         if not isinstance(totals, dict):
-            raise InputError(f"{where}: missing field 'metrics.request_totals'")
-        try:
-            ok, total = _count(totals["successful"]), _count(totals["total"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{where}: 'metrics.request_totals' needs 'successful' and 'total' counts") from None
+            raise InputError(f"{where}: missing field 'metrics.request_totals' (or 'request_totals')")
+        ok = _count(where, totals, "successful")
+        err = _count(where, totals, "errored")
+        sent = ok + err  # incomplete: cancelled when the benchmark's time ran out
+        if sent <= 0:
+            raise InputError(f"{where}: no successful or errored request in 'request_totals'")
+
         duration = b.get("duration")
-        if duration is None and isinstance(b.get("run_stats"), dict):
-            rs = b["run_stats"]
-            if "start_time" in rs and "end_time" in rs:
-                duration = float(rs["end_time"]) - float(rs["start_time"])
         if duration is None and "start_time" in b and "end_time" in b:
-            duration = float(b["end_time"]) - float(b["start_time"])
-        if not isinstance(duration, (int, float)) or not duration > 0:
-            raise InputError(f"{where}: missing or non-positive 'duration'")
-        ttft_ms = _get(where, metrics, "time_to_first_token_ms", "successful", "percentiles", "p99") if ok else math.inf
-        lat_s = _get(where, metrics, "request_latency", "successful", "percentiles", "p99") if ok else math.inf
-        label = loads[i] if loads else _strategy_label(b, i)
+            duration = _number(where, b["end_time"], "end_time") - _number(where, b["start_time"], "start_time")
+        if duration is None:
+            raise InputError(f"{where}: missing field 'duration'")
+        duration = _number(where, duration, "duration")
+        if duration <= 0:
+            raise InputError(f"{where}: field 'duration': must be positive, got {duration:g}")
+
+        strat = _strategy(b)
+        kind = str(strat.get("type_", strat.get("type", "")))
+        rate = strat.get("rate")
+        open_loop = kind not in _CLOSED_LOOP and isinstance(rate, (int, float)) and not isinstance(rate, bool) \
+            and math.isfinite(rate) and rate > 0
+        success = ok / sent
+        offered = float(rate) if open_loop else sent / duration
+
+        ttft_s = _guidellm_p99(where, metrics, "time_to_first_token_ms") / 1000.0 if ok else math.inf
+        if ok and isinstance(metrics.get("request_latency"), dict):
+            comp_s = _guidellm_p99(where, metrics, "request_latency")
+        else:
+            comp_s = math.inf if not ok else math.nan  # no latency distribution: unobserved
+
+        if loads:
+            label = loads[i]
+        else:
+            num = rate if open_loop else strat.get("streams", strat.get("max_concurrency"))
+            label = f"{kind or 'bench'}@{num:g}" if isinstance(num, (int, float)) and not isinstance(num, bool) \
+                else (kind or f"bench{i}")
         w, t, ld = _labels(where, {}, workload, tp, label)
-        if total <= 0:
-            raise InputError(f"{where}: 'metrics.request_totals.total' is 0")
-        rows.append({
+        row = {
             "workload": w, "tp": t, "load": ld,
-            "offered_rps": total / float(duration),
-            "throughput_rps": ok / float(duration),
-            "ttft_p99_s": float(ttft_ms) / 1000.0,
-            "completion_p99_s": float(lat_s),
-            "success_rate": min(1.0, ok / total),
-            "duration_s": float(duration),
+            "offered_rps": offered,
+            "throughput_rps": min(ok / duration, offered * success),
+            "ttft_p99_s": ttft_s,
+            "completion_p99_s": comp_s,
+            "success_rate": success,
+            "duration_s": duration,
             "failure": "",
-        })
+        }
+        rows.append(_finish(where, row, ok))
     return rows
-
-
-def _strategy_label(b: dict[str, Any], i: int) -> str:
-    """``type@rate`` of a benchmark's scheduling strategy (e.g. ``constant@2.5``), else ``bench<i>``."""
-    for holder in (b.get("args"), b.get("config"), b):
-        if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
-            s = holder["strategy"]
-            kind = str(s.get("type_", s.get("type", "strategy")))
-            rate = s.get("rate", s.get("streams"))
-            return f"{kind}@{rate:g}" if isinstance(rate, (int, float)) else kind
-    return f"bench{i}"
-
-
-def _p99_seconds(
-    src: str, data: dict, summary_key: str, per_request_key: str, ok_mask: list[bool] | None, missing: str
-) -> float:
-    """A p99 in seconds: the summary field (ms) if present, else the p99 of the
-    successful per-request values; ``InputError`` naming the file if neither."""
-    summary = _num(src, data, summary_key, required=False)
-    if summary is not None:
-        return summary / 1000.0
-    values = data.get(per_request_key)
-    if isinstance(values, list):
-        if ok_mask is not None:
-            values = [v for v, ok in zip(values, ok_mask, strict=False) if ok]
-        return _p99(values)
-    raise InputError(f"{src}: {missing}")

@@ -77,10 +77,12 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "ok",
     "error",
     "http_status",
+    "detail",
 )
 
-# Token ids are drawn from this range: below every common vocabulary size
-# (32k for Llama-2-style tokenizers) and above the special tokens.
+# Without a known vocabulary, token ids are drawn from this range: below every
+# common vocabulary size (32k for Llama-2-style tokenizers) and above the
+# special tokens. With a known vocabulary see :func:`token_range`.
 TOKEN_ID_LOW = 1000
 TOKEN_ID_HIGH = 30000
 # How often the scheduler checks `alive()` while waiting for the next arrival.
@@ -96,6 +98,11 @@ class LoadSpec(NamedTuple):
     duration_s: float  # measurement window after the warm-up
     request_timeout_s: float
     seed: int = 0
+    # [low, high) of the prompt token ids (see :func:`token_range`).
+    token_ids: tuple[int, int] = (TOKEN_ID_LOW, TOKEN_ID_HIGH)
+    # Distinguishes the prompts of cells sent to one server (prefix caching
+    # would otherwise serve a reused server's repeated prompts from cache).
+    salt: int = 0
 
 
 def completions_url(endpoint: str) -> str:
@@ -108,14 +115,30 @@ def completions_url(endpoint: str) -> str:
     return base + "/v1/completions"
 
 
-def prompt_tokens(seed: int, request: int, n: int) -> list[int]:
-    """``n`` pseudo-random token ids for request ``request``.
+def token_range(vocab_size: int | None) -> tuple[int, int]:
+    """``[low, high)`` of prompt token ids valid for a vocabulary of ``vocab_size`` ids.
 
-    Distinct per request so that prefix caching cannot turn a replay into
-    cache hits the real traffic would not get.
+    ``None`` (unknown vocabulary) gives the legacy ``[TOKEN_ID_LOW,
+    TOKEN_ID_HIGH)``. Otherwise the range ends at the vocabulary and starts
+    above the first quarter of a small one, where special tokens live.
     """
-    rng = np.random.default_rng([seed, request])
-    return rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n).tolist()
+    if vocab_size is None:
+        return TOKEN_ID_LOW, TOKEN_ID_HIGH
+    if vocab_size < 8:
+        raise ValueError(f"vocabulary of {vocab_size} token ids is too small to draw prompts from")
+    high = min(int(vocab_size), TOKEN_ID_HIGH)
+    return min(TOKEN_ID_LOW, max(1, high // 4)), high
+
+
+def prompt_tokens(seed: int, request: int, n: int, *, token_ids: tuple[int, int] = (TOKEN_ID_LOW, TOKEN_ID_HIGH),
+                  salt: int = 0) -> list[int]:
+    """``n`` pseudo-random token ids in ``[token_ids[0], token_ids[1])`` for request ``request``.
+
+    Distinct per request (and per ``salt``) so that prefix caching cannot
+    turn a replay into cache hits the real traffic would not get.
+    """
+    rng = np.random.default_rng([seed, request] if salt == 0 else [seed, salt, request])
+    return rng.integers(token_ids[0], token_ids[1], size=n).tolist()
 
 
 async def run_cell(
@@ -174,6 +197,7 @@ async def run_cell(
     df = pd.DataFrame(records, columns=list(RECORD_COLUMNS))
     df["ok"] = df["ok"].fillna(False).astype(bool)
     df["error"] = df["error"].fillna("cancelled").astype(str)
+    df["detail"] = df["detail"].fillna("").astype(str)
     return df
 
 
@@ -202,7 +226,8 @@ async def _one(session: aiohttp.ClientSession, url: str, spec: LoadSpec, rec: di
     loop = asyncio.get_running_loop()
     body = {
         "model": spec.model,
-        "prompt": prompt_tokens(spec.seed, rec["request"], rec["input_tokens"]),
+        "prompt": prompt_tokens(spec.seed, rec["request"], rec["input_tokens"], token_ids=spec.token_ids,
+                                salt=spec.salt),
         "max_tokens": rec["output_tokens"],
         "ignore_eos": True,
         "temperature": 0.0,
@@ -210,14 +235,16 @@ async def _one(session: aiohttp.ClientSession, url: str, spec: LoadSpec, rec: di
         "stream_options": {"include_usage": True},
     }
     rec.update(sent_s=loop.time() - t0, first_token_s=math.nan, last_token_s=math.nan,
-               n_chunks=0, prompt_tokens=-1, completion_tokens=-1, ok=False, error="cancelled", http_status=0)
+               n_chunks=0, prompt_tokens=-1, completion_tokens=-1, ok=False, error="cancelled", http_status=0,
+               detail="")
     try:
         async with asyncio.timeout(spec.request_timeout_s):
             async with session.post(url, json=body) as resp:
                 rec["http_status"] = resp.status
                 if resp.status != 200:
                     rec["error"] = f"http-{resp.status}"
-                    await resp.read()
+                    # The server's reason (e.g. a token id out of vocabulary), for the cell's message.
+                    rec["detail"] = (await resp.read()).decode("utf-8", errors="replace")[:300]
                     return
                 done = False
                 async for raw in resp.content:
@@ -236,6 +263,7 @@ async def _one(session: aiohttp.ClientSession, url: str, spec: LoadSpec, rec: di
                         return
                     if "error" in chunk:
                         rec["error"] = "stream-error"
+                        rec["detail"] = str(chunk["error"])[:300]
                         return
                     if chunk.get("choices"):
                         if rec["n_chunks"] == 0:
@@ -255,10 +283,10 @@ async def _one(session: aiohttp.ClientSession, url: str, spec: LoadSpec, rec: di
                     rec["ok"], rec["error"] = True, ""
     except TimeoutError:
         rec["error"] = "timeout"
-    except aiohttp.ClientPayloadError:
-        rec["error"] = "incomplete"
-    except (aiohttp.ClientError, OSError):
-        rec["error"] = "connection"
+    except aiohttp.ClientPayloadError as exc:
+        rec["error"], rec["detail"] = "incomplete", f"{type(exc).__name__}: {exc}"[:300]
+    except (aiohttp.ClientError, OSError) as exc:
+        rec["error"], rec["detail"] = "connection", f"{type(exc).__name__}: {exc}"[:300]
     except asyncio.CancelledError:
         rec["error"] = "cancelled"
 

@@ -1,4 +1,10 @@
-"""The replay backend: reveals cells from a fully measured table."""
+"""The replay backend: reveals cells from a fully measured table.
+
+Campaign keys (``[measurement]``, with ``backend = "replay"``): ``table`` (a
+measurement table, relative to the campaign file; required) and ``delay_s``
+(wall seconds each replayed measurement takes, to watch progress or rehearse
+interruptions; default 0).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,41 @@ from typing import Any
 from fleetsieve_bayes.allocation.problem import grid_from_table
 from fleetsieve_bayes.backends import Backend
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table
+
+REPLAY_KEYS: frozenset[str] = frozenset({"table", "delay_s"})
+
+
+def validate_replay_options(campaign: Campaign) -> None:
+    """Check ``[measurement]`` for ``backend = "replay"``: one line naming the file and key."""
+    import difflib
+    import math
+
+    opts = campaign.measurement.options
+
+    def fail(key: str, msg: str) -> InputError:
+        return InputError(f"{campaign.path}: [measurement] {key}: {msg}")
+
+    for key in opts:
+        if key not in REPLAY_KEYS:
+            close = difflib.get_close_matches(key, sorted(REPLAY_KEYS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise fail(key, f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(REPLAY_KEYS))}")
+    if "table" not in opts:
+        raise fail("table", "missing (the replay backend needs a measured table)")
+    if not isinstance(opts["table"], str) or not opts["table"].strip():
+        raise fail("table", f"expected a non-empty string, got {opts['table']!r}")
+    table = campaign.measurement.table
+    assert table is not None
+    if table.is_dir():
+        raise fail("table", f"{table} is a directory, not a table file")
+    if not table.is_file():
+        raise fail("table", f"file not found: {table}")
+    if "delay_s" in opts:
+        v = opts["delay_s"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or v < 0:
+            raise fail("delay_s", f"must be a finite number >= 0, got {v!r}")
 
 
 def make_replay_backend(campaign: Campaign) -> Backend:

@@ -1,4 +1,4 @@
-"""The vLLM backend: each chosen cell is measured on a freshly launched server.
+"""The vLLM backend: each chosen cell is measured on a server this backend launches.
 
 Campaign keys (``[measurement]``, with ``backend = "vllm"``):
 
@@ -34,18 +34,36 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           which the cell is a ``request-errors`` failure
                           (default 0.01)
 ``seed``                  seed of the prompts and the row (default 0)
+``reuse_server``          keep the server running for the next cell when it
+                          needs the same server (same TP; command, arguments
+                          and environment are the campaign's) instead of
+                          restarting it (default true)
 ========================  =====================================================
 
-The memory-guard sizes may also come from the prior card (``[card]
-model_size_gb`` / ``gpu_memory_gb``) when the card defines them; campaign keys
-win. Cells are workloads × TP candidates × loads; a cell's ``offered_rps`` is
-computed from its trace at construction (arrivals in the window / window), so
-unmeasured cells have a known offered rate, and it equals what the
+The memory guard also reads the prior card's per-TP feasibility
+(``[feasibility] infeasible_tp``, written by ``priors derive``): such a TP is
+skipped at zero GPU-seconds and recorded as infeasible. Cells are workloads ×
+TP candidates × loads; a cell's ``offered_rps`` is computed from its trace at
+construction (arrivals in the window / window), so unmeasured cells have a
+known offered rate, and it equals what the
 measurement reports. The row's ``duration_s`` is warm-up + window for a
 measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
 a cell skipped by the memory guard. Raw per-request records go to
 ``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
 server logs to ``OUT/logs/``.
+
+``model`` is handed to the server verbatim, except that a path relative to
+the campaign file that exists there is made absolute. Each measured cell goes
+through :func:`fleetsieve_bayes.backends.cell.measure_cell` (the same path as
+``fleetsieve-bayes measure``): prompt token ids inside the served model's
+vocabulary, prompt + output fitted into its context length.
+
+Start-up is recorded per cell as ``startup_s``: the seconds from launch to a
+healthy ``/health`` for the cell that started the server, 0 for a cell that
+reused a running one. It is not part of ``duration_s``: a cell that failed
+while running was held ``duration_s`` after its start-up; a start-up
+failure's row has ``duration_s = startup_s`` (its GPUs were held only for the
+start-up).
 """
 
 from __future__ import annotations
@@ -53,7 +71,6 @@ from __future__ import annotations
 import math
 import re
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,25 +79,25 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.failures import (
     MEMORY_GUARD,
-    classify_run,
     classify_startup,
     failure_row,
     memory_guard,
 )
-from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync, summarize, write_records
 from fleetsieve_bayes.backends.server import (
     DEFAULT_COMMAND,
     ServerHandle,
     free_port,
     log_tail,
+    probe,
     render_command,
     start_server,
     stop_server,
     wait_ready,
 )
-from fleetsieve_bayes.backends.traces import Trace, read_trace, schedule, window_rate
+from fleetsieve_bayes.backends.traces import Trace, read_trace, window_rate
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError, MeasurementError
 
@@ -90,7 +107,7 @@ VLLM_KEYS: frozenset[str] = frozenset({
     "model", "served_model_name", "command", "extra_args", "env", "gpus", "tp", "loads", "traces",
     "trace_format", "warmup_s", "duration_s", "readiness_timeout_s", "request_timeout_s",
     "stop_timeout_s", "model_size_gb", "gpu_memory_gb", "kv_cache_gb_min", "gpu_memory_utilization",
-    "max_input_tokens", "max_output_tokens", "request_error_tolerance", "seed",
+    "max_input_tokens", "max_output_tokens", "request_error_tolerance", "seed", "reuse_server",
 })
 
 
@@ -120,6 +137,7 @@ class VllmSettings(NamedTuple):
     max_output_tokens: int | None
     request_error_tolerance: float
     seed: int
+    reuse_server: bool = True
 
 
 def parse_vllm_options(campaign: Campaign) -> VllmSettings:
@@ -180,6 +198,9 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
 
     model = string("model")
     served = string("served_model_name", model)
+    local = base / model
+    if not Path(model).is_absolute() and local.exists():
+        model = str(local.resolve())  # a model directory next to the campaign file
     command = strings("command", DEFAULT_COMMAND)
     if not command:
         raise fail("command", "empty command")
@@ -245,9 +266,8 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     if trace_format not in ("auto", "azure", "burstgpt"):
         raise fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
 
-    card = _card_sizes(campaign)
-    model_size = number("model_size_gb", card.get("model_size_gb"))
-    gpu_mem = number("gpu_memory_gb", card.get("gpu_memory_gb"))
+    model_size = number("model_size_gb", None)
+    gpu_mem = number("gpu_memory_gb", None)
     return VllmSettings(
         model=model,
         served_model_name=served,
@@ -272,26 +292,26 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         max_output_tokens=integer("max_output_tokens", None, 1),
         request_error_tolerance=number("request_error_tolerance", 0.01, lo_open=False, hi=1.0),  # type: ignore[arg-type]
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
+        reuse_server=_boolean(opts, "reuse_server", True, fail),
     )
 
 
-def _card_sizes(campaign: Campaign) -> dict[str, float]:
-    """``model_size_gb`` / ``gpu_memory_gb`` from the prior card's ``[card]`` table, if it has them."""
-    try:
-        from fleetsieve_bayes.model.priors import card_path
+def _card_infeasible(campaign: Campaign) -> dict[int, str]:
+    """TP → why, for the TPs the campaign's prior card marks infeasible (``[feasibility]``)."""
+    from fleetsieve_bayes.model.priors import load_card
 
-        path = card_path(campaign.family)
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - the card is validated elsewhere; sizes are optional
-        return {}
-    card = raw.get("card", {})
-    return {k: float(card[k]) for k in ("model_size_gb", "gpu_memory_gb")
-            if isinstance(card.get(k), (int, float)) and not isinstance(card.get(k), bool)}
+    card = load_card(campaign.family)
+    return {
+        tp: f"prior card {card.name!r} marks TP{tp} infeasible (weights + activations + minimum KV "
+            f"cache do not fit; [feasibility] infeasible_tp in {card.path})"
+        for tp in card.feasibility_infeasible_tp or ()
+    }
 
 
 def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
     """A :class:`~fleetsieve_bayes.backends.Backend` that launches one server per measured cell."""
     s = parse_vllm_options(campaign)
+    card_infeasible = _card_infeasible(campaign)
     traces: dict[str, Trace] = {w: read_trace(p, s.trace_format) for w, p in s.traces.items()}
     horizon = s.warmup_s + s.duration_s
 
@@ -316,90 +336,91 @@ def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
         duration_s=np.full(len(cells), horizon, dtype=np.float64),
     )
     scales = [c[3] for c in cells]
-    live: dict[int, ServerHandle] = {}
+    # The running server (at most one): reused by the next cell with the same TP.
+    live: dict[str, Any] = {"handle": None, "tp": None, "served": None}
 
     def preflight(c: int) -> dict[str, Any] | None:
         tp = int(grid.tp[c])
-        why = memory_guard(tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
-                           kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+        why = card_infeasible.get(tp) or memory_guard(
+            tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
+            kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
         if why is None:
             return None
         row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
+        row["startup_s"] = 0.0
         row["detail"] = why
         return row
+
+    def stop_live() -> None:
+        handle: ServerHandle | None = live["handle"]
+        if handle is None:
+            return
+        tp = live["tp"]
+        live.update(handle=None, tp=None, served=None)
+        left = stop_server(handle, grace_s=s.stop_timeout_s)
+        if left:
+            raise MeasurementError(f"server on port {handle.port} (TP{tp}): processes {sorted(left)} survived "
+                                   f"SIGKILL (GPUs {list(s.gpus[:tp])} may still be held)")
+
+    def reusable(tp: int) -> bool:
+        handle: ServerHandle | None = live["handle"]
+        return (s.reuse_server and handle is not None and live["tp"] == tp and handle.proc.poll() is None
+                and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
     def measure(c: int) -> dict[str, Any]:
         guarded = preflight(c)
         if guarded is not None:
             return guarded
-        w, tp, load = grid.key(c)
+        key = grid.key(c)
+        w, tp, load = key
         stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
-        port = free_port()
-        cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
-        log_path = _unique(Path(out_dir) / "logs" / f"{stem}.log")
-        launched = time.monotonic()
+        startup_s = 0.0
+        if not reusable(tp):
+            stop_live()
+            port = free_port()
+            cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
+            log_path = _unique(Path(out_dir) / "logs" / f"{stem}.log")
+            launched = time.monotonic()
+            try:
+                handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
+            except FileNotFoundError:
+                raise InputError(f"{campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
+                                 f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
+            live.update(handle=handle, tp=tp, served=None)
+            ready = wait_ready(handle, s.readiness_timeout_s)
+            startup_s = time.monotonic() - launched
+            if ready.status != "ready":
+                failure = classify_startup(ready.status, log_tail(handle.log_path))
+                stop_live()
+                row = failure_row(key, float(grid.offered_rps[c]), failure, max(startup_s, 1e-3), s.seed)
+                row["startup_s"] = startup_s
+                row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {log_path})"
+                return row
+            live["served"] = served_model_info(handle.url, s.served_model_name, model_path=s.model)
+        handle = live["handle"]
+        spec = CellSpec(workload=w, tp=tp, load=load, scale=scales[c], warmup_s=s.warmup_s,
+                        duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
+                        max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens,
+                        request_error_tolerance=s.request_error_tolerance)
+        raw_path = _unique(Path(out_dir) / "raw" / f"{stem}.parquet")
         try:
-            handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
-        except FileNotFoundError:
-            raise InputError(f"{campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
-                             f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
-        live[c] = handle
-        try:
-            row = _run(c, handle, launched, stem)
-        finally:
-            left = stop_server(handle, grace_s=s.stop_timeout_s)
-            live.pop(c, None)
-        if left:
-            raise MeasurementError(f"cell {grid.describe(c)}: server processes {sorted(left)} survived SIGKILL "
-                                   f"(GPUs {list(s.gpus[:tp])} may still be held)")
+            result = measure_cell(
+                handle.url, s.served_model_name, traces[w], spec, served=live["served"],
+                alive=lambda: handle.proc.poll() is None, records_path=raw_path,
+                record_extras={"workload": w, "tp": tp, "load": load, "scale": scales[c],
+                               "warmup_s": s.warmup_s, "window_s": s.duration_s},
+            )
+        except BaseException:
+            stop_live()
+            raise
+        row = dict(result.row)
+        row["startup_s"] = startup_s
+        if row["failure"] or not s.reuse_server:
+            stop_live()  # a server that failed a cell is never reused
         return row
 
-    def _run(c: int, handle: ServerHandle, launched: float, stem: str) -> dict[str, Any]:
-        key = grid.key(c)
-        offered = float(grid.offered_rps[c])
-        ready = wait_ready(handle, s.readiness_timeout_s)
-        if ready.status != "ready":
-            failure = classify_startup(ready.status, log_tail(handle.log_path))
-            row = failure_row(key, offered, failure, max(time.monotonic() - launched, 1e-3), s.seed)
-            row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {handle.log_path})"
-            return row
-        plan = schedule(traces[key[0]], scales[c], horizon, max_input_tokens=s.max_input_tokens,
-                        max_output_tokens=s.max_output_tokens)
-        spec = LoadSpec(endpoint=handle.url, model=s.served_model_name, warmup_s=s.warmup_s,
-                        duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed)
-        records = run_cell_sync(spec, plan, alive=lambda: handle.proc.poll() is None)
-        died = handle.proc.poll() is not None
-        records = records.assign(workload=key[0], tp=key[1], load=key[2], scale=scales[c],
-                                 warmup_s=s.warmup_s, window_s=s.duration_s)
-        raw_path = _unique(Path(out_dir) / "raw" / f"{stem}.parquet")
-        write_records(records, raw_path)
-        n_window = int(np.count_nonzero(plan.arrival_s >= s.warmup_s))
-        stats = summarize(records, s.warmup_s, s.duration_s, n_scheduled=n_window)
-        failure = classify_run(server_died=died, n_window=n_window, n_error=stats["n_error"],
-                               tolerance=s.request_error_tolerance)
-        if failure:
-            row = failure_row(key, offered, failure, max(time.monotonic() - launched, 1e-3), s.seed)
-            row["detail"] = (f"{stats['n_error']} request errors, {stats['n_timeout']} timeouts of "
-                             f"{n_window} window requests (records: {raw_path})")
-            return row
-        return {
-            "workload": key[0],
-            "tp": key[1],
-            "load": key[2],
-            "offered_rps": stats["offered_rps"],
-            "throughput_rps": stats["throughput_rps"],
-            "ttft_p99_s": stats["ttft_p99_s"],
-            "completion_p99_s": stats["completion_p99_s"],
-            "success_rate": stats["success_rate"],
-            "duration_s": horizon,
-            "seed": s.seed,
-            "failure": "",
-        }
-
     def close() -> None:
-        for c, handle in list(live.items()):
-            stop_server(handle, grace_s=s.stop_timeout_s)
-            live.pop(c, None)
+        stop_live()
 
     return Backend(grid=grid, measure=measure, close=close, expected_duration_s=grid.duration_s,
                    preflight=preflight)
@@ -418,3 +439,10 @@ def _unique(path: Path) -> Path:
     while (candidate := path.with_name(f"{path.stem}-{k}{path.suffix}")).exists():
         k += 1
     return candidate
+
+
+def _boolean(opts: dict[str, Any], key: str, default: bool, fail: Any) -> bool:
+    v = opts.get(key, default)
+    if not isinstance(v, bool):
+        raise fail(key, f"expected true or false, got {v!r}")
+    return v

@@ -101,10 +101,6 @@ _MODEL_KEYS = {"family", "inference", "repeatability"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
-# Keys of the replay backend (``delay_s``: wall seconds each replayed
-# measurement takes, to watch progress or rehearse interruptions); other
-# backends validate their own.
-_REPLAY_KEYS = {"table", "delay_s"}
 
 
 class _Ctx:
@@ -206,6 +202,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     if "family" not in model:
         raise ctx.fail("[model] family", "missing")
     family = ctx.string("[model] family", model["family"])
+    if (family.endswith(".toml") or "/" in family) and not Path(family).is_absolute():
+        # A card given as a path is relative to the campaign file, like the table.
+        family = str(path.resolve().parent / family)
     inference = ctx.string("[model] inference", model.get("inference", "fast"))
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
 
@@ -215,18 +214,6 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     backend = ctx.string("[measurement] backend", meas["backend"])
     options = {k: v for k, v in meas.items() if k != "backend"}
     measurement = Measurement(backend=backend, options=options, base_dir=path.resolve().parent)
-    if backend == "replay":
-        ctx.check_keys("[measurement]", options, _REPLAY_KEYS)
-        if "table" not in options:
-            raise ctx.fail("[measurement] table", "missing (the replay backend needs a measured table)")
-        ctx.string("[measurement] table", options["table"])
-        table = measurement.table
-        assert table is not None
-        if not table.is_file():
-            raise ctx.fail("[measurement] table", f"file not found: {table}")
-        if "delay_s" in options:
-            ctx.number("[measurement] delay_s", options["delay_s"], lo=0.0)
-
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
     epsilon = ctx.number("[stopping] epsilon", stopping.get("epsilon", 0.05), lo=0.0, hi=1.0)
@@ -293,7 +280,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         )
         workloads.append(Workload(wname, demand, slo, critical, floor))
 
-    return Campaign(
+    campaign = Campaign(
         name=name,
         path=path.resolve(),
         gpus=gpus,
@@ -307,6 +294,11 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         repeatability=repeatability,
         risk=risk,
     )
+    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
+    from fleetsieve_bayes.backends import validate_backend
+
+    validate_backend(campaign)
+    return campaign
 
 
 def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:

@@ -54,7 +54,7 @@ from fleetsieve_bayes.decision.certificate import (
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
-from fleetsieve_bayes.table import COLUMNS, METRICS, write_table
+from fleetsieve_bayes.table import COLUMNS, METRICS, startup_gpu_seconds, write_table
 
 __all__ = ["CampaignOutcome", "run_campaign", "measured_state", "Event"]
 
@@ -484,6 +484,9 @@ def _result_json(
     return {
         "status": status,
         "gpu_seconds": float(sum(r["gpu_seconds"] for r in meas)),
+        # Server start-up of cells that ran (a failed start-up is its own
+        # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
+        "startup_gpu_seconds": startup_gpu_seconds([r["row"] for r in meas]),
         "measured": [r["cell"] for r in meas],
         "allocation": None if alloc is None else allocation_to_json(alloc, grid),
         "timings": {

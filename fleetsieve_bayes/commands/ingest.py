@@ -1,15 +1,20 @@
 """``fleetsieve-bayes ingest``: benchmark results → measurement-table rows.
 
-Reads ``vllm bench serve --save-result`` JSON files and GuideLLM
+Reads ``vllm bench serve --save-result`` JSON files (also ``--append-result``
+files and the older ``benchmark_serving.py`` results) and GuideLLM
 ``benchmarks.json`` files and writes their cells as table rows, so that
 existing measurements can seed a campaign. Labels (workload, TP, load) come
-from the command line or the result's metadata.
+from the command line or the result's metadata. The conversions (which key,
+which unit, what "offered" means for a closed-loop run) are in
+:mod:`fleetsieve_bayes.backends.ingest` and the README. A row whose source has
+no completion timing leaves ``completion_p99_s`` empty (unobserved).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         write_table(merged, tmp)
         tmp.replace(args.out)  # the old table stays intact if anything above failed
     if args.json:
-        print(json.dumps(rows))
+        # Unobserved (NaN) → null; infinite tails stay the JSON extension `Infinity`.
+        print(json.dumps([{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                          for r in rows]))
     elif args.out is None:
         new.to_csv(sys.stdout, index=False)
     if not rows:

@@ -5,6 +5,13 @@ Replays a trace open-loop (``--scale`` multiplies its arrival rate) for
 and prints one measurement-table row (``--json``: as a JSON object). The
 measurement window is ``--duration`` seconds after the warm-up; the row's
 ``duration_s`` is warm-up + window, the wall time the cell holds its GPUs.
+
+The cell goes through :func:`fleetsieve_bayes.backends.cell.measure_cell`, the
+same path as a campaign's vLLM backend: prompt token ids are drawn inside the
+served model's vocabulary (``--vocab-size``, else the ``config.json`` of the
+model ``/v1/models`` reports) and fitted into its ``max_model_len``. A cell
+where every request failed is printed with a ``failure`` label, and the
+server's first error goes to stderr.
 """
 
 from __future__ import annotations
@@ -12,14 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync, summarize, write_records
+from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.server import probe
-from fleetsieve_bayes.backends.traces import read_trace, schedule
+from fleetsieve_bayes.backends.traces import read_trace
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.table import COLUMNS
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +46,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-input-tokens", type=int, default=None)
     p.add_argument("--max-output-tokens", type=int, default=None)
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="prompt token ids are drawn below this (default: the served model's config.json, "
+                        "found through /v1/models)")
+    p.add_argument("--error-tolerance", type=float, default=0.01,
+                   help="fraction of request errors above which the row is a request-errors failure")
     p.add_argument("--records", type=Path, default=None, help="write per-request records here (Parquet, new file)")
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
     p.set_defaults(func=run)
@@ -53,6 +65,10 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--warmup: must be >= 0, got {args.warmup!r}")
     if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
         raise InputError(f"--request-timeout: must be a positive number, got {args.request_timeout!r}")
+    if args.vocab_size is not None and args.vocab_size < 8:
+        raise InputError(f"--vocab-size: must be an integer >= 8, got {args.vocab_size}")
+    if not (0.0 <= args.error_tolerance <= 1.0):
+        raise InputError(f"--error-tolerance: must be in [0, 1], got {args.error_tolerance!r}")
     if args.tp < 1:
         raise InputError(f"--tp: must be a positive integer, got {args.tp}")
     if args.records is not None and args.records.exists():
@@ -78,25 +94,18 @@ def run(args: argparse.Namespace) -> int:
     trace = read_trace(args.trace, args.trace_format)
     if not health_ok(args.endpoint):
         raise InputError(f"--endpoint {args.endpoint}: server is not healthy (GET /health did not answer 200)")
-    horizon = args.warmup + args.duration
-    plan = schedule(trace, args.scale, horizon, max_input_tokens=args.max_input_tokens,
-                    max_output_tokens=args.max_output_tokens)
-    spec = LoadSpec(endpoint=args.endpoint, model=args.model, warmup_s=args.warmup,
-                    duration_s=args.duration, request_timeout_s=args.request_timeout, seed=args.seed)
-    records = run_cell_sync(spec, plan)
-    if args.records is not None:
-        write_records(records, args.records)
-    stats = summarize(records, args.warmup, args.duration)
-    row: dict[str, Any] = {
-        "workload": args.workload or args.trace.stem,
-        "tp": args.tp,
-        "load": args.load or f"x{args.scale:g}",
-        **{k: stats[k] for k in COLUMNS if k in stats},
-        "duration_s": horizon,
-        "seed": args.seed,
-        "failure": "",
-    }
-    row = {k: row[k] for k in (*COLUMNS, "seed", "failure")}
+    spec = CellSpec(workload=args.workload or args.trace.stem, tp=args.tp, load=args.load or f"x{args.scale:g}",
+                    scale=args.scale, warmup_s=args.warmup, duration_s=args.duration,
+                    request_timeout_s=args.request_timeout, seed=args.seed,
+                    max_input_tokens=args.max_input_tokens, max_output_tokens=args.max_output_tokens,
+                    request_error_tolerance=args.error_tolerance)
+    served = served_model_info(args.endpoint, args.model, vocab_size=args.vocab_size)
+    result = measure_cell(args.endpoint, args.model, trace, spec, served=served, records_path=args.records)
+    row = dict(result.row)
+    detail = row.pop("detail", "")
+    if row["failure"]:
+        # A failed cell is an observation (the row is printed); say why on stderr.
+        print(f"measure: cell failed ({row['failure']}): {detail}", file=sys.stderr)
     if args.json:
         # inf tails (no request succeeded) are written as the JSON extension `Infinity`.
         print(json.dumps(row))

@@ -38,12 +38,22 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     elif not args.quiet:
+        from fleetsieve_bayes.campaign.journal import read_journal
+        from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
+
         r = outcome.result
-        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds, {len(r['measured'])} cells measured")
+        startup = r.get("startup_gpu_seconds") or 0.0
+        extra = f" (+ {startup:.0f} start-up GPU-seconds)" if startup else ""
+        print(f"{r['status']}: {r['gpu_seconds']:.0f} GPU-seconds{extra}, {len(r['measured'])} cells measured")
+        records, _ = read_journal(Path(args.out) / "journal.jsonl")
+        rows = [rec["row"] for rec in records if rec.get("type") == "measurement"]
+        slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
+                         "completion_p99_s": w.slo.completion_p99_s} for w in campaign.workloads}
+        why = unserved(r["allocation"], slos, rows)
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
             else:
-                print(f"  {name}: no replicas")
+                print(f"  {describe_unserved(name, why.get(name, {}))}")
         print(f"result: {Path(args.out) / 'result.json'}")
     return 0

@@ -70,7 +70,18 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "next": None if last is None else last.get("chosen"),
         "next_state": None if last is None or not last.get("chosen") else _chosen_state(view, last["chosen"]),
         "result": view.result,
+        "unserved": _unserved(view),
     }
+
+
+def _unserved(view: CampaignView) -> dict[str, Any]:
+    """Classes the final allocation gives no replicas: best measured cell and its SLO misses."""
+    from fleetsieve_bayes.reporting.misses import unserved
+
+    alloc = (view.result or {}).get("allocation")
+    rows = [r.get("row") or {} for r in view.measurements]
+    return {w: {"cell": u["cell"], "misses": [m._asdict() | {"text": m.text()} for m in u["misses"]]}
+            for w, u in unserved(alloc, view.slos, rows).items()}
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -165,6 +176,12 @@ def render_status(view: CampaignView, console: Any) -> None:
                 objs.append(f"r={_num(obj.get('min_fulfillment'))}, {_num(obj.get('goodput_rps'), 2)} req/s, {obj.get('gpus_used')} GPUs")
         at.add_row(Text("objective", style="dim"), *objs)
         console.print(at)
+        if view.result is not None:
+            from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
+
+            rows = [r.get("row") or {} for r in view.measurements]
+            for w, u in unserved(view.result.get("allocation"), view.slos, rows).items():
+                console.print(describe_unserved(w, u), highlight=False)
 
     mt = Table(title="Measured cells", title_justify="left")
     for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("req/s", "right"), ("TTFT p99", "right"), ("compl. p99", "right"), ("success", "right"), ("GPU-s", "right")):

@@ -67,6 +67,14 @@ Fields (section.key — meaning):
 ``[noise]`` — half-normal scales of the per-metric Student-t noise on the
   transformed scale (log throughput, log ttft, log completion, logit success):
   ``throughput``, ``ttft``, ``completion``, ``success``.
+``[feasibility]`` — which TPs can hold the model at all (not a hyperprior: the
+  vLLM backend's memory guard reads it and skips an infeasible TP at zero
+  GPU-seconds, recording the cell as infeasible). ``checked_tp`` — the TPs
+  that were checked; ``infeasible_tp`` — those that cannot fit (a subset).
+  A TP outside ``checked_tp`` is unknown and measured normally.
+``[derivation]`` — the inputs of a card written by ``priors derive`` (model
+  architecture, GPU, dtypes, mean tokens, TPs; see
+  :mod:`fleetsieve_bayes.model.derive`). Provenance only: the model ignores it.
 """
 
 from __future__ import annotations
@@ -84,7 +92,7 @@ from fleetsieve_bayes.resources import data_dir
 __all__ = ["PriorCard", "DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
 
 # Defaults = the generic card. Keys are "section.key".
-DEFAULTS: dict[str, float | str | None] = {
+DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "card.family": "",
     "card.description": "",
     "card.gpu": "",
@@ -136,8 +144,41 @@ DEFAULTS: dict[str, float | str | None] = {
     "noise.ttft": 0.25,
     "noise.completion": 0.25,
     "noise.success": 0.8,
+    "feasibility.checked_tp": None,
+    "feasibility.infeasible_tp": None,
+    "derivation.source": None,
+    "derivation.architecture": None,
+    "derivation.parameters_b": None,
+    "derivation.active_parameters_b": None,
+    "derivation.layers": None,
+    "derivation.hidden_size": None,
+    "derivation.attention_heads": None,
+    "derivation.kv_heads": None,
+    "derivation.head_dim": None,
+    "derivation.vocab_size": None,
+    "derivation.experts": None,
+    "derivation.active_experts": None,
+    "derivation.gpu": None,
+    "derivation.dtype": None,
+    "derivation.kv_dtype": None,
+    "derivation.prompt_tokens": None,
+    "derivation.output_tokens": None,
+    "derivation.tp": None,
+    "derivation.gpu_memory_utilization": None,
+    "derivation.min_concurrency": None,
 }
-_STRINGS = {"card.family", "card.description", "card.gpu"}
+_STRINGS = {
+    "card.family",
+    "card.description",
+    "card.gpu",
+    "derivation.source",
+    "derivation.architecture",
+    "derivation.gpu",
+    "derivation.dtype",
+    "derivation.kv_dtype",
+}
+# Lists of TP degrees (positive integers), stored as sorted tuples.
+_TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
 # Fields that must be > 0 (scales, medians); the rest may be any finite number.
 _REAL = {
     "ttft.slope_per_log2tp",
@@ -210,6 +251,37 @@ class PriorCard:
     noise_ttft: float
     noise_completion: float
     noise_success: float
+    feasibility_checked_tp: tuple[int, ...] | None
+    feasibility_infeasible_tp: tuple[int, ...] | None
+    derivation_source: str | None
+    derivation_architecture: str | None
+    derivation_parameters_b: float | None
+    derivation_active_parameters_b: float | None
+    derivation_layers: float | None
+    derivation_hidden_size: float | None
+    derivation_attention_heads: float | None
+    derivation_kv_heads: float | None
+    derivation_head_dim: float | None
+    derivation_vocab_size: float | None
+    derivation_experts: float | None
+    derivation_active_experts: float | None
+    derivation_gpu: str | None
+    derivation_dtype: str | None
+    derivation_kv_dtype: str | None
+    derivation_prompt_tokens: float | None
+    derivation_output_tokens: float | None
+    derivation_tp: tuple[int, ...] | None
+    derivation_gpu_memory_utilization: float | None
+    derivation_min_concurrency: float | None
+
+    def tp_feasible(self, tp: int) -> bool | None:
+        """Whether TP ``tp`` can hold the model: True/False when the card's
+        ``[feasibility]`` checked it, None when unknown."""
+        if self.feasibility_infeasible_tp and int(tp) in self.feasibility_infeasible_tp:
+            return False
+        if self.feasibility_checked_tp is not None and int(tp) in self.feasibility_checked_tp:
+            return True
+        return None
 
 
 def card_fields(card: PriorCard) -> list[tuple[str, Any]]:
@@ -301,6 +373,10 @@ def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
         )
     if cap_abs is None and cap_rel is None:
         values["capacity.relative_to_offered"] = 1.0
+    checked, infeasible = values["feasibility.checked_tp"], values["feasibility.infeasible_tp"]
+    if checked is not None and infeasible is not None and not set(infeasible) <= set(checked):
+        extra = sorted(set(infeasible) - set(checked))
+        raise InputError(f"{path}: 'feasibility.infeasible_tp' lists TP {extra} not in 'feasibility.checked_tp'")
     if not values["card.family"]:
         values["card.family"] = path.stem
     kwargs = {k.replace(".", "_", 1): v for k, v in values.items()}
@@ -308,6 +384,12 @@ def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
 
 
 def _check(path: Path, key: str, value: Any) -> Any:
+    if key in _TP_LISTS:
+        if not isinstance(value, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in value
+        ):
+            raise InputError(f"{path}: {key!r} must be a list of positive integers (TP degrees), got {value!r}")
+        return tuple(sorted(set(value)))
     if key in _STRINGS:
         if not isinstance(value, str):
             raise InputError(f"{path}: {key!r} must be a string, got {value!r}")

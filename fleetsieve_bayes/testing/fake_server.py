@@ -59,6 +59,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tp-speedup", type=float, default=0.0, help="step is divided by tp ** this")
     p.add_argument("--tp-slots", action="store_true", help="multiply the slots by tp (more KV cache)")
     p.add_argument("--max-model-len", type=int, default=0, help="reject prompt+max_tokens above this (0: no limit)")
+    p.add_argument("--vocab-size", type=int, default=0,
+                   help="reject prompt token ids >= this, as vLLM does (0: no check)")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds of /health 503 before ready")
     p.add_argument("--die-at-start", action="store_true")
     p.add_argument("--oom-at-start", action="store_true")
@@ -103,7 +105,10 @@ def make_app(args: argparse.Namespace) -> web.Application:
         return web.Response(status=200)
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": args.model, "object": "model"}]})
+        entry: dict[str, Any] = {"id": args.model, "object": "model", "root": args.model}
+        if args.max_model_len:
+            entry["max_model_len"] = args.max_model_len  # as vLLM reports it
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def metrics(_: web.Request) -> web.Response:
         text = (
@@ -127,6 +132,10 @@ def make_app(args: argparse.Namespace) -> web.Application:
         max_tokens = int(body.get("max_tokens") or 16)
         if max_tokens < 1:
             return _error(400, "max_tokens must be at least 1")
+        if args.vocab_size and isinstance(prompt, list):
+            bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < args.vocab_size]
+            if bad:
+                return _error(400, f"Token id {bad[0]} is out of vocabulary")
         if args.max_model_len and n_in + max_tokens > args.max_model_len:
             return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
         stream = bool(body.get("stream", False))
