@@ -8,7 +8,10 @@ AUC, the hindsight-floor ratio, and — against uniform random — the
 ratio-of-means saving (bootstrap CI) and how often one fleetsieve run beats a
 single random order. ``--split`` adds chat-only and code-only campaigns (same
 table, one class). ``--suite N`` runs N synthetic ground-truth fleets
-(:mod:`fleetsieve_bayes.evaluation.synthetic`) instead.
+(:mod:`fleetsieve_bayes.evaluation.synthetic`, ``random_spec(hard=True)``)
+instead and reports per fleet its cost against the full grid and the
+hindsight floor, ε-correctness and false certificates (a certificate of
+either kind whose decision is not ε-correct on the truth).
 
 Prints a markdown table, writes JSON (default
 ``benchmarks/results/profiling_cost.json``) and a PNG of regret against
@@ -31,7 +34,7 @@ import math
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -121,12 +124,15 @@ def _safe_run(task: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}", **{k: task[k] for k in ("scenario", "strategy", "seed")}}
 
 
-def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str) -> list[dict[str, Any]]:
+def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path | None = None) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
 
     def note(r: dict[str, Any]) -> None:
+        if partial is not None:  # one line per finished run: an interrupted benchmark keeps its runs
+            with partial.open("a") as fh:
+                fh.write(json.dumps({k: v for k, v in r.items() if k != "curve"}, default=_json_default) + "\n")
         if "error" in r:
             print(f"[{label}] ERROR {r['scenario']} {r['strategy']} seed {r['seed']}: {r['error']}", file=sys.stderr, flush=True)
             errors.append(r)
@@ -144,8 +150,11 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str) -> list[dict[st
     else:
         # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            for r in pool.map(_safe_run, tasks, chunksize=max(1, len(tasks) // (4 * jobs))):
-                note(r)
+            # One task at a time per worker, recorded as it finishes (an interrupted
+            # benchmark keeps every finished run in --partial).
+            futures = [pool.submit(_safe_run, t) for t in tasks]
+            for f in as_completed(futures):
+                note(f.result())
     return results
 
 
@@ -239,7 +248,7 @@ def bench_campaign(args: argparse.Namespace) -> dict[str, Any]:
                 })
     # Interleave strategies so a slow or interrupted run still compares side by side.
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
-    runs = [] if args.floors_only else _run_all(tasks, args.jobs, "campaign")
+    runs = [] if args.floors_only else _run_all(tasks, args.jobs, "campaign", args.partial)
     for name, only in scenarios:
         campaign, grid, problem = _load_scenario(str(args.campaign), args.demand_scale, only, args.inference)
         values = _true_values(campaign, grid, "table")
@@ -320,13 +329,28 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
     specs = []
     for k in range(args.suite):
         rng = np.random.default_rng([args.suite_seed, k])
-        spec = random_spec(rng)
+        spec = random_spec(rng, hard=args.suite_family == "hard")
         df, camp = synthetic_fleet(rng, spec)
         camp["name"] = f"synthetic-{k}"
         if args.inference is not None:
             camp["model"]["inference"] = args.inference
         c = write_synthetic(root / f"c{k:03d}", df, camp)
-        specs.append({**spec._asdict(), "campaign": str(c.path)})
+        from fleetsieve_bayes.allocation.problem import (
+            grid_from_table,
+            problem_from_campaign,
+            values_from_table,
+        )
+        from fleetsieve_bayes.evaluation.regret import make_oracle
+        from fleetsieve_bayes.table import read_table
+
+        tab = read_table(c.measurement.table)
+        grid = grid_from_table(tab, c.workload_names)
+        oracle = make_oracle(grid, values_from_table(grid, tab), problem_from_campaign(c))
+        specs.append({
+            **spec._asdict(), "campaign": str(c.path), "cells": grid.n_cells,
+            "full_gpu_s": oracle.full_gpu_s, "floor_gpu_s": oracle.floor_gpu_s,
+            "truly_feasible": oracle.allocation.feasible,
+        })
         for s in args.strategies:
             for seed in _seeds(s, args.orders, args.fs_seeds):
                 tasks.append({
@@ -334,11 +358,17 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "inference": None, "strategy": s, "seed": seed, "truths": ["table", "curve"],
                 })
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
-    runs = _run_all(tasks, args.jobs, "suite")
+    if args.partial is not None:
+        args.partial.with_suffix(".specs.json").write_text(json.dumps(specs, indent=1, default=_json_default))
+    runs = _run_all(tasks, args.jobs, "suite", args.partial)
     per: list[dict[str, Any]] = []
     for k, spec in enumerate(specs):
         name = f"c{k:03d}"
-        entry: dict[str, Any] = {"name": name, "spec": spec, "slices": _suite_slices(spec), "strategies": {}}
+        entry: dict[str, Any] = {
+            "name": name, "spec": spec, "slices": _suite_slices(spec), "strategies": {},
+            "cells": spec["cells"], "full_gpu_s": spec["full_gpu_s"], "floor_gpu_s": spec["floor_gpu_s"],
+            "truly_feasible": spec["truly_feasible"],
+        }
         for s in args.strategies:
             rs = [r for r in runs if r["scenario"] == name and r["strategy"] == s]
             if not rs:
@@ -352,6 +382,7 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
                 "statuses": [r["status"] for r in rs],
                 "regret_auc_mean": float(np.mean([r["regret_auc"] for r in rs])),
                 "floor_ratio_mean": float(np.mean([r["floor_ratio"] for r in rs])),
+                "full_ratio_mean": float(np.mean([r["gpu_seconds"] for r in rs])) / spec["full_gpu_s"],
                 "runs": rs,
             }
         per.append(entry)
@@ -368,7 +399,14 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
             "false_certificates_curve": int(sum(e["false_certificates_curve"] for e in es)),
             "gpu_seconds_mean": float(np.mean([e["gpu_seconds_mean"] for e in es])),
             "floor_ratio_mean": float(np.mean([e["floor_ratio_mean"] for e in es])),
+            "floor_ratio_max": float(np.max([e["floor_ratio_mean"] for e in es])),
+            # Mean of per-fleet ratios, and ratio of summed means (big fleets weigh more).
+            "full_ratio_mean": float(np.mean([e["full_ratio_mean"] for e in es])),
+            "full_ratio_pooled": float(
+                sum(e["gpu_seconds_mean"] for e in es) / sum(p["full_gpu_s"] for p in per if s in p["strategies"])
+            ),
             "regret_auc_mean": float(np.mean([e["regret_auc_mean"] for e in es])),
+            "statuses": {st: sum(e["statuses"].count(st) for e in es) for st in sorted({x for e in es for x in e["statuses"]})},
         }
     if "fleetsieve" in args.strategies and "random" in args.strategies:
         both = [e for e in per if "fleetsieve" in e["strategies"] and "random" in e["strategies"]]
@@ -396,13 +434,26 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def suite_markdown(res: dict[str, Any]) -> str:
-    lines = ["\n### synthetic suite\n",
-             "| strategy | campaigns | ε-correct (table) | ε-correct (noise-free curve) | false certificates (table / curve) | mean GPU-s | ×floor | regret AUC |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = ["\n### synthetic suite, per fleet\n",
+             "| fleet | cells | classes | TPs | truly feasible | strategy | GPU-s | ×full grid | ×floor | ε-correct | false certificates | statuses |",
+             "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for e in res["campaigns"]:
+        for s, st in e["strategies"].items():
+            lines.append(
+                f"| {e['name']} | {e['cells']} | {e['spec']['n_classes']} | {'/'.join(map(str, e['spec']['tps']))} | "
+                f"{'yes' if e['truly_feasible'] else 'no'} | {s} | {st['gpu_seconds_mean']:.0f} | {st['full_ratio_mean']:.2f} | "
+                f"{st['floor_ratio_mean']:.2f} | {st['eps_correct_frac']:.0%} | {st['false_certificates']} | "
+                f"{', '.join(sorted(set(st['statuses'])))} |"
+            )
+    lines += ["\n### synthetic suite\n",
+              "| strategy | campaigns | ε-correct (table) | ε-correct (noise-free curve) | false certificates (table / curve) | mean GPU-s | ×full grid (mean / pooled) | ×floor (mean / max) | regret AUC | statuses |",
+              "|---|---:|---:|---:|---|---:|---|---|---:|---|"]
     for s, st in res["strategies"].items():
+        stat = ", ".join(f"{k}:{v}" for k, v in st["statuses"].items())
         lines.append(f"| {s} | {st['campaigns']} | {st['eps_correct_frac']:.1%} | {st['eps_correct_curve_frac']:.1%} | "
                      f"{st['false_certificates']} / {st['false_certificates_curve']} | {st['gpu_seconds_mean']:.0f} | "
-                     f"{st['floor_ratio_mean']:.2f} | {st['regret_auc_mean']:.4f} |")
+                     f"{st['full_ratio_mean']:.2f} / {st['full_ratio_pooled']:.2f} | "
+                     f"{st['floor_ratio_mean']:.2f} / {st['floor_ratio_max']:.2f} | {st['regret_auc_mean']:.4f} | {stat} |")
     if "saving_vs_random" in res:
         sv = res["saving_vs_random"]
         lines.append(f"\nfleetsieve vs random (ratio of summed per-campaign means): saving {sv['saving']:+.1%} "
@@ -459,9 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", action="store_true", help="also run one-class (chat-only, code-only) campaigns")
     p.add_argument("--suite", type=int, default=0, help="run N synthetic fleets instead of the campaign")
     p.add_argument("--suite-seed", type=int, default=0)
+    p.add_argument("--suite-family", choices=("hard", "v1"), default="hard",
+                   help="hard: issue 12's suite (failures, closed loop, SLOs on cells); v1: the first suite")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
+    p.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
     args = p.parse_args(argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]

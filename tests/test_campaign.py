@@ -100,6 +100,15 @@ def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: t
     ]  # fmt: skip
     assert len(bounds) == 22 and bounds["measured"].sum() == len(cells)
     assert (out / "posterior.nc").exists()
+    # Issued by the converged certifying posterior after the joint check.
+    cert = result["certificate"]
+    assert cert["p_epsilon_optimal"] >= 1 - result["risk"] and 0.0 <= cert["p_slo_met"] <= 1.0
+    d = cert["diagnostics"]
+    assert d["r_hat_max"] <= 1.01 and d["ess_bulk_min"] >= 400 and d["divergences"] == 0
+    from fleetsieve_bayes.model.diagnostics import diagnose_file
+
+    on_file = diagnose_file(out / "posterior.nc")  # posterior.nc is that posterior
+    assert on_file["r_hat_max"] <= 1.01 and on_file["ess_bulk_min"] >= 400 and on_file["divergences"] == 0
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, dict]) -> None:
@@ -162,6 +171,7 @@ slo = { success_min = 0.99, ttft_p99_s = 5.0 }
     assert result["status"] == "certified-infeasible"
     assert result["allocation"] is None
     assert len(result["measured"]) < 22
+    assert result["certificate"]["p_infeasible"] >= 0.95
 
 
 def _cli(*args: str) -> list[str]:

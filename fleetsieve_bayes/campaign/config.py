@@ -124,6 +124,8 @@ class Campaign:
     # The parsed TOML as written (the journal header keeps it to name what changed).
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     pool: ProfilingPool = field(default_factory=ProfilingPool)
+    # A certified state needs the joint check's probability ≥ 1 − risk.
+    risk: float = 0.05
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -143,7 +145,7 @@ class Campaign:
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus"}
 _MODEL_KEYS = {"family", "inference", "repeatability"}
-_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds"}
+_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
 # Keys of every backend: how many cells run at once, and where.
@@ -275,6 +277,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         lo_open=True,
         hi_open=True,
     )
+    risk = ctx.number("[stopping] risk", stopping.get("risk", 0.05), lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     max_rounds = (
         ctx.integer("[stopping] max_rounds", stopping["max_rounds"], lo=1)
         if "max_rounds" in stopping
@@ -296,6 +299,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         max_rounds=max_rounds,
         inference=inference,
         repeatability=repeatability,
+        risk=risk,
         raw=raw,
     )
     # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).

@@ -60,6 +60,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "epsilon": campaign.epsilon,
             "credible_level": campaign.credible_level,
             "max_rounds": campaign.max_rounds,
+            "risk": campaign.risk,
         },
         "workloads": {
             w.name: w.to_json()

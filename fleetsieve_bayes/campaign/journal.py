@@ -300,6 +300,9 @@ class RoundRecord(NamedTuple):
     timings: dict[str, float]
     # The final allocation when the campaign stops at this round (outcome != "measure").
     final: Side | None = None
+    # The certification attempt's joint check (p_epsilon_optimal, p_slo_met,
+    # p_infeasible, draws, diagnostics, attempt_s); None when none was made.
+    joint: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
@@ -307,6 +310,8 @@ class RoundRecord(NamedTuple):
         d["optimistic"] = self.optimistic.to_json()
         d["chosen"] = None if self.chosen is None else self.chosen.to_json()
         d["final"] = None if self.final is None else self.final.to_json()
+        if self.joint is None:
+            del d["joint"]
         return d
 
     @classmethod
@@ -341,6 +346,7 @@ class RoundRecord(NamedTuple):
             chosen=None if chosen is None else f.cell("chosen", chosen),
             timings={str(k): float(v) for k, v in timings.items()},
             final=None if raw.get("final") is None else side("final"),
+            joint=None if raw.get("joint") is None else f.dict_("joint"),
         )
 
 

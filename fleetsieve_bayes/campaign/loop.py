@@ -604,9 +604,10 @@ def _initial_design(inputs: _Inputs, out: Path, journal: Journal, backend: Backe
 
 class _Round(NamedTuple):
     record: RoundRecord
-    posterior: Any
+    posterior: Any  # the cheap fit: the next round's warm start
     bounds: Any
     measured: np.ndarray
+    shown: Any  # what posterior.nc holds: after a certification attempt, its converged posterior
 
 
 def _rounds(inputs: _Inputs, out: Path, journal: Journal, backend: Backend, on_event: Event) -> RoundRecord:
@@ -643,7 +644,7 @@ def _rounds(inputs: _Inputs, out: Path, journal: Journal, backend: Backend, on_e
         save_warm_start(out / "warm_start", rnd.posterior, round_no=round_no)
         warm = rnd.posterior
         # Persist this round's view for status/report before the record that commits to it.
-        _write_round_files(out, grid, rnd.posterior, rnd.bounds, rnd.measured)
+        _write_round_files(out, grid, rnd.shown, rnd.bounds, rnd.measured)
         journal.append(rnd.record)
         on_event("round", rnd.record.to_json())
 
@@ -666,7 +667,11 @@ def _one_round(
     round_no: int,
     warm: Any,
 ) -> _Round:
-    """Fit, bound, allocate both ends, certify, decide and (maybe) choose the next cell."""
+    """Fit, bound, allocate both ends, certify, decide and (maybe) choose the next cell.
+
+    A certified state is only issued from the converged certifying posterior and
+    after the decision-level joint check (:mod:`fleetsieve_bayes.campaign.certification`).
+    """
     from fleetsieve_bayes.allocation.milp import allocate_milp
     from fleetsieve_bayes.decision.bounds import (
         conservative_table,
@@ -688,13 +693,20 @@ def _one_round(
     conservative = allocate_milp(grid, conservative_table(bounds), problem)
     optimistic = allocate_milp(grid, optimistic_table(bounds), problem)
     cert = certify(grid, problem, conservative, optimistic, measured, observed, c.epsilon)
+    t_alloc = time.perf_counter() - t0
+
+    attempt = None
+    if cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+        attempt = _attempt_certification(inputs, grid, problem, observed, measured, round_no)
+        cert, bounds = attempt.certificate, attempt.bounds
+        conservative, optimistic = attempt.conservative, attempt.optimistic
+
     decision = decide_round(RoundFacts(round_no, cert.status, int((~measured).sum()), c.max_rounds))
     final: Allocation | None = None
     if decision.final == "conservative":
         final = conservative
     elif decision.final == "measured-only":
         final = allocate_milp(grid, _measured_only_table(observed, measured), problem)
-    t_alloc = time.perf_counter() - t0
 
     chosen: int | None = None
     t_acq = 0.0
@@ -717,9 +729,7 @@ def _one_round(
             rng=np.random.default_rng([inputs.seed, round_no]),
             key=_jax_key(inputs.seed, round_no),
         )
-        chosen = int(strategy.select(state))
-        if measured[chosen]:
-            raise RuntimeError(f"strategy {inputs.strategy!r} chose measured cell {grid.describe(chosen)}")
+        chosen = _choose(inputs, strategy, state, attempt, round_no)
         t_acq = time.perf_counter() - t0
 
     record = RoundRecord(
@@ -734,10 +744,68 @@ def _one_round(
         candidates=grid.n_cells,
         gpu_seconds=float(sum(r.gpu_seconds for r in journal.measurements)),
         chosen=None if chosen is None else _cell(grid, chosen),
-        timings={"fit_s": t_fit, "allocate_s": t_alloc, "acquire_s": t_acq},
+        timings={
+            "fit_s": t_fit,
+            "allocate_s": t_alloc,
+            "acquire_s": t_acq,
+            "certify_s": 0.0 if attempt is None else float(attempt.wall_s),
+        },
         final=None if final is None else _side(final, grid),
+        joint=None if attempt is None else attempt.to_json(),
     )
-    return _Round(record, posterior, bounds, measured)
+    shown = posterior if attempt is None else attempt.posterior
+    return _Round(record, posterior, bounds, measured, shown)
+
+
+def _attempt_certification(
+    inputs: _Inputs, grid: CellGrid, problem: AllocationProblem, observed: np.ndarray, measured: np.ndarray, round_no: int
+) -> Any:
+    """The converged certifying posterior and the joint check, for a round whose intervals certify."""
+    from fleetsieve_bayes.campaign.certification import attempt_certification
+
+    c = inputs.campaign
+    return attempt_certification(
+        grid,
+        problem,
+        inputs.card,
+        observed,
+        measured,
+        epsilon=c.epsilon,
+        credible_level=c.credible_level,
+        repeatability=c.repeatability,
+        risk=c.risk,
+        seed=_round_seed(inputs.seed, round_no) + 1,
+    )
+
+
+def _choose(inputs: _Inputs, strategy: Any, state: Any, attempt: Any, round_no: int) -> int:
+    """The next cell: the strategy's pick, or — when the interval gap is closed but the
+    joint check is not — the cell expected to reduce the decision's posterior regret most."""
+    from fleetsieve_bayes.campaign.certification import thin
+    from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
+
+    grid, measured = state.grid, state.measured
+    chosen: int | None = None
+    if attempt is not None:
+        # Acquire on the converged draws (thinned to the cheap fit's shape).
+        state = state._replace(posterior=thin(attempt.posterior, state.posterior.latent.shape[0]))
+        if attempt.gap_closed and inputs.strategy == "fleetsieve":
+            scores = regret_scores(
+                grid,
+                state.problem,
+                state.conservative,
+                attempt.posterior.latent,
+                attempt.posterior.noise,
+                state.observed,
+                measured,
+                seed=_round_seed(inputs.seed, round_no) + 2,
+            )
+            chosen = select_by_regret(scores, grid.cost_gpu_s)
+    if chosen is None:
+        chosen = int(strategy.select(state))
+    if measured[chosen]:
+        raise RuntimeError(f"strategy {inputs.strategy!r} chose measured cell {grid.describe(chosen)}")
+    return int(chosen)
 
 
 def _write_round_files(out: Path, grid: CellGrid, posterior: Any, bounds: Any, measured: np.ndarray) -> None:
@@ -794,9 +862,22 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
         "strategy": inputs.strategy,
         "seed": inputs.seed,
         "objective": objective,
-        "certificate": {"reason": final.reason, "gap": dict(final.gap)},
+        "certificate": {
+            "reason": final.reason,
+            "gap": dict(final.gap),
+            # The joint check and the certifying posterior's diagnostics of the
+            # final round (null when that round made no certification attempt).
+            **_joint_json(final.joint),
+        },
+        "risk": inputs.campaign.risk,
         "epsilon": inputs.campaign.epsilon,
         "candidates": grid.n_cells,
         "seeded": [r.cell.to_json() for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
     }
+
+
+def _joint_json(joint: dict[str, Any] | None) -> dict[str, Any]:
+    if not joint:
+        return {"p_epsilon_optimal": None, "p_slo_met": None, "p_infeasible": None, "diagnostics": None}
+    return {k: joint.get(k) for k in ("p_epsilon_optimal", "p_slo_met", "p_infeasible", "diagnostics")}

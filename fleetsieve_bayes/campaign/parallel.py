@@ -165,6 +165,7 @@ class _Step(NamedTuple):
     real: Any  # the real (unconditioned) Belief
     t_fit: float
     t_alloc: float
+    joint: dict[str, Any] | None = None  # the certification attempt's joint check, if one ran
 
 
 class _Outcome(NamedTuple):
@@ -299,7 +300,7 @@ def _drive(ctx: _Context, fl: _Flight, measured: np.ndarray, observed: Any) -> _
                 timings = {"fit_s": step.t_fit, "allocate_s": step.t_alloc, "acquire_s": 0.0}
                 final_rec = _round_record(
                     ctx.journal, ctx.grid, fl.next_round, step.real, n_measured, step.status, None, timings,
-                    step.final_alloc,
+                    step.final_alloc, joint=step.joint,
                 )
                 ctx.on_event("round", record_dict(final_rec))
                 return _Outcome(step.status, final_rec, cancelled, plan_times, plan_cpu)
@@ -350,6 +351,18 @@ def _decide(
     allocate, believe_fn = _believer(ctx, posterior, measured, observed)
     t0 = time.perf_counter()
     real = believe_fn([])
+    joint = None
+    if real.certificate.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+        # As in the sequential loop: a certificate is only issued from the converged
+        # certifying posterior, after the decision-level joint check.
+        attempt = loop._attempt_certification(ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round)
+        real = real._replace(
+            bounds=attempt.bounds,
+            conservative=attempt.conservative,
+            optimistic=attempt.optimistic,
+            certificate=attempt.certificate,
+        )
+        joint = attempt.to_json()
     t_alloc = time.perf_counter() - t0
     candidates = ~measured
     candidates[list(fl.flight)] = False
@@ -367,7 +380,7 @@ def _decide(
             final_alloc = allocate(loop._measured_only_table(observed, measured))
     elif decision.acquire and candidates.any() and ctx.pool.n_free >= int(ctx.tp[candidates].min()):
         _acquire(ctx, fl, posterior, real, candidates, believe_fn, n_measured, (t_fit, t_alloc))
-    return _Step(status, final_alloc, real, t_fit, t_alloc)
+    return _Step(status, final_alloc, real, t_fit, t_alloc, joint)
 
 
 def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any) -> tuple[Any, Any]:
@@ -695,6 +708,7 @@ def _round_record(
     chosen: int | None,
     timings: dict[str, float],
     final: Any,
+    joint: dict[str, Any] | None = None,
 ) -> Any:
     """Append one round record (the real state's certificate and allocations) and return it."""
     from fleetsieve_bayes.campaign.journal import RoundRecord
@@ -714,6 +728,7 @@ def _round_record(
         chosen=None if chosen is None else loop._cell(grid, chosen),
         timings=timings,
         final=None if final is None else loop._side(final, grid),
+        joint=joint,
     )
     journal.append(rec)
     return rec

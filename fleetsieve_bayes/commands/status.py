@@ -61,7 +61,14 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         ],
         "certificate": None
         if last is None
-        else {"status": last.certificate, "reason": last.reason, "gap": last.gap, "round": last.round},
+        else {
+            "status": last.certificate,
+            "reason": last.reason,
+            "gap": last.gap,
+            "round": last.round,
+            # The last certification attempt's joint check (absent: none this round).
+            **({"joint": last.joint} if last.joint else {}),
+        },
         "conservative": None if last is None else last.conservative.to_json(),
         "optimistic": None if last is None else last.optimistic.to_json(),
         "next": None if last is None or last.chosen is None else last.chosen.to_json(),
@@ -133,6 +140,15 @@ def render_status(view: CampaignView, console: Any) -> None:
             f"goodput {_num(g.get('goodput'))}",
             highlight=False,
         )
+        j = last.joint
+        if j:
+            d = j.get("diagnostics") or {}
+            console.print(
+                f"joint check: P(ε-optimal) {_num(j.get('p_epsilon_optimal'))}, P(SLO met) {_num(j.get('p_slo_met'))}, "
+                f"P(infeasible) {_num(j.get('p_infeasible'))}; certifying posterior r_hat_max {_num(d.get('r_hat_max'))}, "
+                f"ess_bulk_min {_num(d.get('ess_bulk_min'), 0)}, divergences {d.get('divergences')}",
+                highlight=False,
+            )
         nxt = last.chosen
         if nxt is not None:
             console.print(f"{_chosen_state(view, nxt)}: {nxt.label}", highlight=False)

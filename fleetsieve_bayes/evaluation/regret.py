@@ -284,16 +284,19 @@ def evaluate_run(
     out = evaluate_cells(grid, true_values, problem, *(cr if cr else (None, None)))
     reg = regret(out, oracle, problem)
     spent, values = regret_curve(grid, true_values, problem, oracle, journal_records, result.get("allocation"))
-    certified = result["status"] == "certified-feasible"
+    certified = result["status"] in ("certified-feasible", "certified-infeasible")
+    eps_ok = eps_correct(reg, epsilon)
     return {
         "status": result["status"],
         "gpu_seconds": float(result["gpu_seconds"]),
         "n_measured": len(result.get("measured", [])),
         "regret": reg._asdict(),
         "scalar_regret": scalar_regret(reg),
-        "eps_correct": eps_correct(reg, epsilon),
+        "eps_correct": eps_ok,
         "zero_regret": scalar_regret(reg) <= 1e-6,
-        "false_certificate": bool(certified and out.violations),
+        # A certificate (either kind) whose decision is not ε-correct on the
+        # truth, or that commits to a cell violating its SLO there.
+        "false_certificate": bool(certified and (out.violations or not eps_ok)),
         "slo_violations": [grid.describe(c) for c in out.violations],
         "regret_auc": regret_auc(spent, values, oracle.full_gpu_s),
         "curve": {"spent": spent.tolist(), "regret": values.tolist()},

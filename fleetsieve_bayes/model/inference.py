@@ -87,6 +87,7 @@ _DERIVED = (
     "sharpness",
     "exponent",
     "tail_slope",
+    "overload",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).

@@ -17,8 +17,11 @@ Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
 * utilisation ``ρ = λ / C`` and two congestion terms (:func:`congestion`):
   ``h_tail = -log(1 - ρ_s) + overload(ρ)`` with ``ρ_s`` = ``ρ^γ`` smoothly
   capped at ``1 - RHO_GAP`` — flat at light load, blowing up like ``1/(1-ρ)``
-  (M/M/1-like p99) near saturation, and growing like a power of ``ρ`` beyond
-  (a finite 300 s window); ``h_succ = log(1 + ρ^γ)`` for success.
+  (M/M/1-like p99) near saturation, and past it growing with the share of the
+  load that cannot be served, ``Ω·max(0, ρ − 1)`` added inside the log (a
+  finite 300 s window; ``Ω`` per tail metric, a wide global prior), so an
+  overloaded cell does not inflate the loads beneath it;
+  ``h_succ = log(1 + ρ^γ)`` for success.
 * tails (TTFT p99, completion p99):
   ``log L = base_w + slope (u - u_mid) + α_w (log λ - log λ_ref,w) + β_w h_tail``
   with a separate load elasticity ``α`` (the gradual rise below saturation as
@@ -114,6 +117,13 @@ _CLASS_PARAMS = (
 # queueing; overload adds ≈ β log ρ beyond).
 RHO_GAP = 0.05
 _CAP_SHARPNESS = 25.0
+# Overload of the tails (see :func:`congestion`): Ω per tail metric, log-normal
+# with a wide prior (95 % within ×/÷ 20 of the median): one fleet's overloaded
+# p99 is 3× its light-load value, another's 100×. A model constant, like
+# NOISE_DF: the prior cards predate it.
+OVERLOAD_LOG_MEDIAN = math.log(30.0)
+OVERLOAD_LOG_SD = 1.5
+_OVER_SHARPNESS = 40.0
 
 
 class ModelData(NamedTuple):
@@ -268,8 +278,21 @@ def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
 # --- the model ----------------------------------------------------------------
 
 
-def congestion(log_rho: jnp.ndarray, exponent: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+def congestion(
+    log_rho: jnp.ndarray, exponent: jnp.ndarray, overload: jnp.ndarray | None = None
+) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The two congestion terms of utilisation ``ρ`` (from ``log_rho (...)``).
+
+    With ``overload`` (``Ω``, shape ``(k,)``: one per tail metric) the tail term
+    is ``h_tail = log(1/(1 - ρ_s) + Ω · excess(ρ))`` of shape ``(..., k)``, where
+    ``excess ≈ max(0, ρ - 1)``: past saturation the queue of a window of
+    length T grows by ``(λ - C)·t`` requests, so a late request waits about
+    ``(ρ - 1)·T`` — the p99 grows linearly in ``ρ - 1``, *added* to the
+    steady-state term. Flat-then-explode
+    curves (0.18 s → 0.24 s → 23 s over three loads) are then fit by the
+    overload of the last cell alone, without inflating the loads beneath it
+    (which a larger amplitude ``β`` or a lower capacity would do). Without
+    ``overload`` the first model's multiplicative overload is used (below).
 
     Returns ``(h_tail, h_succ)``, each ``(...)``:
 
@@ -287,8 +310,12 @@ def congestion(log_rho: jnp.ndarray, exponent: jnp.ndarray) -> tuple[jnp.ndarray
     rho_g = jnp.exp(jnp.minimum(x, 30.0))
     # 1 - ρ_s = gap + softplus(k (1 - gap - ρ^γ)) / k  ∈ (gap, 1]
     one_minus = RHO_GAP + jax.nn.softplus(_CAP_SHARPNESS * (1.0 - RHO_GAP - rho_g)) / _CAP_SHARPNESS
-    h_tail = -jnp.log(one_minus) + jax.nn.softplus(4.0 * log_rho) / 4.0
     h_succ = jax.nn.softplus(x)
+    if overload is not None:
+        excess = jax.nn.softplus(_OVER_SHARPNESS * jnp.expm1(jnp.minimum(log_rho, 30.0))) / _OVER_SHARPNESS
+        h_tail = jnp.log(1.0 / one_minus[..., None] + overload * excess[..., None])
+        return h_tail, h_succ
+    h_tail = -jnp.log(one_minus) + jax.nn.softplus(4.0 * log_rho) / 4.0
     return h_tail, h_succ
 
 
@@ -306,12 +333,14 @@ def latent_metrics(
     k = params["sharpness"]
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
-    h_tail, h_succ = congestion(log_rho, params["exponent"])
+    h_tail, h_succ = congestion(log_rho, params["exponent"], params.get("overload"))
+    if h_tail.ndim == 1:
+        h_tail = h_tail[:, None]
     u_mid = 0.5 * (data.u_lo + data.u_hi)
     log_tails = (
         params["tail_base"][w]
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
-        + params["tail_blowup"][w] * h_tail[:, None]
+        + params["tail_blowup"][w] * h_tail
     )
     if "tail_elasticity" in params:
         # Gradual rise with the load below saturation (bigger batches), on the
@@ -414,7 +443,8 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
     class-level ``knee``, ``curvature``, ``cap_level``, ``tail_base``,
     ``tail_blowup``, ``succ_base``, ``succ_drop``; ``sharpness``, ``exponent``,
-    ``tail_slope``, ``noise (4,)``; ``latent (n_cells, 4)``, ``capacity (n_cells,)``.
+    ``tail_slope``, ``overload (2,)``, ``noise (4,)``; ``latent (n_cells, 4)``,
+    ``capacity (n_cells,)``.
     """
     n_classes = data.cap_ref.shape[0]
     c = card
@@ -449,31 +479,14 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     succ_drop = numpyro.deterministic("succ_drop", jnp.exp(theta[:, 8]))
     tail_elasticity = numpyro.deterministic("tail_elasticity", theta[:, 9:11])
 
-    # Globals: log sharpness, log exponent, ttft slope, completion slope.
-    g = numpyro.sample(
-        "global",
-        dist.Normal(
-            jnp.array(
-                [
-                    math.log(c.saturation_sharpness_median),
-                    math.log(c.utilisation_exponent_median),
-                    c.ttft_slope_per_log2tp,
-                    c.completion_slope_per_log2tp,
-                ]
-            ),
-            jnp.array(
-                [
-                    c.saturation_sharpness_log_sd,
-                    c.utilisation_exponent_log_sd,
-                    c.ttft_slope_sd,
-                    c.completion_slope_sd,
-                ]
-            ),
-        ).to_event(1),
-    )
+    # Globals: log sharpness, log exponent, ttft slope, completion slope,
+    # log overload of ttft and of completion.
+    g_loc, g_sd = _global_prior(c)
+    g = numpyro.sample("global", dist.Normal(g_loc, g_sd).to_event(1))
     sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
     exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
     tail_slope = numpyro.deterministic("tail_slope", g[2:4])
+    overload = numpyro.deterministic("overload", jnp.exp(g[4:6]))
 
     noise_raw = numpyro.sample(
         "noise_raw",
@@ -495,6 +508,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         "succ_base": succ_base,
         "succ_drop": succ_drop,
         "tail_elasticity": tail_elasticity,
+        "overload": overload,
     }
     latent, capacity = latent_metrics(params, data)
     numpyro.deterministic("latent", latent)
@@ -509,6 +523,31 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         )
 
 
+def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Location and scale ``(6,)`` of the ``global`` site (see :func:`fleet_model`)."""
+    loc = jnp.array(
+        [
+            math.log(c.saturation_sharpness_median),
+            math.log(c.utilisation_exponent_median),
+            c.ttft_slope_per_log2tp,
+            c.completion_slope_per_log2tp,
+            OVERLOAD_LOG_MEDIAN,
+            OVERLOAD_LOG_MEDIAN,
+        ]
+    )
+    sd = jnp.array(
+        [
+            c.saturation_sharpness_log_sd,
+            c.utilisation_exponent_log_sd,
+            c.ttft_slope_sd,
+            c.completion_slope_sd,
+            OVERLOAD_LOG_SD,
+            OVERLOAD_LOG_SD,
+        ]
+    )
+    return loc, sd
+
+
 def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[str, jnp.ndarray]:
     """A random starting point for MCMC in NumPyro's unconstrained space.
 
@@ -519,32 +558,17 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
     which costs dozens of one-op XLA compilations on a cold start.
 
     Returns:
-        ``{"class_z": (n_classes, 11), "global": (4,), "noise_raw": (4,)}``.
+        ``{"class_z": (n_classes, 11), "global": (6,), "noise_raw": (4,)}``.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
-    g_loc = jnp.array(
-        [
-            math.log(c.saturation_sharpness_median),
-            math.log(c.utilisation_exponent_median),
-            c.ttft_slope_per_log2tp,
-            c.completion_slope_per_log2tp,
-        ]
-    )
-    g_sd = jnp.array(
-        [
-            c.saturation_sharpness_log_sd,
-            c.utilisation_exponent_log_sd,
-            c.ttft_slope_sd,
-            c.completion_slope_sd,
-        ]
-    )
+    g_loc, g_sd = _global_prior(c)
     n_scale = jnp.log(
         jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
     )
     u = lambda k, shape: jax.random.uniform(k, shape, minval=-1.0, maxval=1.0)  # noqa: E731
     return {
         "class_z": u(k1, (n_classes, len(_CLASS_PARAMS))),
-        "global": g_loc + g_sd * u(k2, (4,)),
+        "global": g_loc + g_sd * u(k2, g_loc.shape),
         "noise_raw": n_scale + u(k3, (4,)),
     }

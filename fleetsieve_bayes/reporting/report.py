@@ -409,6 +409,9 @@ def build_report(
         g = last.gap
         cards.append(("gap (min fulfil.)", _fmt(g.get("min_fulfillment"))))
         cards.append(("gap (goodput)", _fmt(g.get("goodput"))))
+        if last.joint:  # the certification attempt's joint check
+            cards.append(("P(ε-optimal)", _fmt(last.joint.get("p_epsilon_optimal"))))
+            cards.append(("P(SLO met)", _fmt(last.joint.get("p_slo_met"))))
     parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
     if last is not None:
         parts.append(f"<p><b>Why:</b> {_esc(last.reason)}</p>")

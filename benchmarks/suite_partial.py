@@ -1,0 +1,109 @@
+"""Summarise an interrupted (or finished) ``profiling_cost.py --suite N --partial FILE`` run.
+
+Reads the per-run JSONL and the ``.specs.json`` written beside it, and prints
+per fleet and in aggregate: GPU-seconds against the full grid and the
+hindsight floor, ε-correctness, false certificates (a certificate of either
+kind whose decision is not ε-correct on the truth), statuses, and — where no
+random runs exist — the saving against uniform random's *reveal floor* (the
+expected GPU-seconds random must spend before it has seen the cells the
+oracle commits to: a lower bound on random's cost under any stopping rule that
+measures its committed cells, so the saving shown is a lower bound too).
+
+    python benchmarks/suite_partial.py /tmp/suite.jsonl --out benchmarks/published/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _random_floor(campaign_path: str) -> float:
+    from fleetsieve_bayes.allocation.problem import (
+        grid_from_table,
+        problem_from_campaign,
+        values_from_table,
+    )
+    from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.evaluation.regret import make_oracle
+    from fleetsieve_bayes.table import read_table
+
+    c = load_campaign(campaign_path)
+    t = read_table(c.measurement.table)
+    g = grid_from_table(t, c.workload_names)
+    return make_oracle(g, values_from_table(g, t), problem_from_campaign(c)).random_floor_gpu_s
+
+
+def summarise(runs: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[str, Any]:
+    per: list[dict[str, Any]] = []
+    by_name = {f"c{k:03d}": s for k, s in enumerate(specs)}
+    for r in runs:
+        s = by_name[r["scenario"]]
+        per.append({
+            "fleet": r["scenario"], "strategy": r["strategy"], "cells": s["cells"], "classes": s["n_classes"],
+            "tps": s["tps"], "truly_feasible": s["truly_feasible"], "status": r["status"],
+            "gpu_seconds": r["gpu_seconds"], "full_gpu_s": s["full_gpu_s"], "floor_gpu_s": s["floor_gpu_s"],
+            "random_floor_gpu_s": _random_floor(s["campaign"]),
+            "x_full": r["gpu_seconds"] / s["full_gpu_s"], "x_floor": r["gpu_seconds"] / s["floor_gpu_s"],
+            "eps_correct": r["eps_correct"], "false_certificate": r["false_certificate"],
+            "regret": r["regret"], "wall_s": r["wall_s"],
+        })
+    agg: dict[str, Any] = {}
+    for strat in sorted({p["strategy"] for p in per}):
+        ps = [p for p in per if p["strategy"] == strat]
+        g = np.array([p["gpu_seconds"] for p in ps])
+        agg[strat] = {
+            "fleets": len(ps),
+            "false_certificates": int(sum(p["false_certificate"] for p in ps)),
+            "eps_correct_frac": float(np.mean([p["eps_correct"] for p in ps])),
+            "x_full_mean": float(np.mean([p["x_full"] for p in ps])),
+            "x_full_pooled": float(g.sum() / sum(p["full_gpu_s"] for p in ps)),
+            "x_floor_mean": float(np.mean([p["x_floor"] for p in ps])),
+            "x_floor_max": float(np.max([p["x_floor"] for p in ps])),
+            "saving_vs_random_reveal_floor": float(1.0 - g.sum() / sum(p["random_floor_gpu_s"] for p in ps)),
+            "statuses": {st: sum(p["status"] == st for p in ps) for st in sorted({p["status"] for p in ps})},
+            "wall_s_mean": float(np.mean([p["wall_s"] for p in ps])),
+        }
+    return {"fleets": per, "aggregate": agg}
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = ["| fleet | cells | classes | TPs | feasible | status | GPU-s | ×full | ×floor | ε-correct | false cert. |",
+             "|---|---:|---:|---|---|---|---:|---:|---:|---|---|"]
+    for p in sorted(res["fleets"], key=lambda p: p["fleet"]):
+        lines.append(
+            f"| {p['fleet']} | {p['cells']} | {p['classes']} | {'/'.join(map(str, p['tps']))} | "
+            f"{'yes' if p['truly_feasible'] else 'no'} | {p['status']} | {p['gpu_seconds']:.0f} | {p['x_full']:.2f} | "
+            f"{p['x_floor']:.2f} | {'yes' if p['eps_correct'] else '**no**'} | {'**yes**' if p['false_certificate'] else 'no'} |"
+        )
+    for s, a in res["aggregate"].items():
+        lines.append(
+            f"\n**{s}**, {a['fleets']} fleets: false certificates {a['false_certificates']}, ε-correct "
+            f"{a['eps_correct_frac']:.1%}, cost ×full grid {a['x_full_mean']:.2f} (pooled {a['x_full_pooled']:.2f}), "
+            f"×hindsight floor {a['x_floor_mean']:.2f} (max {a['x_floor_max']:.2f}), saving vs random's reveal floor "
+            f"{a['saving_vs_random_reveal_floor']:+.1%}; statuses {a['statuses']}; mean wall {a['wall_s_mean']:.0f} s"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("partial", type=Path)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    runs = [json.loads(line) for line in args.partial.read_text().splitlines() if line.strip()]
+    runs = [r for r in runs if "error" not in r]
+    specs = json.loads(args.partial.with_suffix(".specs.json").read_text())
+    res = summarise(runs, specs)
+    print(markdown(res))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({**res, "source": str(args.partial), "specs": specs}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""The decision-level joint check: is the candidate allocation ε-optimal on the
+tables the posterior finds plausible, all cells at once?
+
+The interval certificate (:mod:`fleetsieve_bayes.decision.certificate`) looks
+at each cell's credible interval separately. With dozens of unmeasured cells,
+some cell's truth lies outside its 90 % interval in most campaigns, and when
+that cell is the one the decision hinges on the certificate is false. The
+joint check asks the question the certificate stands for, once per joint
+posterior draw ``d``:
+
+1. build the table ``T_d``: an unmeasured cell takes the draw's
+   posterior-predictive value (latent metrics of draw ``d`` plus one
+   observation-noise draw with that draw's noise scales — what measuring the
+   cell would return); a measured cell keeps its measured value (the decision
+   is judged on what was measured, as the replay judges it);
+2. solve ``T_d`` exactly with the batched JAX allocator
+   (:mod:`fleetsieve_bayes.allocation.batched`) → the draw's optimum;
+3. evaluate the candidate allocation ``A`` on ``T_d``: class ``i`` serves
+   ``min(λ_i, n_i·c_d)`` if its committed cell is admissible on ``T_d`` and 0
+   otherwise; regret per stage as in :mod:`fleetsieve_bayes.evaluation.regret`
+   (critical feasibility, ``r*_d − r``, ``(g*_d − g)/Σλ``).
+
+From the draws:
+
+* ``p_epsilon_optimal`` = P(critical feasibility right and every continuous
+  stage's regret ≤ ε); for a "no allocation" (infeasible) decision it is
+  P(no allocation of ``T_d`` meets the critical floors);
+* ``p_slo_met`` = P(every committed cell meets its SLOs) where a measured
+  committed cell is re-drawn around its measured value with the draw's noise
+  scales (what the single measurement could hide: the probability that the
+  cell's performance, not just this measurement of it, is within SLO);
+* ``p_infeasible`` = P(no allocation meets the critical floors).
+
+Rule (:func:`apply_joint_check`): certified-feasible additionally needs
+``p_epsilon_optimal ≥ 1 − risk``; certified-infeasible needs
+``p_infeasible ≥ 1 − risk``; otherwise the round is undecided.
+
+The per-cell ``threat`` (``(n_cells,)``: the share of draws in which the cell
+is unmeasured and committed by the draw's optimum while the candidate is not
+ε-optimal there) names the cells whose measurement would settle the check;
+the acquisition uses it when the interval gap is already closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.certificate import (
+    CERTIFIED_FEASIBLE,
+    CERTIFIED_INFEASIBLE,
+    UNDECIDED,
+    Certificate,
+)
+from fleetsieve_bayes.model.joint import sample_obs
+
+__all__ = [
+    "DEFAULT_RISK",
+    "JointCheck",
+    "joint_tables",
+    "evaluate_on_tables",
+    "make_joint_check",
+    "joint_check",
+    "apply_joint_check",
+]
+
+DEFAULT_RISK = 0.05
+
+
+class JointCheck(NamedTuple):
+    """Result of :func:`joint_check`. Arrays are NumPy; ``(n_draws,)`` per draw."""
+
+    p_epsilon_optimal: float
+    p_slo_met: float
+    p_infeasible: float
+    n_draws: int
+    eps_optimal: np.ndarray  # bool (n_draws,)
+    regret_min_fulfillment: np.ndarray  # (n_draws,)
+    regret_goodput: np.ndarray  # (n_draws,)
+    threat: np.ndarray  # (n_cells,), see the module docstring
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "p_epsilon_optimal": float(self.p_epsilon_optimal),
+            "p_slo_met": float(self.p_slo_met),
+            "p_infeasible": float(self.p_infeasible),
+            "draws": int(self.n_draws),
+        }
+
+
+def joint_tables(
+    key: jax.Array, latent: jax.Array, noise: jax.Array, observed: jax.Array, measured: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The per-draw tables.
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
+        observed: ``(n_cells, 4)`` (rows of unmeasured cells ignored);
+        measured: bool ``(n_cells,)``.
+
+    Returns:
+        ``(T, T_hidden)`` each ``(n_draws, n_cells, 4)``: ``T`` has measured
+        cells at their measured values; ``T_hidden`` re-draws measured cells
+        around them with each draw's noise scales (unmeasured cells equal).
+    """
+    k1, k2 = jax.random.split(key)
+    latent, noise = jnp.asarray(latent), jnp.asarray(noise)
+    measured = jnp.asarray(measured, bool)
+    obs = jnp.where(measured[:, None], jnp.asarray(observed, latent.dtype), 1.0)
+    y = sample_obs(k1, latent, noise[:, None, :])
+    t = jnp.where(measured[None, :, None], obs[None], y)
+    # A failed measurement (zero throughput) hides nothing: it stays a failure.
+    hidden = sample_obs(k2, jnp.broadcast_to(jnp.maximum(obs, 1e-9)[None], latent.shape), noise[:, None, :])
+    dead = (obs[:, 0] <= 0) | (obs[:, 3] <= 0)
+    hidden = jnp.where(dead[None, :, None], obs[None], hidden)
+    t_hidden = jnp.where(measured[None, :, None], hidden, y)
+    return t, t_hidden
+
+
+def evaluate_on_tables(
+    values: jax.Array,
+    cell: jax.Array,
+    replicas: jax.Array,
+    present: bool,
+    cell_class: jax.Array,
+    demand: jax.Array,
+    floor_req: jax.Array,
+    success_min: jax.Array,
+    ttft_max: jax.Array,
+    completion_max: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """A fixed allocation evaluated on many tables.
+
+    Args:
+        values: ``(n_draws, n_cells, 4)``; cell, replicas: ``(n_classes,)``
+            (cell −1: nothing); ``present``: False for "no allocation";
+            per-class arrays ``(n_classes,)``; ``cell_class (n_cells,)``.
+
+    Returns:
+        ``min_fulfillment (n_draws,)``, ``goodput (n_draws,)``, ``meets_floors
+        (n_draws,)`` and ``slo_ok (n_draws,)`` (every committed cell admissible).
+    """
+    del cell_class
+    if not present:
+        zero = jnp.zeros(values.shape[0], values.dtype)
+        meets = jnp.all(floor_req <= 0) * jnp.ones(values.shape[0], bool)
+        return zero, zero, meets, jnp.ones(values.shape[0], bool)
+    has = (cell >= 0) & (replicas > 0)
+    c = jnp.maximum(cell, 0)
+    v = values[:, c, :]  # (D, K, 4)
+    adm = (
+        (v[..., 3] >= success_min[None] - 1e-9)
+        & (v[..., 1] <= ttft_max[None] + 1e-9)
+        & (v[..., 2] <= completion_max[None] + 1e-9)
+        & (v[..., 0] > 0)
+    )
+    served = jnp.where(has[None] & adm, jnp.minimum(demand[None], replicas[None] * v[..., 0]), 0.0)
+    r = served / demand[None]
+    meets = jnp.all(r >= floor_req[None] - 1e-6, axis=-1)
+    slo_ok = jnp.all(~has[None] | adm, axis=-1)
+    return jnp.min(r, axis=-1), jnp.sum(served, axis=-1), meets, slo_ok
+
+
+class _Kernel(NamedTuple):
+    run: Callable[..., tuple]
+
+
+def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Callable | None = None) -> _Kernel:
+    """A jitted joint-check kernel for one (grid, problem); ``solve`` defaults to the batched JAX allocator."""
+    if solve is None:
+        from fleetsieve_bayes.allocation.batched import make_jax_allocator
+
+        solve = make_jax_allocator(grid, problem).solve
+    lam = jnp.asarray(problem.demand)
+    floor_req = jnp.asarray(np.where(problem.critical, problem.floor, 0.0))
+    smin = jnp.asarray(problem.success_min)
+    tmax = jnp.asarray(problem.ttft_max)
+    cmax = jnp.asarray(problem.completion_max)
+    cclass = jnp.asarray(grid.workload_idx, jnp.int32)
+    total = float(np.sum(problem.demand))
+    n_cells = grid.n_cells
+
+    def run(key, latent, noise, observed, measured, cell, replicas, present: bool, epsilon: float):
+        t, t_hidden = joint_tables(key, latent, noise, observed, measured)
+        opt = solve(t)
+        lam_ = lam.astype(t.dtype)
+        args = (cclass, lam_, floor_req.astype(t.dtype), smin.astype(t.dtype), tmax.astype(t.dtype), cmax.astype(t.dtype))
+        r, g, meets, _ = evaluate_on_tables(t, cell, replicas, present, *args)
+        _, _, _, slo_ok = evaluate_on_tables(t_hidden, cell, replicas, present, *args)
+        # A present allocation is wrong where the floors are unreachable (any
+        # allocation is a false claim) or where it misses them; "none" is wrong
+        # where some allocation meets them.
+        crit_wrong = ((opt.feasible & ~meets) | ~opt.feasible) if present else opt.feasible
+        dr = jnp.where(opt.feasible, opt.min_fulfillment - r, 0.0)
+        dg = jnp.where(opt.feasible, (opt.goodput - g) / total, 0.0)
+        ok = ~crit_wrong & (dr <= epsilon) & (dg <= epsilon)
+        # Cells that threaten the decision: committed by a draw's optimum where
+        # the candidate is not ε-optimal, and not measured yet.
+        oc = jnp.where(opt.replicas > 0, opt.cell, -1)  # (D, K)
+        hit = jnp.zeros((t.shape[0], n_cells + 1), bool)
+        hit = hit.at[jnp.arange(t.shape[0])[:, None], jnp.where(oc >= 0, oc, n_cells)].set(True)[:, :n_cells]
+        threat = jnp.mean(hit & ~ok[:, None] & ~jnp.asarray(measured, bool)[None], axis=0)
+        return ok, slo_ok, opt.feasible, dr, dg, threat
+
+    return _Kernel(run=jax.jit(run, static_argnames=("present", "epsilon")))
+
+
+def joint_check(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    candidate: Allocation | None,
+    latent: np.ndarray,
+    noise: np.ndarray,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    epsilon: float,
+    *,
+    seed: int = 0,
+    kernel: _Kernel | None = None,
+) -> JointCheck:
+    """Run the joint check of ``candidate`` (None or infeasible: the "no allocation" decision).
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)`` posterior draws of the latent metrics.
+        noise: ``(n_draws, 4)`` the draws' observation-noise scales.
+        observed: ``(n_cells, 4)`` measured values (read where measured).
+        measured: bool ``(n_cells,)``.
+    """
+    kernel = kernel or make_joint_check(grid, problem)
+    present = candidate is not None and candidate.feasible
+    k = grid.n_classes
+    cell = np.full(k, -1, np.int32) if not present else np.asarray(candidate.cell, np.int32)
+    reps = np.zeros(k, np.int32) if not present else np.asarray(candidate.replicas, np.int32)
+    obs = np.where(np.asarray(measured, bool)[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
+    ok, slo_ok, feas, dr, dg, threat = kernel.run(
+        jax.random.PRNGKey(seed),
+        jnp.asarray(latent),
+        jnp.asarray(noise),
+        jnp.asarray(obs, jnp.asarray(latent).dtype),
+        jnp.asarray(measured, bool),
+        jnp.asarray(cell),
+        jnp.asarray(reps),
+        bool(present),
+        float(epsilon),
+    )
+    ok, slo_ok, feas = (np.asarray(x, bool) for x in (ok, slo_ok, feas))
+    return JointCheck(
+        p_epsilon_optimal=float(ok.mean()),
+        p_slo_met=float(slo_ok.mean()),
+        p_infeasible=float(1.0 - feas.mean()),
+        n_draws=int(ok.size),
+        eps_optimal=ok,
+        regret_min_fulfillment=np.asarray(dr, np.float64),
+        regret_goodput=np.asarray(dg, np.float64),
+        threat=np.asarray(threat, np.float64),
+    )
+
+
+def apply_joint_check(cert: Certificate, check: JointCheck, risk: float = DEFAULT_RISK) -> Certificate:
+    """The certificate after the joint check: a certified state stands only if the
+    posterior backs it with probability ≥ ``1 − risk``; otherwise undecided (same gap)."""
+    if cert.status == CERTIFIED_FEASIBLE and check.p_epsilon_optimal < 1.0 - risk:
+        return cert._replace(
+            status=UNDECIDED,
+            reason=(
+                f"joint check: P(ε-optimal) = {check.p_epsilon_optimal:.3f} < {1.0 - risk:.3f} "
+                f"(interval gap closed; P(SLO met) = {check.p_slo_met:.3f})"
+            ),
+        )
+    if cert.status == CERTIFIED_INFEASIBLE and check.p_infeasible < 1.0 - risk:
+        return cert._replace(
+            status=UNDECIDED,
+            reason=f"joint check: P(critical floors unreachable) = {check.p_infeasible:.3f} < {1.0 - risk:.3f}",
+        )
+    if cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+        p = check.p_epsilon_optimal if cert.status == CERTIFIED_FEASIBLE else check.p_infeasible
+        return cert._replace(reason=f"{cert.reason}; joint check {p:.3f} ≥ {1.0 - risk:.3f}")
+    return cert

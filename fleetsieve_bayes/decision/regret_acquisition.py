@@ -1,0 +1,190 @@
+"""Acquisition that serves the joint check: expected reduction of the decision's
+posterior expected regret.
+
+When the interval gap is closed but the joint check
+(:mod:`fleetsieve_bayes.decision.joint_check`) is not — some joint draws of
+the posterior make the candidate allocation more than ε worse than their own
+optimum — the gap-reduction score of :mod:`fleetsieve_bayes.decision.acquisition`
+is ≈ 0 everywhere: no single interval endpoint moves the conservative or the
+optimistic allocation. What is missing is a measurement that tells *which*
+of the plausible tables holds. This module scores every unmeasured cell ``e``
+by the expected value of measuring it for the decision (EVSI over a finite
+set of actions), with the same fantasy machinery as the gap kernel:
+
+* tables ``T_d`` (one per posterior draw) and their optima as in the joint
+  check; the actions are the candidate allocation, the most frequent draw
+  optima (up to ``max_actions``) and "no allocation" when some draw cannot
+  meet the critical floors;
+* the regret matrix ``R[a, d]`` of action ``a`` on ``T_d`` (scalar regret,
+  as :func:`fleetsieve_bayes.evaluation.regret.scalar_regret`: 10 for a
+  wrong critical-feasibility call, else ``max(0, r*−r) + max(0, (g*−g)/Σλ)``);
+* fantasies of ``e``: its values in ``n_fantasies`` systematically sampled
+  draws' tables (common to every candidate cell); each fantasy reweights
+  the draws by its likelihood (:func:`fleetsieve_bayes.model.joint.obs_logpdf`,
+  tempered by :func:`fleetsieve_bayes.decision.acquisition.importance_weights`
+  when the ESS collapses), and the decision after it is the action of least
+  reweighted expected regret;
+* ``score(e) = min_a mean_d R[a, d] − E_f[min_a Σ_d w_f(d) R[a, d]]`` (≥ 0 up
+  to Monte-Carlo error: what measuring ``e`` is expected to save).
+
+The best cell is chosen by :func:`fleetsieve_bayes.decision.acquisition.select_cell`
+(GPU-seconds break ties).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.acquisition import (
+    DEFAULT_ESS_THRESHOLD,
+    DEFAULT_MIN_EFFECTIVE_DRAWS,
+    importance_weights,
+    select_cell,
+)
+from fleetsieve_bayes.decision.joint_check import joint_tables
+from fleetsieve_bayes.model.joint import obs_logpdf
+
+__all__ = ["RegretScores", "regret_scores", "select_by_regret"]
+
+_CRITICAL_WEIGHT = 10.0
+
+
+class RegretScores(NamedTuple):
+    """Per-cell scores ``(n_cells,)`` (−inf for measured cells) and context."""
+
+    score: np.ndarray
+    expected_regret_now: float  # min over actions of the posterior expected regret
+    n_actions: int
+    ess_min: float  # min normalised (untempered) ESS over fantasies and cells
+
+
+def _actions(
+    cells: np.ndarray, reps: np.ndarray, feasible: np.ndarray, candidate: Allocation | None, max_actions: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The action set: ``cell (A, K)``, ``replicas (A, K)``, ``present (A,)``."""
+    k = cells.shape[1]
+    acts: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
+    if candidate is not None and candidate.feasible:
+        acts.append((tuple(int(c) for c in candidate.cell), tuple(int(r) for r in candidate.replicas), True))
+    keys, counts = np.unique(np.concatenate([cells, reps], axis=1)[feasible], axis=0, return_counts=True)
+    for j in np.argsort(-counts, kind="stable")[:max_actions]:
+        a = (tuple(int(x) for x in keys[j, :k]), tuple(int(x) for x in keys[j, k:]), True)
+        if a not in acts:
+            acts.append(a)
+    if (~feasible).any() or not acts:
+        acts.append(((-1,) * k, (0,) * k, False))
+    return (
+        np.array([a[0] for a in acts], np.int32),
+        np.array([a[1] for a in acts], np.int32),
+        np.array([a[2] for a in acts], bool),
+    )
+
+
+def _regret_matrix(
+    t: jax.Array, opt: Any, cell: jax.Array, reps: jax.Array, present: jax.Array, problem: AllocationProblem
+) -> jax.Array:
+    """``R (A, D)``: scalar regret of each action on each table ``t (D, C, 4)``."""
+    dt = t.dtype
+    lam = jnp.asarray(problem.demand, dt)
+    floor = jnp.asarray(np.where(problem.critical, problem.floor, 0.0), dt)
+    smin = jnp.asarray(problem.success_min, dt)
+    tmax = jnp.asarray(problem.ttft_max, dt)
+    cmax = jnp.asarray(problem.completion_max, dt)
+    total = float(np.sum(problem.demand))
+
+    def one(c: jax.Array, n: jax.Array, pres: jax.Array) -> jax.Array:
+        has = (c >= 0) & (n > 0)
+        v = t[:, jnp.maximum(c, 0), :]  # (D, K, 4)
+        adm = (v[..., 3] >= smin - 1e-9) & (v[..., 1] <= tmax + 1e-9) & (v[..., 2] <= cmax + 1e-9) & (v[..., 0] > 0)
+        served = jnp.where(has & adm, jnp.minimum(lam, n * v[..., 0]), 0.0)
+        r = served / lam
+        meets = jnp.all(r >= floor - 1e-6, axis=-1)
+        dr = jnp.maximum(opt.min_fulfillment - jnp.min(r, axis=-1), 0.0)
+        dg = jnp.maximum((opt.goodput - jnp.sum(served, axis=-1)) / total, 0.0)
+        wrong_present = ~opt.feasible | ~meets
+        reg_present = jnp.where(wrong_present, _CRITICAL_WEIGHT, dr + dg)
+        reg_none = jnp.where(opt.feasible, _CRITICAL_WEIGHT, 0.0)
+        return jnp.where(pres, reg_present, reg_none)
+
+    return jax.vmap(one)(cell, reps, present)
+
+
+def regret_scores(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    candidate: Allocation | None,
+    latent: np.ndarray,
+    noise: np.ndarray,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    *,
+    seed: int = 0,
+    n_fantasies: int = 32,
+    max_actions: int = 16,
+    solve: Any = None,
+) -> RegretScores:
+    """Score every unmeasured cell by the expected reduction of the posterior expected regret.
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
+        observed: ``(n_cells, 4)`` (read where measured); measured: bool ``(n_cells,)``.
+        solve: batched allocator ``values (..., n_cells, 4) -> JaxAllocation``
+            (default: :func:`fleetsieve_bayes.allocation.batched.make_jax_allocator`).
+    """
+    if solve is None:
+        from fleetsieve_bayes.allocation.batched import make_jax_allocator
+
+        solve = make_jax_allocator(grid, problem).solve
+    latent = jnp.asarray(latent)
+    dt = latent.dtype
+    noise = jnp.asarray(noise, dt)
+    m = np.asarray(measured, bool)
+    obs = np.where(m[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
+    t, _ = joint_tables(jax.random.PRNGKey(seed), latent, noise, jnp.asarray(obs, dt), jnp.asarray(m))
+    opt = solve(t)
+    cells = np.where(np.asarray(opt.replicas) > 0, np.asarray(opt.cell), -1)
+    a_cell, a_reps, a_present = _actions(cells, np.asarray(opt.replicas), np.asarray(opt.feasible), candidate, max_actions)
+    reg = _regret_matrix(t, opt, jnp.asarray(a_cell), jnp.asarray(a_reps), jnp.asarray(a_present), problem)  # (A, D)
+    n_draws = int(latent.shape[0])
+    threshold = float(min(0.5, max(DEFAULT_ESS_THRESHOLD, DEFAULT_MIN_EFFECTIVE_DRAWS / n_draws)))
+    d_f = jnp.asarray(((np.arange(n_fantasies) + 0.5) / n_fantasies * n_draws).astype(np.int32))
+    scores, ess = _score_cells(t, latent, noise, reg, d_f, threshold)
+    now = float(jnp.min(jnp.mean(reg, axis=1)))
+    score = np.where(m, -np.inf, now - np.asarray(scores, np.float64))
+    return RegretScores(
+        score=score,
+        expected_regret_now=now,
+        n_actions=int(a_cell.shape[0]),
+        ess_min=float(np.min(np.where(m, 1.0, np.asarray(ess)))),
+    )
+
+
+@partial(jax.jit, static_argnames=("threshold",))
+def _score_cells(
+    t: jax.Array, latent: jax.Array, noise: jax.Array, reg: jax.Array, d_f: jax.Array, threshold: float
+) -> tuple[jax.Array, jax.Array]:
+    """Per cell: ``E_f[min_a Σ_d w_f(d) R[a, d]]`` and the min ESS over fantasies; ``(n_cells,)`` each."""
+
+    def one(e: jax.Array) -> tuple[jax.Array, jax.Array]:
+        y = t[d_f, e]  # (F, 4): the cell's value in the fantasy draws' tables
+        ll = obs_logpdf(y[:, None, :], latent[None, :, e, :], noise[None])  # (F, D)
+        w, ess, _ = importance_weights(ll, threshold)
+        exp_reg = w @ reg.T  # (F, A)
+        return jnp.mean(jnp.min(exp_reg, axis=-1)), jnp.min(ess)
+
+    return jax.lax.map(one, jnp.arange(t.shape[1]))
+
+
+def select_by_regret(scores: RegretScores, cost_gpu_s: np.ndarray, *, min_score: float = 1e-4) -> int | None:
+    """The cell of largest expected regret reduction (ties → fewer GPU-seconds), or None
+    when no cell is expected to reduce it by at least ``min_score``."""
+    s = np.asarray(scores.score, np.float64)
+    if not np.isfinite(s).any() or np.nanmax(np.where(np.isfinite(s), s, -np.inf)) < min_score:
+        return None
+    return select_cell(s, cost_gpu_s, tie_tolerance=1e-3)

@@ -1,0 +1,194 @@
+"""The certifying posterior: a converged NUTS run that a certificate may rest on.
+
+The acquisition loop refits a cheap posterior every round (the ``fast``
+preset: two short chains, warm-started; r_hat around 1.1 and a few dozen
+effective draws are fine for *ranking* cells, not for 5 %/95 % quantiles).
+A certified state is only issued from a posterior that passes
+:data:`CONVERGENCE`: r_hat ≤ 1.01 and bulk ESS ≥ 400 on every parameter and
+on every cell's latent metrics, and no divergent transition.
+
+:func:`fit_certifying` runs the ``certify`` preset (``inference/certify.toml``:
+four chains of 400 warm-up and 400 draws, target acceptance 0.95) with the
+same compiled NUTS runner as every round's fit
+(:func:`fleetsieve_bayes.model.inference.fit`; chains start from independent
+random points near the prior's centre), and checks the result. If it does not
+pass, it *samples more*: the chains continue from where they stopped (adapted
+step size and mass matrix kept, no new warm-up) and the new draws are
+appended, up to ``max_rounds`` extensions or the time budget; a run with
+divergences is redone from scratch with a doubled warm-up and a higher target
+acceptance (smaller steps). It never hides a failure: the result says whether
+the posterior converged, and the campaign does not certify on one that did
+not.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import arviz as az
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model import inference as _inference
+from fleetsieve_bayes.model.joint import model_data
+from fleetsieve_bayes.model.priors import PriorCard, load_card
+
+__all__ = [
+    "CONVERGENCE",
+    "Convergence",
+    "CertifyingFit",
+    "fit_certifying",
+    "convergence_diagnostics",
+]
+
+
+class Convergence(NamedTuple):
+    """Thresholds a certifying posterior must meet."""
+
+    r_hat_max: float = 1.01
+    ess_bulk_min: float = 400.0
+    divergences_max: int = 0
+
+
+CONVERGENCE = Convergence()
+# Derived per-cell sites that are not latent metrics (capacity is a function of
+# the class parameters, which are checked themselves).
+_SKIP = ("capacity",)
+
+
+class CertifyingFit(NamedTuple):
+    """A certifying fit: the posterior, its diagnostics, and whether they pass."""
+
+    posterior: Any  # fleetsieve_bayes.model.inference.Posterior
+    diagnostics: dict[str, Any]  # r_hat_max, ess_bulk_min, divergences, draws, chains, attempts, wall_s
+    converged: bool
+
+
+def convergence_diagnostics(samples: dict[str, np.ndarray], diverging: np.ndarray) -> dict[str, Any]:
+    """r_hat max, bulk-ESS min over every scalar of ``samples`` (each ``(chains, draws, ...)``)
+    and the number of divergent transitions ``diverging (chains, draws)``.
+
+    Non-finite r_hat/ESS (a quantity constant across draws, e.g. a clipped
+    tail) are skipped, as ``fleetsieve-bayes diagnose`` does.
+    """
+    r_max, e_min = 1.0, float("inf")
+    worst = ""
+    for name, arr in samples.items():
+        if name in _SKIP:
+            continue
+        a = np.asarray(arr, np.float64)
+        a = a.reshape(a.shape[0], a.shape[1], -1)
+        ds = az.convert_to_dataset({"x": a})
+        r = np.asarray(az.rhat(ds)["x"].values, np.float64).ravel()
+        e = np.asarray(az.ess(ds, method="bulk")["x"].values, np.float64).ravel()
+        r, e = r[np.isfinite(r)], e[np.isfinite(e)]
+        if r.size and r.max() > r_max:
+            r_max = float(r.max())
+            worst = name
+        if e.size and e.min() < e_min:
+            e_min = float(e.min())
+    return {
+        "r_hat_max": float(r_max),
+        "ess_bulk_min": float(e_min) if np.isfinite(e_min) else None,
+        "divergences": int(np.asarray(diverging).sum()),
+        "worst_r_hat_site": worst,
+    }
+
+
+def _passes(diag: dict[str, Any], crit: Convergence) -> bool:
+    ess = diag["ess_bulk_min"]
+    return (
+        diag["r_hat_max"] <= crit.r_hat_max
+        and ess is not None
+        and ess >= crit.ess_bulk_min
+        and diag["divergences"] <= crit.divergences_max
+    )
+
+
+def fit_certifying(
+    grid: CellGrid,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    card: PriorCard | str | Path,
+    preset: Any = "certify",
+    *,
+    seed: int,
+    criteria: Convergence = CONVERGENCE,
+    max_rounds: int = 3,
+    time_budget_s: float | None = None,
+    failed: np.ndarray | None = None,
+) -> CertifyingFit:
+    """Fit the certifying posterior and check it against ``criteria``.
+
+    Args:
+        grid, observed, measured_mask, failed: as :func:`fleetsieve_bayes.model.inference.fit`.
+        card: prior card (object, name or path).
+        preset: an NUTS preset (object, name or path); default ``certify``.
+        seed: PRNG seed (the same seed gives the same posterior).
+        max_rounds: extensions (more draws) or re-runs after the first run.
+        time_budget_s: no further extension starts after this many seconds
+            (default None: the number of draws alone decides, so a resumed
+            campaign reproduces the same posterior).
+
+    Returns:
+        A :class:`CertifyingFit`; ``posterior.latent`` has
+        ``chains × samples × (1 + extensions)`` draws.
+    """
+    t0 = time.perf_counter()
+    card = card if isinstance(card, PriorCard) else load_card(card)
+    preset = preset if isinstance(preset, _inference.InferencePreset) else _inference.load_preset(preset)
+    if preset.method != "nuts":
+        raise ValueError(f"the certifying posterior needs a NUTS preset, got {preset.method!r}")
+    attempts = 0
+    fits: list[Any] = []
+    seq = np.random.SeedSequence(seed)
+    diag: dict[str, Any] = {}
+    ok = False
+    while True:
+        attempts += 1
+        sub = int(seq.spawn(1)[0].generate_state(1)[0])
+        if not fits or diag.get("divergences", 0) > criteria.divergences_max:
+            if fits:  # divergences: smaller steps and a longer warm-up, from scratch
+                preset = preset._replace(
+                    target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)), warmup=2 * preset.warmup
+                )
+            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, failed=failed)]
+        else:
+            # Sample more: every chain continues from its last state (adapted
+            # step size and mass matrix kept, no new warm-up); draws are appended.
+            fits.append(
+                _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], failed=failed)
+            )
+        samples, stats = _concatenate(fits)
+        diag = convergence_diagnostics(samples, stats["diverging"])
+        ok = _passes(diag, criteria)
+        late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
+        if ok or attempts > max_rounds or late:
+            break
+    data = model_data(grid, observed, measured_mask, failed=failed)
+    post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
+    diag = {
+        **diag,
+        "chains": int(stats["diverging"].shape[0]),
+        "draws": int(stats["diverging"].shape[1]),
+        "attempts": attempts,
+        "target_accept": float(preset.target_accept),
+        "wall_s": time.perf_counter() - t0,
+        "converged": bool(ok),
+    }
+    return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _concatenate(fits: list[Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Posterior sites and sample stats of consecutive fits, draws appended: ``(chains, draws, ...)``."""
+    names = list(fits[0].idata.posterior.data_vars)
+    samples = {k: np.concatenate([f.idata.posterior[k].values for f in fits], axis=1) for k in names}
+    stat_names = [k for k in fits[0].idata.sample_stats.data_vars if k != "lp"] + ["lp"]
+    stats = {
+        k: np.concatenate([f.idata.sample_stats[k].values for f in fits], axis=1)
+        for k in stat_names
+        if k in fits[0].idata.sample_stats
+    }
+    return samples, stats
