@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid, meets_slo
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -153,12 +153,7 @@ def evaluate_on_tables(
     has = (cell >= 0) & (replicas > 0)
     c = jnp.maximum(cell, 0)
     v = values[:, c, :]  # (D, K, 4)
-    adm = (
-        (v[..., 3] >= success_min[None] - 1e-9)
-        & (v[..., 1] <= ttft_max[None] + 1e-9)
-        & (v[..., 2] <= completion_max[None] + 1e-9)
-        & (v[..., 0] > 0)
-    )
+    adm = meets_slo(v, success_min[None], ttft_max[None], completion_max[None])  # (D, K)
     served = jnp.where(has[None] & adm, jnp.minimum(demand[None], replicas[None] * v[..., 0]), 0.0)
     r = served / demand[None]
     meets = jnp.all(r >= floor_req[None] - 1e-6, axis=-1)
