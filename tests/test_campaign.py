@@ -178,8 +178,9 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "fleetsieve_bayes", *args]
 
 
+@pytest.mark.slow  # the default suite kills a tiny campaign everywhere (test_kill_everywhere.py)
 def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tuple[Path, dict]) -> None:
-    """Kill -9 mid-campaign, resume: same final result, nothing measured twice, journal intact."""
+    """Kill -9 the shipped campaign mid-run, resume: same final result, nothing measured twice, journal intact."""
     _, reference = shipped_run
     campaign = _campaign_file(
         tmp_path, table=REPO / "examples" / "h100_31b_fp8" / "grid.csv", extra_measurement="delay_s = 0.4"
