@@ -347,20 +347,12 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
         with :func:`write_synthetic`.
     """
     k_cls = spec.n_classes
-    if len(spec.knees) != k_cls:
-        raise ValueError(f"spec.knees has {len(spec.knees)} entries for {k_cls} classes")
-    if not 1 <= k_cls <= len(CLASS_NAMES):
-        raise ValueError(f"n_classes must be 1..{len(CLASS_NAMES)}")
-    for name in ("tail_knees", "loops", "oom", "partial_fail"):
-        v = getattr(spec, name)
-        if v and len(v) != k_cls:
-            raise ValueError(f"spec.{name} has {len(v)} entries for {k_cls} classes")
-    tps = np.array(sorted(set(spec.tps)), dtype=np.int64)
-    if len(tps) < 2 or not set(tps.tolist()) <= TP_CHOICES:
-        raise ValueError(f"tps must be at least two of 1, 2, 4, 8, 16; got {spec.tps}")
+    tps = _checked_tps(spec)
     rows: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
     best: list[float] = []
+    # The draws happen class by class in a fixed order (curve, ladder, SLO, noise),
+    # so a seed always gives the same fleet.
     for i in range(k_cls):
         name = CLASS_NAMES[i]
         tail_knee = spec.tail_knees[i] if spec.tail_knees else "gradual"
@@ -380,78 +372,8 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
         for t_i, tp in enumerate(tps):
             offered = np.round(ladder[picks[t_i]], 4)
             per_tp.append((offered, _metrics(p, np.full(offered.shape, tp), offered, load_ref)))
-        slo: dict[str, float] = {"success_min": float(rng.choice([0.98, 0.99]))}
-        # SLO: the tail limit binds near the knee-nearest TP, so smaller TPs
-        # (slower prefill) may pass only at lighter load.
-        ref = int(np.argmin(np.abs(np.log2(tps) - np.clip(p["knee"], np.log2(tps[0]), np.log2(tps[-1])))))
-        if ref == 0 and oom_tp and len(tps) > 1:
-            ref = 1
-        if spec.slo_on_cell:
-            offered_r, truth_r = per_tp[ref]
-            # A cell that serves what it is offered and succeeds: a limit an
-            # operator would write down, right at one measured value.
-            ok_s = (truth_r[:, 3] >= slo["success_min"]) & (truth_r[:, 0] >= 0.97 * offered_r)
-            cand = np.flatnonzero(ok_s) if ok_s.any() else np.arange(len(offered_r))
-            j = int(rng.choice(cand[len(cand) // 3 :] if len(cand) > 2 else cand))
-            slo["ttft_p99_s"] = round_sig(float(truth_r[j, 1]), 3)
-            if rng.random() < 0.6:
-                j2 = int(rng.choice(cand))
-                slo["completion_p99_s"] = round_sig(float(truth_r[j2, 2]), 3)
-            # Rounding may put the limit just below the cell it sits on; keep at
-            # least the lightest candidate admissible so the class can be served.
-            # (checked against the noisy values too, once they are drawn).
-            j0 = int(cand[0])
-            if truth_r[j0, 1] > slo["ttft_p99_s"]:
-                slo["ttft_p99_s"] = _ceil_sig(float(truth_r[j0, 1]))
-            if "completion_p99_s" in slo and truth_r[j0, 2] > slo["completion_p99_s"]:
-                slo["completion_p99_s"] = _ceil_sig(float(truth_r[j0, 2]))
-        else:
-            u_star = float(rng.uniform(0.75, 0.97))
-            ref_m = _metrics(p, tps[ref : ref + 1], np.array([u_star * caps[ref]]), load_ref)[0]
-            slo["ttft_p99_s"] = round(float(ref_m[1]), 3)
-            if rng.random() < 0.6:
-                u_c = float(rng.uniform(0.75, 0.97))
-                slo["completion_p99_s"] = round(
-                    float(_metrics(p, tps[ref : ref + 1], np.array([u_c * caps[ref]]), load_ref)[0, 2]), 2
-                )
-        class_rows: list[dict[str, Any]] = []
-        for t_i, tp in enumerate(tps):
-            idx = picks[t_i]
-            offered, truth = per_tp[t_i]
-            truth = truth.copy()
-            failure = [""] * len(idx)
-            duration = np.full(len(idx), float(spec.duration_s))
-            if int(tp) == oom_tp:
-                truth[:] = _failed_row()
-                failure = ["startup-oom"] * len(idx)
-                duration[:] = OOM_DURATION_S
-            elif partial and truth[-1, 0] < 0.9 * offered[-1]:
-                truth[-1] = _failed_row()  # the most overloaded run died: zeros, unlabelled
-            z = rng.standard_normal(truth.shape)
-            s = spec.noise
-            noisy = truth.copy()
-            noisy[:, 0] = np.minimum(truth[:, 0] * np.exp(s / 3 * z[:, 0]), offered)
-            noisy[:, 1] = truth[:, 1] * np.exp(s * z[:, 1])
-            noisy[:, 2] = truth[:, 2] * np.exp(s * z[:, 2])
-            noisy[:, 3] = np.clip(1.0 - (1.0 - truth[:, 3]) * np.exp(s * z[:, 3]), 0.0, 1.0)
-            dead = truth[:, 0] <= 0
-            noisy[dead] = truth[dead]
-            for j, k in enumerate(idx):
-                label = f"N{closed_n[k]}" if loop == "closed" else f"C{int(k)}"
-                row: dict[str, Any] = {
-                    "workload": name,
-                    "tp": int(tp),
-                    "load": label,
-                    "offered_rps": round(float(offered[j]), 4),
-                }
-                for m_i, m in enumerate(METRICS):
-                    row[m] = round(float(noisy[j, m_i]), 5)
-                row["duration_s"] = float(duration[j])
-                row["calibration"] = False
-                row["failure"] = failure[j]
-                for m_i, m in enumerate(METRICS):
-                    row[f"true_{m}"] = float(truth[j, m_i])
-                class_rows.append(row)
+        slo, ref, j0 = _class_slo(rng, spec, p, tps, caps, per_tp, oom_tp, load_ref)
+        class_rows = _class_rows(rng, spec, name, tps, picks, per_tp, oom_tp, partial, loop, closed_n)
         if spec.slo_on_cell:
             # The lightest candidate of the SLO's reference TP stays admissible as
             # measured too (noise may push it over a limit placed at its truth).
@@ -460,29 +382,9 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
                 if key in slo and r0[key] > slo[key]:
                     slo[key] = _ceil_sig(float(r0[key]))
         rows.extend(class_rows)
-        # Best SLO-admissible served rate per GPU over the grid, on the truth and as measured.
-        best_i = 0.0
-        for r in class_rows:
-            for pre in ("", "true_"):
-                ok = r[pre + "success_rate"] >= slo["success_min"] and r[pre + "ttft_p99_s"] <= slo["ttft_p99_s"]
-                ok = ok and r[pre + "completion_p99_s"] <= slo.get("completion_p99_s", np.inf)
-                if ok and r[pre + "throughput_rps"] > 0:
-                    best_i = max(best_i, r[pre + "throughput_rps"] / r["tp"])
-        best.append(best_i)
+        best.append(_best_admissible_per_gpu(class_rows, slo))
         workloads.append({"name": name, "slo": slo})
-
-    share = rng.dirichlet(np.full(k_cls, 3.0))
-    for i, w in enumerate(workloads):
-        # Demand = pressure × the share of G GPUs at the class's best admissible rate.
-        w["demand_rps"] = round(float(max(spec.pressure * spec.gpus * share[i] * best[i], 0.05)), 3)
-    if spec.critical == "feasible":
-        workloads[0]["critical"] = True
-        workloads[0]["floor"] = 0.5
-    elif spec.critical == "infeasible":
-        workloads[0]["critical"] = True
-        workloads[0]["floor"] = 1.0
-        # More than the whole fleet can serve within SLO, even at the best cell.
-        workloads[0]["demand_rps"] = round(float(1.3 * spec.gpus * max(best[0], 0.05) + 0.1), 3)
+    _set_demands(rng, spec, workloads, best)
 
     table = pd.DataFrame(rows, columns=[*COLUMNS, "calibration", "failure", *TRUE_COLUMNS])
     campaign = {
@@ -494,6 +396,157 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
         "workloads": workloads,
     }
     return table, campaign
+
+
+def _checked_tps(spec: SyntheticSpec) -> np.ndarray:
+    """The spec's TPs ``(n_tp,)``, sorted, after checking the per-class lists' lengths."""
+    k_cls = spec.n_classes
+    if len(spec.knees) != k_cls:
+        raise ValueError(f"spec.knees has {len(spec.knees)} entries for {k_cls} classes")
+    if not 1 <= k_cls <= len(CLASS_NAMES):
+        raise ValueError(f"n_classes must be 1..{len(CLASS_NAMES)}")
+    for name in ("tail_knees", "loops", "oom", "partial_fail"):
+        v = getattr(spec, name)
+        if v and len(v) != k_cls:
+            raise ValueError(f"spec.{name} has {len(v)} entries for {k_cls} classes")
+    tps = np.array(sorted(set(spec.tps)), dtype=np.int64)
+    if len(tps) < 2 or not set(tps.tolist()) <= TP_CHOICES:
+        raise ValueError(f"tps must be at least two of 1, 2, 4, 8, 16; got {spec.tps}")
+    return tps
+
+
+def _class_slo(
+    rng: np.random.Generator,
+    spec: SyntheticSpec,
+    p: dict[str, Any],
+    tps: np.ndarray,
+    caps: np.ndarray,
+    per_tp: list[tuple[np.ndarray, np.ndarray]],
+    oom_tp: int,
+    load_ref: float,
+) -> tuple[dict[str, float], int, int]:
+    """One class's SLO, the index of its reference TP and (on-cell SLOs) the lightest
+    candidate load there that must stay admissible (0 otherwise)."""
+    slo: dict[str, float] = {"success_min": float(rng.choice([0.98, 0.99]))}
+    # SLO: the tail limit binds near the knee-nearest TP, so smaller TPs
+    # (slower prefill) may pass only at lighter load.
+    ref = int(np.argmin(np.abs(np.log2(tps) - np.clip(p["knee"], np.log2(tps[0]), np.log2(tps[-1])))))
+    if ref == 0 and oom_tp and len(tps) > 1:
+        ref = 1
+    j0 = 0
+    if spec.slo_on_cell:
+        offered_r, truth_r = per_tp[ref]
+        # A cell that serves what it is offered and succeeds: a limit an
+        # operator would write down, right at one measured value.
+        ok_s = (truth_r[:, 3] >= slo["success_min"]) & (truth_r[:, 0] >= 0.97 * offered_r)
+        cand = np.flatnonzero(ok_s) if ok_s.any() else np.arange(len(offered_r))
+        j = int(rng.choice(cand[len(cand) // 3 :] if len(cand) > 2 else cand))
+        slo["ttft_p99_s"] = round_sig(float(truth_r[j, 1]), 3)
+        if rng.random() < 0.6:
+            j2 = int(rng.choice(cand))
+            slo["completion_p99_s"] = round_sig(float(truth_r[j2, 2]), 3)
+        # Rounding may put the limit just below the cell it sits on; keep at
+        # least the lightest candidate admissible so the class can be served.
+        # (checked against the noisy values too, once they are drawn).
+        j0 = int(cand[0])
+        if truth_r[j0, 1] > slo["ttft_p99_s"]:
+            slo["ttft_p99_s"] = _ceil_sig(float(truth_r[j0, 1]))
+        if "completion_p99_s" in slo and truth_r[j0, 2] > slo["completion_p99_s"]:
+            slo["completion_p99_s"] = _ceil_sig(float(truth_r[j0, 2]))
+    else:
+        u_star = float(rng.uniform(0.75, 0.97))
+        ref_m = _metrics(p, tps[ref : ref + 1], np.array([u_star * caps[ref]]), load_ref)[0]
+        slo["ttft_p99_s"] = round(float(ref_m[1]), 3)
+        if rng.random() < 0.6:
+            u_c = float(rng.uniform(0.75, 0.97))
+            slo["completion_p99_s"] = round(
+                float(_metrics(p, tps[ref : ref + 1], np.array([u_c * caps[ref]]), load_ref)[0, 2]), 2
+            )
+    return slo, ref, j0
+
+
+def _class_rows(
+    rng: np.random.Generator,
+    spec: SyntheticSpec,
+    name: str,
+    tps: np.ndarray,
+    picks: list[np.ndarray],
+    per_tp: list[tuple[np.ndarray, np.ndarray]],
+    oom_tp: int,
+    partial: bool,
+    loop: str,
+    closed_n: list[int],
+) -> list[dict[str, Any]]:
+    """One class's table rows: failures applied to the truth, then measurement noise."""
+    class_rows: list[dict[str, Any]] = []
+    for t_i, tp in enumerate(tps):
+        idx = picks[t_i]
+        offered, truth = per_tp[t_i]
+        truth = truth.copy()
+        failure = [""] * len(idx)
+        duration = np.full(len(idx), float(spec.duration_s))
+        if int(tp) == oom_tp:
+            truth[:] = _failed_row()
+            failure = ["startup-oom"] * len(idx)
+            duration[:] = OOM_DURATION_S
+        elif partial and truth[-1, 0] < 0.9 * offered[-1]:
+            truth[-1] = _failed_row()  # the most overloaded run died: zeros, unlabelled
+        z = rng.standard_normal(truth.shape)
+        s = spec.noise
+        noisy = truth.copy()
+        noisy[:, 0] = np.minimum(truth[:, 0] * np.exp(s / 3 * z[:, 0]), offered)
+        noisy[:, 1] = truth[:, 1] * np.exp(s * z[:, 1])
+        noisy[:, 2] = truth[:, 2] * np.exp(s * z[:, 2])
+        noisy[:, 3] = np.clip(1.0 - (1.0 - truth[:, 3]) * np.exp(s * z[:, 3]), 0.0, 1.0)
+        dead = truth[:, 0] <= 0
+        noisy[dead] = truth[dead]
+        for j, k in enumerate(idx):
+            label = f"N{closed_n[k]}" if loop == "closed" else f"C{int(k)}"
+            row: dict[str, Any] = {
+                "workload": name,
+                "tp": int(tp),
+                "load": label,
+                "offered_rps": round(float(offered[j]), 4),
+            }
+            for m_i, m in enumerate(METRICS):
+                row[m] = round(float(noisy[j, m_i]), 5)
+            row["duration_s"] = float(duration[j])
+            row["calibration"] = False
+            row["failure"] = failure[j]
+            for m_i, m in enumerate(METRICS):
+                row[f"true_{m}"] = float(truth[j, m_i])
+            class_rows.append(row)
+    return class_rows
+
+
+def _best_admissible_per_gpu(class_rows: list[dict[str, Any]], slo: dict[str, float]) -> float:
+    """Best SLO-admissible served rate per GPU over the grid, on the truth and as measured."""
+    best_i = 0.0
+    for r in class_rows:
+        for pre in ("", "true_"):
+            ok = r[pre + "success_rate"] >= slo["success_min"] and r[pre + "ttft_p99_s"] <= slo["ttft_p99_s"]
+            ok = ok and r[pre + "completion_p99_s"] <= slo.get("completion_p99_s", np.inf)
+            if ok and r[pre + "throughput_rps"] > 0:
+                best_i = max(best_i, r[pre + "throughput_rps"] / r["tp"])
+    return best_i
+
+
+def _set_demands(
+    rng: np.random.Generator, spec: SyntheticSpec, workloads: list[dict[str, Any]], best: list[float]
+) -> None:
+    """Each class's demand (and the critical floor), in place."""
+    share = rng.dirichlet(np.full(spec.n_classes, 3.0))
+    for i, w in enumerate(workloads):
+        # Demand = pressure × the share of G GPUs at the class's best admissible rate.
+        w["demand_rps"] = round(float(max(spec.pressure * spec.gpus * share[i] * best[i], 0.05)), 3)
+    if spec.critical == "feasible":
+        workloads[0]["critical"] = True
+        workloads[0]["floor"] = 0.5
+    elif spec.critical == "infeasible":
+        workloads[0]["critical"] = True
+        workloads[0]["floor"] = 1.0
+        # More than the whole fleet can serve within SLO, even at the best cell.
+        workloads[0]["demand_rps"] = round(float(1.3 * spec.gpus * max(best[0], 0.05) + 0.1), 3)
 
 
 def _closed_n(ladder: np.ndarray, p: dict[str, Any]) -> list[int]:
