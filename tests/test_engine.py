@@ -117,7 +117,7 @@ def test_measure_at_three_scales_on_one_server(vllm_python: str, tiny_model: Pat
     trace = ROOT / "examples" / "traces" / "synthetic_chat_azure.csv"
     rows = {}
     with _server(vllm_python, tiny_model, tmp_path / "server.log") as handle:
-        for scale in (0.5, 4.0, 64.0):
+        for scale in (0.5, 4.0, 256.0):
             rc = main(["measure", "--endpoint", handle.url, "--model", "tiny", "--trace", str(trace),
                        "--scale", str(scale), "--warmup", "2", "--duration", "10", "--max-input-tokens", "128",
                        "--max-output-tokens", "64", "--request-timeout", "60", "--json"])
@@ -129,13 +129,14 @@ def test_measure_at_three_scales_on_one_server(vllm_python: str, tiny_model: Pat
             print(f"x{scale:g}: offered {r['offered_rps']:.2f} served {r['throughput_rps']:.2f} req/s, "
                   f"TTFT p99 {r['ttft_p99_s']:.3f} s, completion p99 {r['completion_p99_s']:.3f} s, "
                   f"success {r['success_rate']:.3f}, failure {r['failure'] or '-'}")
-    low, mid, high = rows[0.5], rows[4.0], rows[64.0]
+    low, mid, high = rows[0.5], rows[4.0], rows[256.0]
     # Token ids inside the 512-token vocabulary, prompt + output inside the 256-token context:
     # every request is served (the legacy id range failed every one of them).
     for r in (low, mid):
         assert r["failure"] == "" and r["success_rate"] >= 0.99
         assert r["throughput_rps"] >= 0.85 * r["offered_rps"]  # below saturation: served ≈ offered
-    # Past saturation the queue builds up: TTFT p99 grows and the served rate falls behind
+    # ×256 (~500 req/s) is far past what two CPU cores serve (~120 req/s measured at ×64 on
+    # an idle machine, still keeping up). Past saturation the queue builds up: TTFT p99 grows and the served rate falls behind
     # (on a crowded machine the overload can also surface as connection errors: a
     # request-errors row, served 0 and infinite tails, which satisfies the same checks).
     assert high["ttft_p99_s"] > 5 * low["ttft_p99_s"]
