@@ -214,3 +214,19 @@ def test_stopping_risk_is_read_and_checked(tmp_path) -> None:
     raw["stopping"]["risk"] = 1.5
     with pytest.raises(InputError, match=r"\[stopping\] risk"):
         parse_campaign(raw, Path(tmp_path / "c.toml"))
+
+
+def test_minor_mode_chains_are_the_ones_far_below_the_best_log_density() -> None:
+    from fleetsieve_bayes.model.certifying import minor_mode_chains
+
+    rng = np.random.default_rng(1)
+    lp = rng.normal(-25.0, 3.0, (4, 400))
+    assert minor_mode_chains(lp) == {}  # chains that agree are left alone
+    lp[1] -= 20.0  # one chain 20 nats down: the shipped failure of a hard suite fleet
+    assert minor_mode_chains(lp) == {1: 0}
+    lp[2] -= 20.0
+    lp[3] -= 20.0  # three stuck chains restart from the one good chain
+    assert minor_mode_chains(lp) == {1: 0, 2: 0, 3: 0}
+    close = rng.normal(-25.0, 3.0, (4, 400))
+    close[2] -= 6.0  # overlapping ranges: slow mixing, not a minor mode
+    assert minor_mode_chains(close) == {}

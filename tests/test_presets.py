@@ -14,7 +14,7 @@ def test_shipped_presets_load():
     assert {"default", "fast", "svi"} <= set(list_presets())
     fast = load_preset("fast")
     assert fast == InferencePreset(
-        name="fast", method="nuts", chains=2, chain_method="vectorized", warmup=800, samples=250,
+        name="fast", method="nuts", chains=2, chain_method="parallel", warmup=800, samples=250,
         target_accept=0.9, max_tree_depth=8, dense_mass=True,
     )
     assert fast.n_draws == 500

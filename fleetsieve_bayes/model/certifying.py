@@ -41,6 +41,8 @@ __all__ = [
     "CertifyingFit",
     "fit_certifying",
     "convergence_diagnostics",
+    "minor_mode_chains",
+    "MINOR_MODE_LP_GAP",
 ]
 
 
@@ -53,6 +55,9 @@ class Convergence(NamedTuple):
 
 
 CONVERGENCE = Convergence()
+# A chain whose log density sits this many nats below the best chain's, with
+# no overlap between the two, is stuck in a minor mode (see minor_mode_chains).
+MINOR_MODE_LP_GAP = 10.0
 # Derived per-cell sites that are not latent metrics (capacity is a function of
 # the class parameters, which are checked themselves).
 _SKIP = ("capacity",)
@@ -95,6 +100,38 @@ def convergence_diagnostics(samples: dict[str, np.ndarray], diverging: np.ndarra
         "divergences": int(np.asarray(diverging).sum()),
         "worst_r_hat_site": worst,
     }
+
+
+def minor_mode_chains(lp: np.ndarray, gap: float = MINOR_MODE_LP_GAP) -> dict[int, int]:
+    """Chains stuck in a minor mode, each mapped to the chain it should restart from.
+
+    The interior-knee model has local modes that a chain started far from the
+    data can settle in — e.g. a low smooth-min sharpness with a capacity twice
+    the truth, which explains a saturating throughput almost as well. Such a
+    chain samples log densities ~20 nats below the others for ever: r_hat
+    fails, and sampling longer never fixes it. A mode whose typical log
+    density is ``gap`` nats lower carries a negligible share of the posterior
+    unless it is ``e^gap`` times wider, which a sharply identified model
+    does not allow, so the chain is restarted inside the best chain's mode
+    rather than averaged in; the restart count is reported with the
+    diagnostics, and a chain that keeps returning there keeps r_hat high.
+
+    Args:
+        lp: ``(chains, draws)`` log density of each draw.
+        gap: nats between chain means that, with disjoint 10–90 % ranges,
+            marks a minor mode.
+
+    Returns:
+        ``{stuck chain: donor chain}`` (donors cycle over the chains in the
+        best chain's mode); empty when every chain agrees.
+    """
+    lp = np.asarray(lp, np.float64)
+    mean = lp.mean(axis=1)
+    lo, hi = np.quantile(lp, 0.1, axis=1), np.quantile(lp, 0.9, axis=1)
+    best = int(np.argmax(mean))
+    stuck = [c for c in range(lp.shape[0]) if mean[best] - mean[c] > gap and hi[c] < lo[best]]
+    good = [c for c in range(lp.shape[0]) if c not in stuck]
+    return {c: good[k % len(good)] for k, c in enumerate(stuck)}
 
 
 def _passes(diag: dict[str, Any], crit: Convergence) -> bool:
@@ -145,11 +182,22 @@ def fit_certifying(
     fits: list[Any] = []
     seq = np.random.SeedSequence(seed)
     diag: dict[str, Any] = {}
+    stats: dict[str, np.ndarray] = {}
     ok = False
+    restarted = 0
     while True:
         attempts += 1
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
-        if not fits or diag.get("divergences", 0) > criteria.divergences_max:
+        stuck = minor_mode_chains(stats["lp"]) if fits and not ok else {}
+        if stuck:
+            # Restart the stuck chains inside the main mode; every earlier draw
+            # is dropped (the others' served as a longer warm-up), so all chains
+            # are judged on the same, fresh stretch.
+            restarted += len(stuck)
+            data = model_data(grid, observed, measured_mask, failed=failed)
+            warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
+            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, failed=failed)]
+        elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
             if fits:  # divergences: smaller steps and a longer warm-up, from scratch
                 preset = preset._replace(
                     target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)), warmup=2 * preset.warmup
@@ -174,6 +222,7 @@ def fit_certifying(
         "chains": int(stats["diverging"].shape[0]),
         "draws": int(stats["diverging"].shape[1]),
         "attempts": attempts,
+        "restarted_chains": restarted,
         "target_accept": float(preset.target_accept),
         "wall_s": time.perf_counter() - t0,
         "converged": bool(ok),
