@@ -110,6 +110,9 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
         "seed": task["seed"],
         "wall_s": wall,
         "measured": [f"{c['workload']} TP{c['tp']}@{c['load']}" for c in outcome.result["measured"]],
+        # Seconds of each certification attempt (certifying posterior + joint check).
+        "certify_s": [r["certify_s"] for r in outcome.result["timings"]["per_round"] if r.get("certify_s")],
+        "certificate": outcome.result.get("certificate"),
         "allocation": outcome.result["allocation"],
         **main,
         "by_truth": {k: {kk: v[kk] for kk in ("eps_correct", "zero_regret", "false_certificate", "scalar_regret")} for k, v in evals.items()},

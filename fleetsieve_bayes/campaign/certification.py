@@ -77,6 +77,7 @@ class CertificationAttempt(NamedTuple):
                 "chains": d.get("chains"),
                 "draws": d.get("draws"),
                 "converged": d.get("converged"),
+                "restarted_chains": d.get("restarted_chains"),
             },
             "attempt_s": float(self.wall_s),
         }
