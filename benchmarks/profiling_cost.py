@@ -152,7 +152,9 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
             note(_safe_run(t))
     else:
         # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        # A worker retires after a few campaigns: every fleet's shapes compile
+        # their own programs, and the caches would otherwise grow without bound.
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), max_tasks_per_child=4) as pool:
             # One task at a time per worker, recorded as it finishes (an interrupted
             # benchmark keeps every finished run in --partial).
             futures = [pool.submit(_safe_run, t) for t in tasks]
@@ -361,6 +363,9 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "inference": None, "strategy": s, "seed": seed, "truths": ["table", "curve"],
                 })
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
+    if args.fleets:  # a subset, run in the order given (e.g. the fleets an interrupted run missed)
+        order = {f"c{int(k):03d}": i for i, k in enumerate(args.fleets.split(","))}
+        tasks = sorted((t for t in tasks if t["scenario"] in order), key=lambda t: (order[t["scenario"]], t["seed"]))
     if args.partial is not None:
         args.partial.with_suffix(".specs.json").write_text(json.dumps(specs, indent=1, default=_json_default))
     runs = _run_all(tasks, args.jobs, "suite", args.partial)
@@ -517,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="hard: issue 12's suite (failures, closed loop, SLOs on cells); v1: the first suite")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
+    p.add_argument("--fleets", default="", help="with --suite: only these fleet numbers, in this order (e.g. 30,31,24)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
     p.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")

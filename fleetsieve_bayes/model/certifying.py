@@ -153,7 +153,7 @@ def fit_certifying(
     *,
     seed: int,
     criteria: Convergence = CONVERGENCE,
-    max_rounds: int = 3,
+    max_rounds: int = 12,
     time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
 ) -> CertifyingFit:
@@ -164,7 +164,10 @@ def fit_certifying(
         card: prior card (object, name or path).
         preset: an NUTS preset (object, name or path); default ``certify``.
         seed: PRNG seed (the same seed gives the same posterior).
-        max_rounds: extensions (more draws) or re-runs after the first run.
+        max_rounds: extensions (more draws), chain restarts or re-runs after
+            the first run; an attempt also stops once the ESS projected from
+            the draws so far cannot reach ``criteria.ess_bulk_min`` within
+            ``samples · (1 + max_rounds)`` draws per chain.
         time_budget_s: no further extension starts after this many seconds
             (default None: the number of draws alone decides, so a resumed
             campaign reproduces the same posterior).
@@ -213,7 +216,7 @@ def fit_certifying(
         diag = convergence_diagnostics(samples, stats["diverging"])
         ok = _passes(diag, criteria)
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
-        if ok or attempts > max_rounds or late:
+        if ok or attempts > max_rounds or late or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
             break
     data = model_data(grid, observed, measured_mask, failed=failed)
     post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
@@ -228,6 +231,28 @@ def fit_certifying(
         "converged": bool(ok),
     }
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _hopeless(
+    diag: dict[str, Any], stats: dict[str, np.ndarray], preset: Any, max_rounds: int, criteria: Convergence
+) -> bool:
+    """Sampling more cannot reach the ESS target within the draw cap.
+
+    Bulk ESS grows about linearly with the draws of chains that mix in one
+    mode: at ``e`` effective draws from ``n`` per chain, the target needs about
+    ``n · target / e``. Past ``samples · (1 + max_rounds)`` per chain the
+    attempt stops instead of spending minutes on a posterior that will not
+    pass (deterministic, unlike a time budget: the same inputs give the same
+    posterior on any machine). Judged from the second run of a stretch on (a
+    fresh or restarted run's ESS is dragged down by its start). Chains in
+    different modes are not judged here.
+    """
+    if minor_mode_chains(stats["lp"]):
+        return False
+    ess = diag.get("ess_bulk_min") or 0.0
+    per_chain = int(stats["diverging"].shape[1])
+    cap = preset.samples * (1 + max_rounds)
+    return ess <= 0.0 or per_chain * criteria.ess_bulk_min / ess > cap
 
 
 def _concatenate(fits: list[Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
