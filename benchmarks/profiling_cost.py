@@ -152,9 +152,9 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
             note(_safe_run(t))
     else:
         # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
-        # A worker retires after a few campaigns: every fleet's shapes compile
-        # their own programs, and the caches would otherwise grow without bound.
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), max_tasks_per_child=4) as pool:
+        # (Not max_tasks_per_child: on Python 3.11 the pool stopped once its
+        # workers retired, with tasks still queued. 40 fleets peaked at ~11 GB.)
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
             # One task at a time per worker, recorded as it finishes (an interrupted
             # benchmark keeps every finished run in --partial).
             futures = [pool.submit(_safe_run, t) for t in tasks]

@@ -92,17 +92,25 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("partial", type=Path)
+    ap.add_argument("partial", type=Path, nargs="+",
+                    help="per-run JSONL files of the same suite; a fleet in a later file replaces the earlier run")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    runs = [json.loads(line) for line in args.partial.read_text().splitlines() if line.strip()]
-    runs = [r for r in runs if "error" not in r]
-    specs = json.loads(args.partial.with_suffix(".specs.json").read_text())
+    latest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for k, path in enumerate(args.partial):
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else None
+            if r and "error" not in r:
+                latest[(r["scenario"], r["strategy"], r["seed"])] = {**r, "source": str(path), "source_index": k}
+    runs = list(latest.values())
+    specs = json.loads(args.partial[-1].with_suffix(".specs.json").read_text())
     res = summarise(runs, specs)
+    for p, r in zip(res["fleets"], runs, strict=True):
+        p["source"] = r["source"]
     print(markdown(res))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({**res, "source": str(args.partial), "specs": specs}, indent=1) + "\n")
+        args.out.write_text(json.dumps({**res, "source": [str(p) for p in args.partial], "specs": specs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
