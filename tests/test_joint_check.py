@@ -230,3 +230,21 @@ def test_minor_mode_chains_are_the_ones_far_below_the_best_log_density() -> None
     close = rng.normal(-25.0, 3.0, (4, 400))
     close[2] -= 6.0  # overlapping ranges: slow mixing, not a minor mode
     assert minor_mode_chains(close) == {}
+
+
+def test_sampling_more_stops_when_the_projected_ess_cannot_reach_the_target() -> None:
+    from fleetsieve_bayes.model.certifying import _hopeless
+    from fleetsieve_bayes.model.inference import load_preset
+
+    preset = load_preset("certify")  # 400 draws per chain and extension
+    rng = np.random.default_rng(2)
+    stats = {"lp": rng.normal(-25.0, 3.0, (4, 800)), "diverging": np.zeros((4, 800), bool)}
+    # 800 draws per chain: ESS 65 projects to 800·400/65 ≈ 4,900 draws ≤ 400·13 = 5,200: keep sampling.
+    assert not _hopeless({"ess_bulk_min": 65.0}, stats, preset, 12, CONVERGENCE)
+    # ESS 50 projects to 6,400 > 5,200: stop; with fewer extensions allowed, stop sooner.
+    assert _hopeless({"ess_bulk_min": 50.0}, stats, preset, 12, CONVERGENCE)
+    assert _hopeless({"ess_bulk_min": 65.0}, stats, preset, 3, CONVERGENCE)
+    assert _hopeless({"ess_bulk_min": None}, stats, preset, 12, CONVERGENCE)
+    # Chains in different modes are restarted, not judged by their ESS.
+    stats["lp"][1] -= 20.0
+    assert not _hopeless({"ess_bulk_min": 5.0}, stats, preset, 12, CONVERGENCE)
