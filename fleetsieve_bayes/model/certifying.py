@@ -8,17 +8,24 @@ A certified state is only issued from a posterior that passes
 on every cell's latent metrics, and no divergent transition.
 
 :func:`fit_certifying` runs the ``certify`` preset (``inference/certify.toml``:
-four chains of 400 warm-up and 400 draws, target acceptance 0.95) with the
-same compiled NUTS runner as every round's fit
-(:func:`fleetsieve_bayes.model.inference.fit`; chains start from independent
-random points near the prior's centre), and checks the result. If it does not
-pass, it *samples more*: the chains continue from where they stopped (adapted
-step size and mass matrix kept, no new warm-up) and the new draws are
-appended, up to ``max_rounds`` extensions or the time budget; a run with
-divergences is redone from scratch with a doubled warm-up and a higher target
-acceptance (smaller steps). It never hides a failure: the result says whether
-the posterior converged, and the campaign does not certify on one that did
-not.
+four chains of 400 warm-up and 400 draws, target acceptance 0.95, tree depth
+10, the chains in threads) with the same compiled NUTS runner as every round's
+fit (:func:`fleetsieve_bayes.model.inference.fit`; chains start from
+independent random points near the prior's centre), and checks the result.
+If it does not pass:
+
+* a chain stuck in a minor mode (:func:`minor_mode_chains`) restarts at a draw
+  of a chain in the main mode, and the earlier draws are dropped;
+* otherwise it *samples more*: the chains continue from where they stopped
+  (adapted step size and mass matrix kept, no new warm-up) and the new draws
+  are appended, up to ``max_rounds`` extensions — fewer when the ESS projected
+  from the draws so far cannot reach the target within that cap;
+* a run with divergences is redone from scratch with a doubled warm-up and a
+  higher target acceptance (smaller steps).
+
+It never hides a failure: the result says whether the posterior converged
+(and how many chains were restarted), and the campaign does not certify on
+one that did not.
 """
 
 from __future__ import annotations
