@@ -68,19 +68,50 @@ def summarise(runs: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[s
             "statuses": {st: sum(p["status"] == st for p in ps) for st in sorted({p["status"] for p in ps})},
             "wall_s_mean": float(np.mean([p["wall_s"] for p in ps])),
         }
+    if {"fleetsieve", "random"} <= set(agg):
+        agg["fleetsieve_vs_random"] = _paired_saving(per)
     return {"fleets": per, "aggregate": agg}
 
 
+def _paired_saving(per: list[dict[str, Any]]) -> dict[str, Any]:
+    """fleetsieve against uniform random on the fleets both ran: pooled saving
+    ``1 − Σ fleetsieve / Σ random`` with a paired bootstrap 95 % interval over fleets."""
+    fs = {p["fleet"]: p["gpu_seconds"] for p in per if p["strategy"] == "fleetsieve"}
+    rnd: dict[str, list[float]] = {}
+    for p in per:
+        if p["strategy"] == "random":
+            rnd.setdefault(p["fleet"], []).append(p["gpu_seconds"])
+    both = sorted(set(fs) & set(rnd))
+    a = np.array([fs[f] for f in both])
+    b = np.array([np.mean(rnd[f]) for f in both])
+    idx = np.random.default_rng(0).integers(0, len(both), (10_000, len(both)))
+    boot = 1.0 - a[idx].sum(axis=1) / b[idx].sum(axis=1)
+    return {
+        "fleets": len(both),
+        "saving": float(1.0 - a.sum() / b.sum()),
+        "saving_ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+        "fleetsieve_cheaper_frac": float(np.mean(a < b)),
+        "per_fleet_saving_mean": float(np.mean(1.0 - a / b)),
+    }
+
+
 def markdown(res: dict[str, Any]) -> str:
-    lines = ["| fleet | cells | classes | TPs | feasible | status | GPU-s | ×full | ×floor | ε-correct | false cert. |",
-             "|---|---:|---:|---|---|---|---:|---:|---:|---|---|"]
-    for p in sorted(res["fleets"], key=lambda p: p["fleet"]):
+    lines = ["| fleet | strategy | cells | classes | TPs | feasible | status | GPU-s | ×full | ×floor | ε-correct | false cert. |",
+             "|---|---|---:|---:|---|---|---|---:|---:|---:|---|---|"]
+    for p in sorted(res["fleets"], key=lambda p: (p["fleet"], p["strategy"])):
         lines.append(
-            f"| {p['fleet']} | {p['cells']} | {p['classes']} | {'/'.join(map(str, p['tps']))} | "
+            f"| {p['fleet']} | {p['strategy']} | {p['cells']} | {p['classes']} | {'/'.join(map(str, p['tps']))} | "
             f"{'yes' if p['truly_feasible'] else 'no'} | {p['status']} | {p['gpu_seconds']:.0f} | {p['x_full']:.2f} | "
             f"{p['x_floor']:.2f} | {'yes' if p['eps_correct'] else '**no**'} | {'**yes**' if p['false_certificate'] else 'no'} |"
         )
     for s, a in res["aggregate"].items():
+        if s == "fleetsieve_vs_random":
+            lines.append(
+                f"\n**fleetsieve vs uniform random**, {a['fleets']} fleets: pooled saving {a['saving']:.1%} "
+                f"[{a['saving_ci95'][0]:.1%}, {a['saving_ci95'][1]:.1%}], fleetsieve cheaper on "
+                f"{a['fleetsieve_cheaper_frac']:.0%} of fleets, mean per-fleet saving {a['per_fleet_saving_mean']:.1%}"
+            )
+            continue
         lines.append(
             f"\n**{s}**, {a['fleets']} fleets: false certificates {a['false_certificates']}, ε-correct "
             f"{a['eps_correct_frac']:.1%}, cost ×full grid {a['x_full_mean']:.2f} (pooled {a['x_full_pooled']:.2f}), "
