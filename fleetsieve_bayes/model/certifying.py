@@ -195,6 +195,7 @@ def fit_certifying(
     stats: dict[str, np.ndarray] = {}
     ok = False
     restarted = 0
+    data = model_data(grid, observed, measured_mask, failed=failed)
     while True:
         attempts += 1
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
@@ -204,7 +205,6 @@ def fit_certifying(
             # is dropped (the others' served as a longer warm-up), so all chains
             # are judged on the same, fresh stretch.
             restarted += len(stuck)
-            data = model_data(grid, observed, measured_mask, failed=failed)
             warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
             fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, failed=failed)]
         elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
@@ -225,7 +225,6 @@ def fit_certifying(
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or attempts > max_rounds or late or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
             break
-    data = model_data(grid, observed, measured_mask, failed=failed)
     post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
     diag = {
         **diag,
