@@ -27,12 +27,27 @@ def test_latent_quantiles_and_collapse():
     post = _posterior()
     obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0.0, np.inf, np.inf, 0.0]])
     mask = np.array([True, False, True])
-    b = credible_bounds(post, obs, mask, 0.9, predictive=False)
+    b = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0)
     np.testing.assert_allclose(b.lo[1], np.quantile(post.latent[:, 1], 0.05, axis=0))
     np.testing.assert_allclose(b.hi[1], np.quantile(post.latent[:, 1], 0.95, axis=0))
     np.testing.assert_array_equal(b.lo[0], obs[0])
     np.testing.assert_array_equal(b.hi[2], obs[2])  # a failed cell keeps 0 / inf
     assert np.all(b.lo <= b.hi)
+
+
+def test_model_margin_widens_only_the_tails_of_unmeasured_cells():
+    post = _posterior()
+    obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0, 0, 0, 0]])
+    mask = np.array([True, False, False])
+    raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0)
+    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.2)
+    f = np.exp(0.2)
+    np.testing.assert_allclose(wide.lo[1:, 1:3], raw.lo[1:, 1:3] / f)
+    np.testing.assert_allclose(wide.hi[1:, 1:3], raw.hi[1:, 1:3] * f)
+    np.testing.assert_array_equal(wide.lo[1:, [0, 3]], raw.lo[1:, [0, 3]])  # throughput, success: as predicted
+    np.testing.assert_array_equal(wide.hi[1:, [0, 3]], raw.hi[1:, [0, 3]])
+    np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
+    np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
 
 
 def test_repeatability_band_and_tables():

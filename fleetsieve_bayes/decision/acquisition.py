@@ -76,10 +76,11 @@ import numpy as np
 from fleetsieve_bayes.allocation.objective import objective_value, scalar_gap, stagewise_gap
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.intervals import (
+    MODEL_MARGIN,
     bound_tables,
     collapse_measured,
     credible_quantiles,
-    widen_success,
+    model_intervals,
     with_measured,
 )
 from fleetsieve_bayes.decision.strategies.base import select_cell
@@ -148,6 +149,8 @@ class AcquisitionConfig(NamedTuple):
     n_fantasies: fantasy outcomes per candidate.
     credible_level: central interval level of the bounds (0.9 → 5 %/95 %).
     repeatability: relative band around measured (and fantasy) values.
+    model_margin: model discrepancy of unmeasured tails
+        (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
     cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
     ess_threshold: normalised ESS below which the likelihood is tempered.
     min_effective_draws: ... or fewer effective draws than this (the threshold
@@ -166,6 +169,7 @@ class AcquisitionConfig(NamedTuple):
     n_fantasies: int = 16
     credible_level: float = 0.9
     repeatability: float = 0.0
+    model_margin: float = MODEL_MARGIN
     cost_normalised: bool = False
     ess_threshold: float = DEFAULT_ESS_THRESHOLD
     min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS
@@ -380,7 +384,7 @@ def prepare_inputs(
     sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
     uniform = jnp.full((n_draws,), 1.0 / n_draws, latent.dtype)
     q_lo, q_hi = credible_quantiles(config.credible_level)
-    lo0, hi0 = widen_success(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi))
+    lo0, hi0 = model_intervals(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi), config.model_margin)
     lo_now, hi_now = with_measured(lo0, hi0, observed, measured, config.repeatability)
     d_f, k_obs = fantasy_plan(key, n_draws, config.n_fantasies)
     k = n_related_cells(config, n_cells)
@@ -413,7 +417,9 @@ def candidate_tables(
     w = jnp.where(null, jnp.full((n_draws,), 1.0 / n_draws, w.dtype)[None, :], w)
     nb = inp.related[e_]  # (k,)
     q_lo, q_hi = credible_quantiles(config.credible_level)
-    lo_nb, hi_nb = widen_success(*weighted_intervals(inp.sorted_vals[nb], inp.order[nb], w, q_lo, q_hi))  # (F, k, 4)
+    lo_nb, hi_nb = model_intervals(  # (F, k, 4)
+        *weighted_intervals(inp.sorted_vals[nb], inp.order[nb], w, q_lo, q_hi), config.model_margin
+    )
     lo = jnp.broadcast_to(inp.lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
     hi = jnp.broadcast_to(inp.hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
     is_e = jnp.arange(n_cells) == e

@@ -20,9 +20,10 @@ import pandas as pd
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.intervals import (
+    MODEL_MARGIN,
     bound_tables,
     credible_quantiles,
-    widen_success,
+    model_intervals,
     with_measured,
 )
 from fleetsieve_bayes.model.joint import sample_obs
@@ -54,6 +55,7 @@ def credible_bounds(
     *,
     predictive: bool = True,
     seed: int = 0,
+    model_margin: float = MODEL_MARGIN,
 ) -> Bounds:
     """Central ``level`` credible intervals, measured cells collapsed.
 
@@ -66,6 +68,8 @@ def credible_bounds(
         repeatability: relative half-width of the band around measured values.
         predictive: intervals of latent + noise (default) rather than latent only.
         seed: PRNG seed of the predictive noise draws (deterministic bounds).
+        model_margin: model discrepancy of the tails of unmeasured cells
+            (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
     """
     q_lo, q_hi = credible_quantiles(level)
     latent = np.asarray(posterior.latent, dtype=np.float64)
@@ -76,7 +80,7 @@ def credible_bounds(
         )
     else:
         draws = latent
-    lo, hi = widen_success(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0))
+    lo, hi = model_intervals(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0), model_margin)
     obs = np.asarray(observed, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # unmeasured rows may be NaN; they are not read
         lo, hi = with_measured(lo, hi, obs, np.asarray(measured_mask, dtype=bool), float(repeatability))
