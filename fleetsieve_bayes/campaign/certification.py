@@ -34,6 +34,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 from fleetsieve_bayes.decision.joint_check import (
     JointCheck,
     apply_joint_check,
@@ -107,12 +108,13 @@ def attempt_certification(
     risk: float,
     seed: int,
     preset: Any = "certify",
+    tail_margin: float = MODEL_MARGIN,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring)."""
     t0 = time.perf_counter()
     cf = fit_certifying(grid, observed, measured, card, preset, seed=seed)
     post = cf.posterior
-    bounds = credible_bounds(post, observed, measured, credible_level, repeatability)
+    bounds = credible_bounds(post, observed, measured, credible_level, repeatability, model_margin=tail_margin)
     cons = allocate_milp(grid, conservative_table(bounds), problem)
     opt = allocate_milp(grid, optimistic_table(bounds), problem)
     cert = certify(grid, problem, cons, opt, measured, observed, epsilon)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
@@ -120,6 +121,8 @@ class Campaign:
     max_rounds: int | None = None
     inference: str = "fast"
     repeatability: float = 0.0
+    # Model discrepancy of unmeasured tails (decision.intervals.MODEL_MARGIN).
+    tail_margin: float = MODEL_MARGIN
     extra: dict[str, Any] = field(default_factory=dict)
     # The parsed TOML as written (the journal header keeps it to name what changed).
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -144,7 +147,7 @@ class Campaign:
 # Allowed keys per section, so a typo is an error instead of a silent default.
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus"}
-_MODEL_KEYS = {"family", "inference", "repeatability"}
+_MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -255,6 +258,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     family = _name_or_path(ctx.string("[model] family", model["family"]), base_dir)
     inference = _name_or_path(ctx.string("[model] inference", model.get("inference", "fast")), base_dir)
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
+    tail_margin = ctx.number("[model] tail_margin", model.get("tail_margin", MODEL_MARGIN), lo=0.0, hi=2.0)
 
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
     if "backend" not in meas:
@@ -299,6 +303,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         max_rounds=max_rounds,
         inference=inference,
         repeatability=repeatability,
+        tail_margin=tail_margin,
         risk=risk,
         raw=raw,
     )

@@ -49,6 +49,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "family": campaign.family,
             "inference": campaign.inference,
             "repeatability": campaign.repeatability,
+            "tail_margin": campaign.tail_margin,
         },
         "measurement": {
             "backend": m.backend,

@@ -624,7 +624,13 @@ def _rounds(inputs: _Inputs, out: Path, journal: Journal, backend: Backend, on_e
     c = inputs.campaign
     problem = problem_from_campaign(c)
     strategy = make_strategy(
-        inputs.strategy, grid, problem, credible_level=c.credible_level, repeatability=c.repeatability, seed=inputs.seed
+        inputs.strategy,
+        grid,
+        problem,
+        credible_level=c.credible_level,
+        repeatability=c.repeatability,
+        tail_margin=c.tail_margin,
+        seed=inputs.seed,
     )
     warm: Any = None
     while True:
@@ -689,7 +695,9 @@ def _one_round(
     t_fit = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    bounds = credible_bounds(posterior, observed, measured, c.credible_level, c.repeatability)
+    bounds = credible_bounds(
+        posterior, observed, measured, c.credible_level, c.repeatability, model_margin=c.tail_margin
+    )
     conservative = allocate_milp(grid, conservative_table(bounds), problem)
     optimistic = allocate_milp(grid, optimistic_table(bounds), problem)
     cert = certify(grid, problem, conservative, optimistic, measured, observed, c.epsilon)
@@ -773,6 +781,7 @@ def _attempt_certification(
         epsilon=c.epsilon,
         credible_level=c.credible_level,
         repeatability=c.repeatability,
+        tail_margin=c.tail_margin,
         risk=c.risk,
         seed=_round_seed(inputs.seed, round_no) + 1,
     )

@@ -207,6 +207,7 @@ def run_parallel(
         problem,
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
+        tail_margin=campaign.tail_margin,
         seed=inputs.seed,
     )
     tp = np.asarray(grid.tp, np.int64)
@@ -403,6 +404,7 @@ def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any
             believed,
             credible_level=campaign.credible_level,
             repeatability=campaign.repeatability,
+            tail_margin=campaign.tail_margin,
             epsilon=campaign.epsilon,
             allocate=allocate,
         )

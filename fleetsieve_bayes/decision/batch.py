@@ -46,6 +46,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 
 __all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
 
@@ -105,6 +106,7 @@ def believe(
     repeatability: float,
     epsilon: float,
     allocate: Callable[[np.ndarray], Allocation],
+    tail_margin: float = MODEL_MARGIN,
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
 
@@ -122,7 +124,7 @@ def believe(
     if cells:
         obs[cells] = believed_values(posterior, cells)
         m[cells] = True
-    bounds = credible_bounds(posterior, obs, m, credible_level, repeatability)
+    bounds = credible_bounds(posterior, obs, m, credible_level, repeatability, model_margin=tail_margin)
     cons = allocate(conservative_table(bounds))
     opt = allocate(optimistic_table(bounds))
     cert = certify(grid, problem, cons, opt, m, obs, epsilon)

@@ -19,6 +19,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.certificate import Certificate
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 
 __all__ = [
     "RoundState",
@@ -85,6 +86,7 @@ class StrategyContext(NamedTuple):
     repeatability: float
     seed: int
     n_fantasies: int = 16
+    tail_margin: float = MODEL_MARGIN
 
 
 def select_cell(

@@ -22,6 +22,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.objective import gap_within
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
     RoundState,
@@ -45,7 +46,12 @@ _ACQ_CACHE: list[tuple[CellGrid, AllocationProblem, tuple[Any, ...], Any]] = []
 
 
 def shared_acquisition(
-    grid: CellGrid, problem: AllocationProblem, n_fantasies: int, credible_level: float, repeatability: float
+    grid: CellGrid,
+    problem: AllocationProblem,
+    n_fantasies: int,
+    credible_level: float,
+    repeatability: float,
+    tail_margin: float = MODEL_MARGIN,
 ) -> Any:
     """One acquisition kernel per (grid, problem, settings) object, built lazily.
 
@@ -54,7 +60,7 @@ def shared_acquisition(
     """
     from fleetsieve_bayes.decision.acquisition import AcquisitionConfig, make_acquisition
 
-    settings = (n_fantasies, credible_level, repeatability)
+    settings = (n_fantasies, credible_level, repeatability, tail_margin)
     for g, p, s, acq in _ACQ_CACHE:
         if g is grid and p is problem and s == settings:
             return acq
@@ -62,6 +68,7 @@ def shared_acquisition(
         n_fantasies=n_fantasies,
         credible_level=credible_level,
         repeatability=repeatability,
+        model_margin=tail_margin,
         n_related=None if grid.n_cells <= EXACT_MAX_CELLS else RELATED_CELLS,
     )
     acq = make_acquisition(grid, problem, config)
@@ -74,7 +81,9 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
     """The kernel's :class:`~fleetsieve_bayes.decision.acquisition.AcquisitionScores` for this round."""
     import jax.numpy as jnp
 
-    acq = shared_acquisition(ctx.grid, ctx.problem, ctx.n_fantasies, ctx.credible_level, ctx.repeatability)
+    acq = shared_acquisition(
+        ctx.grid, ctx.problem, ctx.n_fantasies, ctx.credible_level, ctx.repeatability, ctx.tail_margin
+    )
     observed = np.where(state.measured[:, None], np.nan_to_num(state.observed, nan=1.0), 1.0)
     latent = jnp.asarray(state.posterior.latent)
     return acq.score(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 from fleetsieve_bayes.decision.strategies.base import Strategy, StrategyContext
 from fleetsieve_bayes.errors import InputError
 
@@ -40,6 +41,7 @@ def make_strategy(
     repeatability: float,
     seed: int,
     n_fantasies: int = 16,
+    tail_margin: float = MODEL_MARGIN,
 ) -> Strategy:
     """The named strategy for one campaign (see each family module).
 
@@ -54,5 +56,5 @@ def make_strategy(
         raise InputError(f"--strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
     family, builder = REGISTRY[name]
     module = importlib.import_module(f"{__package__}.{family}")
-    ctx = StrategyContext(grid, problem, credible_level, repeatability, seed, n_fantasies)
+    ctx = StrategyContext(grid, problem, credible_level, repeatability, seed, n_fantasies, tail_margin)
     return Strategy(name=name, select=getattr(module, builder)(ctx))
