@@ -617,21 +617,12 @@ def _rounds(inputs: _Inputs, out: Path, journal: Journal, backend: Backend, on_e
     record is already journaled is not recomputed: its chosen cell is measured
     (a kill mid-measurement), or, when it stopped the campaign, it is the answer.
     """
-    from fleetsieve_bayes.decision.strategies import make_strategy
     from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
     grid = backend.grid
     c = inputs.campaign
     problem = problem_from_campaign(c)
-    strategy = make_strategy(
-        inputs.strategy,
-        grid,
-        problem,
-        credible_level=c.credible_level,
-        repeatability=c.repeatability,
-        tail_margin=c.tail_margin,
-        seed=inputs.seed,
-    )
+    strategy = campaign_strategy(inputs.strategy, c, grid, problem, inputs.seed)
     warm: Any = None
     while True:
         round_no = 1 + sum(1 for r in journal.measurements if r.phase == "acquire")
@@ -763,6 +754,22 @@ def _one_round(
     )
     shown = posterior if attempt is None else attempt.posterior
     return _Round(record, posterior, bounds, measured, shown)
+
+
+def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: Any, seed: int) -> Any:
+    """The named acquisition strategy with the campaign's interval settings
+    (credible level, repeatability band, tail margin)."""
+    from fleetsieve_bayes.decision.strategies import make_strategy
+
+    return make_strategy(
+        name,
+        grid,
+        problem,
+        credible_level=campaign.credible_level,
+        repeatability=campaign.repeatability,
+        tail_margin=campaign.tail_margin,
+        seed=seed,
+    )
 
 
 def _attempt_certification(

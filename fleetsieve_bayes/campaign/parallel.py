@@ -194,22 +194,12 @@ def run_parallel(
             journal from another campaign.
         MeasurementError: a cell's harness failed (after the others finished).
     """
-    from fleetsieve_bayes.decision.strategies import make_strategy
-
     campaign: Campaign = inputs.campaign
     enable_compilation_cache()
     t_start = time.perf_counter()
     grid: CellGrid = backend.grid
     problem = problem_from_campaign(campaign)
-    strategy = make_strategy(
-        inputs.strategy,
-        grid,
-        problem,
-        credible_level=campaign.credible_level,
-        repeatability=campaign.repeatability,
-        tail_margin=campaign.tail_margin,
-        seed=inputs.seed,
-    )
+    strategy = loop.campaign_strategy(inputs.strategy, campaign, grid, problem, inputs.seed)
     tp = np.asarray(grid.tp, np.int64)
 
     journal = open_journal(out)
