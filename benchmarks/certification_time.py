@@ -1,0 +1,138 @@
+"""Wall time of one certification attempt (converged refit + joint check) on suite states.
+
+The suite benchmark (``profiling_cost.py --suite N --jobs 2``) times its
+attempts while another fleet's campaign shares the two cores, so its
+``certify_s`` overstates what one campaign pays on an idle machine. This
+script replays, one at a time, the *final* state of each fleet of a suite run
+(the cells it had measured when it stopped, read from the JSONL that
+``--partial`` writes) and times one attempt on it: the same refit, the same
+joint check, the campaign's settings, nothing else running.
+
+    python benchmarks/certification_time.py runs.jsonl                 # every fleetsieve run in the file
+    python benchmarks/certification_time.py runs.jsonl --fleets 7,24 --out FILE
+
+Prints a markdown table (fleet, cells measured, attempt seconds, r_hat, ESS,
+draws, outcome) and the median / 90th percentile, and writes JSON (default
+``benchmarks/results/certification_time.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import (
+    grid_from_table,
+    problem_from_campaign,
+    values_from_table,
+)
+from fleetsieve_bayes.campaign.certification import attempt_certification
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
+from fleetsieve_bayes.model.priors import card_path, load_card
+from fleetsieve_bayes.table import read_table
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "certification_time.json"
+
+
+def suite_fleet(k: int, root: Path, suite_seed: int = 0) -> Path:
+    """Write fleet ``k`` of the hard suite (as ``profiling_cost.py --suite`` builds it); its campaign path."""
+    rng = np.random.default_rng([suite_seed, k])
+    spec = random_spec(rng, hard=True)
+    df, camp = synthetic_fleet(rng, spec)
+    camp["name"] = f"synthetic-{k}"
+    return write_synthetic(root / f"c{k:03d}", df, camp).path
+
+
+def time_attempt(campaign_path: Path, measured_labels: list[str], seed: int) -> dict[str, Any]:
+    """One certification attempt on the state where ``measured_labels`` are measured."""
+    c = load_campaign(campaign_path)
+    table = read_table(c.measurement.table)
+    grid = grid_from_table(table, c.workload_names)
+    values = values_from_table(grid, table)
+    index = {grid.describe(i): i for i in range(grid.n_cells)}
+    measured = np.zeros(grid.n_cells, bool)
+    measured[[index[label] for label in measured_labels]] = True
+    observed = np.where(measured[:, None], values, np.nan)
+    t0 = time.perf_counter()
+    a = attempt_certification(
+        grid,
+        problem_from_campaign(c),
+        load_card(card_path(c.family)),
+        observed,
+        measured,
+        epsilon=c.epsilon,
+        credible_level=c.credible_level,
+        repeatability=c.repeatability,
+        tail_margin=c.tail_margin,
+        risk=c.risk,
+        seed=seed,
+    )
+    wall = time.perf_counter() - t0
+    d = a.diagnostics
+    return {
+        "cells": int(measured.sum()),
+        "seconds": wall,
+        "status": a.certificate.status,
+        "r_hat_max": d.get("r_hat_max"),
+        "ess_bulk_min": d.get("ess_bulk_min"),
+        "draws": d.get("draws"),
+        "converged": d.get("converged"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="JSONL written by profiling_cost.py --suite --partial")
+    ap.add_argument("--fleets", default="", help="only these fleet numbers (e.g. 7,24)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--suite-seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    runs: dict[str, dict[str, Any]] = {}
+    for path in args.runs:
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("strategy", "fleetsieve") == "fleetsieve":
+                runs[r["scenario"]] = r  # a later file wins
+    only = {int(x) for x in args.fleets.split(",") if x}
+    names = sorted(n for n in runs if not only or int(n[1:]) in only)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fsb-cert-time-") as tmp:
+        for name in names:
+            path = suite_fleet(int(name[1:]), Path(tmp), args.suite_seed)
+            row = {"fleet": name, "campaign_status": runs[name]["status"]}
+            row.update(time_attempt(path, runs[name]["measured"], args.seed))
+            rows.append(row)
+            print(
+                f"| {name} | {row['cells']} | {row['seconds']:.1f} | {row['r_hat_max']:.3f} | "
+                f"{row['ess_bulk_min']:.0f} | {row['draws']} | {row['status']} |",
+                flush=True,
+            )
+    secs = np.array([r["seconds"] for r in rows])
+    summary = {
+        "attempts": len(rows),
+        "median_s": float(np.median(secs)),
+        "p90_s": float(np.quantile(secs, 0.9)),
+        "max_s": float(secs.max()),
+        "share_within_30s": float(np.mean(secs <= 30.0)),
+    }
+    print(
+        f"\n{summary['attempts']} attempts: median {summary['median_s']:.1f} s, 90th percentile "
+        f"{summary['p90_s']:.1f} s, max {summary['max_s']:.1f} s, {summary['share_within_30s']:.0%} within 30 s"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    print(f"JSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
