@@ -17,7 +17,12 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.decision.joint_check import apply_joint_check, joint_check, joint_tables
 from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
-from fleetsieve_bayes.model.certifying import CONVERGENCE, _passes, convergence_diagnostics
+from fleetsieve_bayes.model.certifying import (
+    CONVERGENCE,
+    _passes,
+    convergence_diagnostics,
+    decision_samples,
+)
 
 # One class, two TPs x two loads. Cell 1 (TP2@hi) is the decision's hinge: in
 # half of the draws it meets the TTFT limit and serves more than cell 0.
@@ -214,6 +219,33 @@ def test_stopping_risk_is_read_and_checked(tmp_path) -> None:
     raw["stopping"]["risk"] = 1.5
     with pytest.raises(InputError, match=r"\[stopping\] risk"):
         parse_campaign(raw, Path(tmp_path / "c.toml"))
+
+
+def test_convergence_is_judged_on_what_the_decision_reads() -> None:
+    # Cell 1 was measured as a start-up OOM: its latent metrics are a
+    # counterfactual no data pins down, and chains may disagree on it for ever.
+    # The cells a decision reads (measured-working 0, unmeasured 2) mix.
+    from fleetsieve_bayes.model.joint import model_data
+
+    grid = CellGrid(
+        workloads=("a",),
+        workload_idx=np.zeros(3, np.int64),
+        tp=np.array([1, 2, 4]),
+        load=("C1", "C1", "C1"),
+        offered_rps=np.array([1.0, 2.0, 4.0]),
+        duration_s=np.full(3, 300.0),
+    )
+    observed = np.array([[1.0, 0.5, 5.0, 0.99], [0.0, 0.0, 0.0, 0.0], [np.nan] * 4])
+    data = model_data(grid, observed, np.array([True, True, False]))
+    rng = np.random.default_rng(0)
+    latent = np.exp(rng.normal(0.0, 0.1, (4, 500, 3, 4)))
+    latent[:, :, 1, 0] += np.arange(4)[:, None]  # chains far apart on the failed cell
+    samples = {"latent": latent, "noise": np.exp(rng.normal(-3.0, 0.1, (4, 500, 4)))}
+    diverging = np.zeros((4, 500), bool)
+    assert convergence_diagnostics(samples, diverging)["r_hat_max"] > 1.5
+    kept = decision_samples(samples, data)
+    assert kept["latent"].shape == (4, 500, 2, 4)
+    assert _passes(convergence_diagnostics(kept, diverging), CONVERGENCE)
 
 
 def test_minor_mode_chains_are_the_ones_far_below_the_best_log_density() -> None:
