@@ -39,3 +39,27 @@ def test_diagnose_missing_and_corrupt(tmp_path):
     with pytest.raises(InputError, match="cannot read posterior"):
         diagnose_file(tmp_path / "posterior.nc")
     assert main(["diagnose", str(tmp_path)]) == 2
+
+
+def test_decision_diagnostics_leave_out_cells_measured_as_failures(tmp_path):
+    # Cell 1 was measured as a start-up OOM (no metric observed): its latent
+    # chains disagree, which the certificate does not read. Cell 0 is measured
+    # and working, cell 2 unmeasured; both mix.
+    rng = np.random.default_rng(1)
+    latent = rng.normal(size=(4, 300, 3, 4))
+    latent[:, :, 1, 0] += np.arange(4)[:, None]
+    observed = np.full((3, 4), np.nan)
+    observed[0] = [1.0, 0.5, 5.0, 0.99]
+    idata = az.from_dict(
+        posterior={"a": rng.normal(size=(4, 300)), "latent": latent, "noise": rng.normal(size=(4, 300, 4))},
+        observed_data={"y": observed},
+        constant_data={"measured": np.array([True, True, False])},
+        sample_stats={"diverging": np.zeros((4, 300), bool)},
+    )
+    idata.to_netcdf(str(tmp_path / "posterior.nc"))
+    out = diagnose_file(tmp_path / "posterior.nc")
+    assert out["decision_r_hat_max"] < 1.01 and out["decision_ess_bulk_min"] > 400
+    # Without the measured mask every cell counts, the failed one included.
+    del idata.constant_data
+    idata.to_netcdf(str(tmp_path / "all.nc"))
+    assert diagnose_file(tmp_path / "all.nc")["decision_r_hat_max"] > 1.5

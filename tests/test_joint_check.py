@@ -17,12 +17,8 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.decision.joint_check import apply_joint_check, joint_check, joint_tables
 from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
-from fleetsieve_bayes.model.certifying import (
-    CONVERGENCE,
-    _passes,
-    convergence_diagnostics,
-    decision_samples,
-)
+from fleetsieve_bayes.model.certifying import CONVERGENCE, _passes, convergence_diagnostics
+from fleetsieve_bayes.model.diagnostics import decision_samples, failed_cells
 
 # One class, two TPs x two loads. Cell 1 (TP2@hi) is the decision's hinge: in
 # half of the draws it meets the TTFT limit and serves more than cell 0.
@@ -243,7 +239,7 @@ def test_convergence_is_judged_on_what_the_decision_reads() -> None:
     samples = {"latent": latent, "noise": np.exp(rng.normal(-3.0, 0.1, (4, 500, 4)))}
     diverging = np.zeros((4, 500), bool)
     assert convergence_diagnostics(samples, diverging)["r_hat_max"] > 1.5
-    kept = decision_samples(samples, data)
+    kept = decision_samples(samples, failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask)))
     assert kept["latent"].shape == (4, 500, 2, 4)
     assert _passes(convergence_diagnostics(kept, diverging), CONVERGENCE)
 

@@ -30,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
         f"r_hat max {fmt(out['r_hat_max'], 3)}   ESS bulk min {fmt(out['ess_bulk_min'], 0)}   "
         f"ESS tail min {fmt(out['ess_tail_min'], 0)}   divergences {out['divergences']}"
     )
+    print(
+        f"what decisions read (every cell's latent metrics but cells measured as failures, noise): "
+        f"r_hat max {fmt(out['decision_r_hat_max'], 3)}   ESS bulk min {fmt(out['decision_ess_bulk_min'], 0)}"
+    )
     print(f"{'parameter':<28} {'r_hat':>7} {'ess_bulk':>9} {'ess_tail':>9}")
     for r in out["parameters"]:
         print(f"{r['name']:<28} {fmt(r['r_hat'], 3):>7} {fmt(r['ess_bulk'], 0):>9} {fmt(r['ess_tail'], 0):>9}")

@@ -51,6 +51,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model import inference as _inference
+from fleetsieve_bayes.model.diagnostics import decision_samples, failed_cells
 from fleetsieve_bayes.model.joint import model_data
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 
@@ -60,7 +61,6 @@ __all__ = [
     "CertifyingFit",
     "fit_certifying",
     "convergence_diagnostics",
-    "decision_samples",
     "minor_mode_chains",
     "MINOR_MODE_LP_GAP",
 ]
@@ -232,7 +232,8 @@ def fit_certifying(
                 _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], failed=failed)
             )
         samples, stats = _concatenate(fits)
-        diag = convergence_diagnostics(decision_samples(samples, data), stats["diverging"])
+        failed = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
+        diag = convergence_diagnostics(decision_samples(samples, failed), stats["diverging"])
         ok = _passes(diag, criteria)
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or attempts > max_rounds or late or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
@@ -254,18 +255,6 @@ def fit_certifying(
         "converged": bool(ok),
     }
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
-
-
-def decision_samples(samples: dict[str, np.ndarray], data: Any) -> dict[str, np.ndarray]:
-    """What the decision reads from the posterior, for the convergence check.
-
-    ``latent (chains, draws, n_cells, 4)`` without the cells measured as
-    failures (no metric of theirs in the likelihood: ``data.fit_mask`` row
-    all False while measured) and ``noise (chains, draws, 4)``.
-    """
-    fit_mask = np.asarray(data.fit_mask, bool)
-    failed = np.asarray(data.measured, bool) & ~fit_mask.any(axis=1)
-    return {"latent": np.asarray(samples["latent"])[:, :, ~failed], "noise": np.asarray(samples["noise"])}
 
 
 def _hopeless(

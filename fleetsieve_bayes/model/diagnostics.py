@@ -1,9 +1,11 @@
 """MCMC diagnostics of a stored posterior: r_hat, bulk/tail ESS, divergences.
 
 Reads the InferenceData written by
-:func:`fleetsieve_bayes.model.inference.save_posterior`. Per-cell latent sites
-(``latent``, ``capacity``) are left out: they are deterministic functions of the
-parameters.
+:func:`fleetsieve_bayes.model.inference.save_posterior`. The table lists the
+parameters (per-cell sites are deterministic functions of them); the
+``decision_*`` headline numbers are over what a decision reads from the
+posterior (:func:`decision_samples`) — the quantities a certificate's
+convergence check judges (:mod:`fleetsieve_bayes.model.certifying`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,36 @@ import numpy as np
 
 from fleetsieve_bayes.model.storage import load_idata
 
-__all__ = ["summarize", "diagnose_file"]
+__all__ = ["summarize", "diagnose_file", "decision_samples", "failed_cells"]
 
 _SKIP = ("latent", "capacity")
 
 
-def summarize(idata: Any) -> dict[str, Any]:
-    """``{"r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "draws", "chains", "method", "parameters": [...]}``.
+def failed_cells(measured: np.ndarray, fit_mask: np.ndarray) -> np.ndarray:
+    """bool ``(n_cells,)``: measured, and no metric of the cell in the likelihood
+    (a start-up OOM, a run where every request failed); ``measured (n_cells,)``,
+    ``fit_mask (n_cells, 4)``."""
+    return np.asarray(measured, bool) & ~np.asarray(fit_mask, bool).any(axis=1)
 
-    ``parameters`` has one entry per scalar parameter: ``{name, r_hat, ess_bulk, ess_tail}``.
+
+def decision_samples(samples: dict[str, np.ndarray], failed: np.ndarray) -> dict[str, np.ndarray]:
+    """What a decision reads from the posterior: ``latent (chains, draws, n_cells - n_failed, 4)``
+    without the ``failed`` cells (bool ``(n_cells,)``; their measurement is
+    what the decision reads, and their latent metrics — what a TP that does not
+    fit would serve — are pinned by no data) and ``noise (chains, draws, 4)``."""
+    keep = ~np.asarray(failed, bool)
+    return {"latent": np.asarray(samples["latent"])[:, :, keep], "noise": np.asarray(samples["noise"])}
+
+
+def summarize(idata: Any) -> dict[str, Any]:
+    """``{"r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "draws", "chains", "method",
+    "decision_r_hat_max", "decision_ess_bulk_min", "parameters": [...]}``.
+
+    ``parameters`` has one entry per scalar parameter: ``{name, r_hat, ess_bulk, ess_tail}``;
+    ``r_hat_max`` etc. are over them. ``decision_*`` are over
+    :func:`decision_samples` (cells measured as failures are known from the
+    ``constant_data`` group's ``measured`` and the observed data; a file
+    without it counts every cell).
     """
     post = idata.posterior
     names = [v for v in post.data_vars if v not in _SKIP]
@@ -44,7 +67,9 @@ def summarize(idata: Any) -> dict[str, Any]:
     if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
         div = int(np.asarray(idata.sample_stats["diverging"].values).sum())
     finite = lambda key: [r[key] for r in rows if r[key] is not None]  # noqa: E731
+    decision = _decision_diagnostics(idata)
     return {
+        **decision,
         "r_hat_max": max(finite("r_hat"), default=None),
         "ess_bulk_min": min(finite("ess_bulk"), default=None),
         "ess_tail_min": min(finite("ess_tail"), default=None),
@@ -53,6 +78,30 @@ def summarize(idata: Any) -> dict[str, Any]:
         "draws": int(post.sizes["draw"]),
         "method": str(idata.posterior.attrs.get("inference_method", "")),
         "parameters": rows,
+    }
+
+
+def _decision_diagnostics(idata: Any) -> dict[str, Any]:
+    post = idata.posterior
+    if "latent" not in post or "noise" not in post:
+        return {"decision_r_hat_max": None, "decision_ess_bulk_min": None}
+    n_cells = int(post["latent"].shape[2])
+    failed = np.zeros(n_cells, bool)
+    if "constant_data" in idata.groups() and "measured" in idata.constant_data and "observed_data" in idata.groups():
+        measured = np.asarray(idata.constant_data["measured"].values, bool)
+        fit = np.isfinite(np.asarray(idata.observed_data["y"].values, float))
+        failed = failed_cells(measured, fit)
+    kept = decision_samples({"latent": post["latent"].values, "noise": post["noise"].values}, failed)
+    r, e = [], []
+    for a in kept.values():
+        ds = az.convert_to_dataset({"x": a.reshape(a.shape[0], a.shape[1], -1)})
+        r.append(np.asarray(az.rhat(ds)["x"].values, float).ravel())
+        e.append(np.asarray(az.ess(ds, method="bulk")["x"].values, float).ravel())
+    rr, ee = np.concatenate(r), np.concatenate(e)
+    rr, ee = rr[np.isfinite(rr)], ee[np.isfinite(ee)]
+    return {
+        "decision_r_hat_max": float(rr.max()) if rr.size else None,
+        "decision_ess_bulk_min": float(ee.min()) if ee.size else None,
     }
 
 

@@ -540,6 +540,7 @@ def _assemble(
         posterior=posterior,
         posterior_predictive={"y": y},
         observed_data={"y": observed},
+        constant_data={"measured": np.asarray(data.measured, bool)},
         sample_stats=stats,
         coords={"cell": np.arange(latent_c.shape[2]), "quantity": list(METRICS)},
         dims=dims,
