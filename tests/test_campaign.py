@@ -109,6 +109,10 @@ def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: t
 
     on_file = diagnose_file(out / "posterior.nc")  # posterior.nc is that posterior
     assert on_file["r_hat_max"] <= 1.01 and on_file["ess_bulk_min"] >= 400 and on_file["divergences"] == 0
+    # The check's own numbers (what the decision reads) are the file's decision headline;
+    # on this grid (no failed cell) the parameters converge too.
+    assert on_file["decision_r_hat_max"] == pytest.approx(d["r_hat_max"], rel=1e-6)
+    assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-6)
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, dict]) -> None:

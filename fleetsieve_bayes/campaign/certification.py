@@ -79,6 +79,8 @@ class CertificationAttempt(NamedTuple):
                 "draws": d.get("draws"),
                 "converged": d.get("converged"),
                 "restarted_chains": d.get("restarted_chains"),
+                "r_hat_max_parameters": d.get("r_hat_max_parameters"),
+                "ess_bulk_min_parameters": d.get("ess_bulk_min_parameters"),
             },
             "attempt_s": float(self.wall_s),
         }
