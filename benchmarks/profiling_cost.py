@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import tempfile
 import time
@@ -155,6 +156,14 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         # (Not max_tasks_per_child: on Python 3.11 the pool stopped once its
         # workers retired, with tasks still queued. 40 fleets peaked at ~11 GB.)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            # A SIGTERM to this process stops the workers too (they would
+            # otherwise run on, orphaned, holding cores and gigabytes).
+            def stop(signum: int, frame: Any) -> None:
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    proc.kill()
+                raise SystemExit(128 + signum)
+
+            signal.signal(signal.SIGTERM, stop)
             # One task at a time per worker, recorded as it finishes (an interrupted
             # benchmark keeps every finished run in --partial).
             futures = [pool.submit(_safe_run, t) for t in tasks]
