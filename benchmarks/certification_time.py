@@ -32,7 +32,7 @@ from fleetsieve_bayes.allocation.problem import (
     problem_from_campaign,
     values_from_table,
 )
-from fleetsieve_bayes.campaign.certification import attempt_certification
+from fleetsieve_bayes.campaign.certification import campaign_attempt
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
 from fleetsieve_bayes.model.priors import card_path, load_card
@@ -62,18 +62,8 @@ def time_attempt(campaign_path: Path, measured_labels: list[str], seed: int) -> 
     measured[[index[label] for label in measured_labels]] = True
     observed = np.where(measured[:, None], values, np.nan)
     t0 = time.perf_counter()
-    a = attempt_certification(
-        grid,
-        problem_from_campaign(c),
-        load_card(card_path(c.family)),
-        observed,
-        measured,
-        epsilon=c.epsilon,
-        credible_level=c.credible_level,
-        repeatability=c.repeatability,
-        tail_margin=c.tail_margin,
-        risk=c.risk,
-        seed=seed,
+    a = campaign_attempt(
+        c, grid, problem_from_campaign(c), load_card(card_path(c.family)), observed, measured, seed=seed
     )
     wall = time.perf_counter() - t0
     d = a.diagnostics

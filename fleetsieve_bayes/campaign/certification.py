@@ -43,7 +43,7 @@ from fleetsieve_bayes.decision.joint_check import (
 )
 from fleetsieve_bayes.model.certifying import fit_certifying
 
-__all__ = ["CertificationAttempt", "attempt_certification", "thin"]
+__all__ = ["CertificationAttempt", "attempt_certification", "campaign_attempt", "thin"]
 
 
 class CertificationAttempt(NamedTuple):
@@ -84,6 +84,33 @@ class CertificationAttempt(NamedTuple):
             },
             "attempt_s": float(self.wall_s),
         }
+
+
+def campaign_attempt(
+    campaign: Any,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    card: Any,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    *,
+    seed: int,
+) -> CertificationAttempt:
+    """:func:`attempt_certification` with a campaign's stopping and interval settings
+    (ε, credible level, repeatability, tail margin, risk)."""
+    return attempt_certification(
+        grid,
+        problem,
+        card,
+        observed,
+        measured,
+        epsilon=campaign.epsilon,
+        credible_level=campaign.credible_level,
+        repeatability=campaign.repeatability,
+        tail_margin=campaign.tail_margin,
+        risk=campaign.risk,
+        seed=seed,
+    )
 
 
 _KERNELS: dict[bytes, Any] = {}

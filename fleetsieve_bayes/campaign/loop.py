@@ -776,22 +776,10 @@ def _attempt_certification(
     inputs: _Inputs, grid: CellGrid, problem: AllocationProblem, observed: np.ndarray, measured: np.ndarray, round_no: int
 ) -> Any:
     """The converged certifying posterior and the joint check, for a round whose intervals certify."""
-    from fleetsieve_bayes.campaign.certification import attempt_certification
+    from fleetsieve_bayes.campaign.certification import campaign_attempt
 
-    c = inputs.campaign
-    return attempt_certification(
-        grid,
-        problem,
-        inputs.card,
-        observed,
-        measured,
-        epsilon=c.epsilon,
-        credible_level=c.credible_level,
-        repeatability=c.repeatability,
-        tail_margin=c.tail_margin,
-        risk=c.risk,
-        seed=_round_seed(inputs.seed, round_no) + 1,
-    )
+    seed = _round_seed(inputs.seed, round_no) + 1
+    return campaign_attempt(inputs.campaign, grid, problem, inputs.card, observed, measured, seed=seed)
 
 
 def _choose(inputs: _Inputs, strategy: Any, state: Any, attempt: Any, round_no: int) -> int:
