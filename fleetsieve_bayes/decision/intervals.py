@@ -9,13 +9,13 @@ axis, in :data:`~fleetsieve_bayes.table.METRICS` order.
 
 The rules, applied in this order:
 
-1. :func:`model_intervals` — the model's interval of a cell, widened for what
-   the model's shapes cannot express: :func:`widen_success`, then
-   :func:`widen_by_margin` (tails ×/÷ ``e^margin``);
+1. :func:`model_intervals` — the model's interval of a cell, widened twice:
    :func:`widen_success` — a success interval reaching within
    :data:`~fleetsieve_bayes.model.scales.SUCCESS_EPS` of 0 or 1 reaches the end
    itself (the model resolves success only inside that band, so a measured 1.0
-   must lie inside the interval);
+   must lie inside the interval); then :func:`widen_by_margin` — TTFT and
+   completion ×/÷ ``e^margin`` (:data:`MODEL_MARGIN`: the model's
+   discrepancy);
 2. :func:`collapse_measured` / :func:`with_measured` — a measured cell's
    interval is its measured value ± the relative ``repeatability`` band
    (throughput and tails), the band taken on the *failure* probability

@@ -46,12 +46,15 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import arviz as az
 import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model import inference as _inference
-from fleetsieve_bayes.model.diagnostics import decision_samples, failed_cells
+from fleetsieve_bayes.model.diagnostics import (
+    convergence_diagnostics,
+    decision_samples,
+    failed_cells,
+)
 from fleetsieve_bayes.model.joint import model_data
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 
@@ -78,47 +81,12 @@ CONVERGENCE = Convergence()
 # A chain whose log density sits this many nats below the best chain's, with
 # no overlap between the two, is stuck in a minor mode (see minor_mode_chains).
 MINOR_MODE_LP_GAP = 10.0
-# Derived per-cell sites that are not latent metrics.
-_SKIP = ("capacity",)
-
-
 class CertifyingFit(NamedTuple):
     """A certifying fit: the posterior, its diagnostics, and whether they pass."""
 
     posterior: Any  # fleetsieve_bayes.model.inference.Posterior
     diagnostics: dict[str, Any]  # r_hat_max, ess_bulk_min, divergences, draws, chains, attempts, wall_s
     converged: bool
-
-
-def convergence_diagnostics(samples: dict[str, np.ndarray], diverging: np.ndarray) -> dict[str, Any]:
-    """r_hat max, bulk-ESS min over every scalar of ``samples`` (each ``(chains, draws, ...)``)
-    and the number of divergent transitions ``diverging (chains, draws)``.
-
-    Non-finite r_hat/ESS (a quantity constant across draws, e.g. a clipped
-    tail) are skipped, as ``fleetsieve-bayes diagnose`` does.
-    """
-    r_max, e_min = 1.0, float("inf")
-    worst = ""
-    for name, arr in samples.items():
-        if name in _SKIP:
-            continue
-        a = np.asarray(arr, np.float64)
-        a = a.reshape(a.shape[0], a.shape[1], -1)
-        ds = az.convert_to_dataset({"x": a})
-        r = np.asarray(az.rhat(ds)["x"].values, np.float64).ravel()
-        e = np.asarray(az.ess(ds, method="bulk")["x"].values, np.float64).ravel()
-        r, e = r[np.isfinite(r)], e[np.isfinite(e)]
-        if r.size and r.max() > r_max:
-            r_max = float(r.max())
-            worst = name
-        if e.size and e.min() < e_min:
-            e_min = float(e.min())
-    return {
-        "r_hat_max": float(r_max),
-        "ess_bulk_min": float(e_min) if np.isfinite(e_min) else None,
-        "divergences": int(np.asarray(diverging).sum()),
-        "worst_r_hat_site": worst,
-    }
 
 
 def minor_mode_chains(lp: np.ndarray, gap: float = MINOR_MODE_LP_GAP) -> dict[int, int]:
@@ -208,6 +176,8 @@ def fit_certifying(
     ok = False
     restarted = 0
     data = model_data(grid, observed, measured_mask, failed=failed)
+    # Cells measured as failures: left out of the convergence check (what the decision reads).
+    excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     while True:
         attempts += 1
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
@@ -232,8 +202,7 @@ def fit_certifying(
                 _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], failed=failed)
             )
         samples, stats = _concatenate(fits)
-        failed = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
-        diag = convergence_diagnostics(decision_samples(samples, failed), stats["diverging"])
+        diag = convergence_diagnostics(decision_samples(samples, excluded), stats["diverging"])
         ok = _passes(diag, criteria)
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or attempts > max_rounds or late or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):

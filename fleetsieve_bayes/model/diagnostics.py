@@ -18,9 +18,42 @@ import numpy as np
 
 from fleetsieve_bayes.model.storage import load_idata
 
-__all__ = ["summarize", "diagnose_file", "decision_samples", "failed_cells"]
+__all__ = ["summarize", "diagnose_file", "convergence_diagnostics", "decision_samples", "failed_cells"]
 
 _SKIP = ("latent", "capacity")
+# Derived per-cell sites that are not latent metrics.
+_DERIVED_CELL_SITES = ("capacity",)
+
+
+def convergence_diagnostics(samples: dict[str, np.ndarray], diverging: np.ndarray) -> dict[str, Any]:
+    """r_hat max, bulk-ESS min over every scalar of ``samples`` (each ``(chains, draws, ...)``)
+    and the number of divergent transitions ``diverging (chains, draws)``.
+
+    Non-finite r_hat/ESS (a quantity constant across draws, e.g. a clipped
+    tail) are skipped, as ``fleetsieve-bayes diagnose`` does.
+    """
+    r_max, e_min = 1.0, float("inf")
+    worst = ""
+    for name, arr in samples.items():
+        if name in _DERIVED_CELL_SITES:
+            continue
+        a = np.asarray(arr, np.float64)
+        a = a.reshape(a.shape[0], a.shape[1], -1)
+        ds = az.convert_to_dataset({"x": a})
+        r = np.asarray(az.rhat(ds)["x"].values, np.float64).ravel()
+        e = np.asarray(az.ess(ds, method="bulk")["x"].values, np.float64).ravel()
+        r, e = r[np.isfinite(r)], e[np.isfinite(e)]
+        if r.size and r.max() > r_max:
+            r_max = float(r.max())
+            worst = name
+        if e.size and e.min() < e_min:
+            e_min = float(e.min())
+    return {
+        "r_hat_max": float(r_max),
+        "ess_bulk_min": float(e_min) if np.isfinite(e_min) else None,
+        "divergences": int(np.asarray(diverging).sum()),
+        "worst_r_hat_site": worst,
+    }
 
 
 def failed_cells(measured: np.ndarray, fit_mask: np.ndarray) -> np.ndarray:
@@ -92,17 +125,8 @@ def _decision_diagnostics(idata: Any) -> dict[str, Any]:
         fit = np.isfinite(np.asarray(idata.observed_data["y"].values, float))
         failed = failed_cells(measured, fit)
     kept = decision_samples({"latent": post["latent"].values, "noise": post["noise"].values}, failed)
-    r, e = [], []
-    for a in kept.values():
-        ds = az.convert_to_dataset({"x": a.reshape(a.shape[0], a.shape[1], -1)})
-        r.append(np.asarray(az.rhat(ds)["x"].values, float).ravel())
-        e.append(np.asarray(az.ess(ds, method="bulk")["x"].values, float).ravel())
-    rr, ee = np.concatenate(r), np.concatenate(e)
-    rr, ee = rr[np.isfinite(rr)], ee[np.isfinite(ee)]
-    return {
-        "decision_r_hat_max": float(rr.max()) if rr.size else None,
-        "decision_ess_bulk_min": float(ee.min()) if ee.size else None,
-    }
+    diag = convergence_diagnostics(kept, np.zeros(post["noise"].shape[:2], bool))
+    return {"decision_r_hat_max": diag["r_hat_max"], "decision_ess_bulk_min": diag["ess_bulk_min"]}
 
 
 def _f(x: float) -> float | None:
