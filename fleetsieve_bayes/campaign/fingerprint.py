@@ -50,6 +50,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "inference": campaign.inference,
             "repeatability": campaign.repeatability,
             "tail_margin": campaign.tail_margin,
+            "knee_guard": campaign.knee_guard,
         },
         "measurement": {
             "backend": m.backend,

@@ -676,6 +676,7 @@ def _one_round(
         optimistic_table,
     )
     from fleetsieve_bayes.decision.certificate import certify
+    from fleetsieve_bayes.decision.intervals import load_ladder
     from fleetsieve_bayes.decision.strategies import RoundState
     from fleetsieve_bayes.model.inference import fit
 
@@ -687,7 +688,13 @@ def _one_round(
 
     t0 = time.perf_counter()
     bounds = credible_bounds(
-        posterior, observed, measured, c.credible_level, c.repeatability, model_margin=c.tail_margin
+        posterior,
+        observed,
+        measured,
+        c.credible_level,
+        c.repeatability,
+        model_margin=c.tail_margin,
+        ladder=load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, c.knee_guard),
     )
     conservative = allocate_milp(grid, conservative_table(bounds), problem)
     optimistic = allocate_milp(grid, optimistic_table(bounds), problem)
@@ -758,7 +765,7 @@ def _one_round(
 
 def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: Any, seed: int) -> Any:
     """The named acquisition strategy with the campaign's interval settings
-    (credible level, repeatability band, tail margin)."""
+    (credible level, repeatability band, tail margin, knee guard)."""
     from fleetsieve_bayes.decision.strategies import make_strategy
 
     return make_strategy(
@@ -768,6 +775,7 @@ def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: An
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
         tail_margin=campaign.tail_margin,
+        knee_guard=campaign.knee_guard,
         seed=seed,
     )
 

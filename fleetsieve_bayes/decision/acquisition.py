@@ -76,10 +76,16 @@ import numpy as np
 from fleetsieve_bayes.allocation.objective import objective_value, scalar_gap, stagewise_gap
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.intervals import (
+    KNEE_GUARD,
     MODEL_MARGIN,
+    LoadLadder,
     bound_tables,
     collapse_measured,
     credible_quantiles,
+    guard_after_measuring,
+    guard_state,
+    knee_guard,
+    load_ladder,
     model_intervals,
     with_measured,
 )
@@ -151,6 +157,8 @@ class AcquisitionConfig(NamedTuple):
     repeatability: relative band around measured (and fantasy) values.
     model_margin: model discrepancy of unmeasured tails
         (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
+    knee_guard: load steps beneath a measured cell whose optimistic tails the
+        model cannot raise (:data:`fleetsieve_bayes.decision.intervals.KNEE_GUARD`).
     cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
     ess_threshold: normalised ESS below which the likelihood is tempered.
     min_effective_draws: ... or fewer effective draws than this (the threshold
@@ -170,6 +178,7 @@ class AcquisitionConfig(NamedTuple):
     credible_level: float = 0.9
     repeatability: float = 0.0
     model_margin: float = MODEL_MARGIN
+    knee_guard: int = KNEE_GUARD
     cost_normalised: bool = False
     ess_threshold: float = DEFAULT_ESS_THRESHOLD
     min_effective_draws: float = DEFAULT_MIN_EFFECTIVE_DRAWS
@@ -187,12 +196,14 @@ class KernelFunctions(NamedTuple):
     obs_logpdf: ``(y, latent, noise) -> log p(y | latent, noise)`` summed over metrics.
     sample_obs: ``(key, latent, noise) -> y``.
     total_demand: Σλ, the goodput normaliser of the gap.
+    ladder: the grid's :class:`~fleetsieve_bayes.decision.intervals.LoadLadder` (knee guard).
     """
 
     solve: Callable[[jax.Array], Any]
     obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
     sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
     total_demand: float
+    ladder: LoadLadder
 
 
 class KernelInputs(NamedTuple):
@@ -212,6 +223,8 @@ class KernelInputs(NamedTuple):
     d_f: jax.Array  # int (F,) fantasy draw indices (common random numbers)
     k_obs: jax.Array  # the key of every candidate's fantasy observations
     related: jax.Array  # int (C, k) cells reweighted per candidate
+    guarded: jax.Array  # bool (C,) cells the knee guard holds open now
+    floor: jax.Array  # (C, 2) their model-free tail floors
 
 
 @partial(jax.jit, static_argnames=("ess_threshold",))
@@ -386,13 +399,17 @@ def prepare_inputs(
     q_lo, q_hi = credible_quantiles(config.credible_level)
     lo0, hi0 = model_intervals(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi), config.model_margin)
     lo_now, hi_now = with_measured(lo0, hi0, observed, measured, config.repeatability)
+    guarded, floor = guard_state(observed, measured, fns.ladder, config.repeatability)
+    lo_now = knee_guard(lo_now, guarded, floor)
     d_f, k_obs = fantasy_plan(key, n_draws, config.n_fantasies)
     k = n_related_cells(config, n_cells)
     if k >= n_cells:
         related = jnp.broadcast_to(jnp.arange(n_cells), (n_cells, n_cells))
     else:
         related = related_cells(latent, measured, k)
-    return KernelInputs(latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related)
+    return KernelInputs(
+        latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related, guarded, floor
+    )
 
 
 def candidate_tables(
@@ -426,6 +443,8 @@ def candidate_tables(
     obs_f = jnp.where(is_e[None, :, None], y[:, None, :], inp.observed[None])  # (F, C, 4)
     fixed = jnp.broadcast_to(inp.measured | is_e, (n_f, n_cells))
     lo, hi = with_measured(lo, hi, obs_f, fixed, config.repeatability)
+    guarded, floor = guard_after_measuring(inp.guarded, inp.floor, inp.measured, e, y, fns.ladder, config.repeatability)
+    lo = knee_guard(lo, guarded, floor)
     cons, opt = bound_tables(lo, hi)
     return cons, opt, ess, tempered
 
@@ -476,8 +495,12 @@ def kernel_functions(
     allocator_solve: Callable[[jax.Array], Any] | None = None,
     obs_logpdf: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
     sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+    knee_guard: int = KNEE_GUARD,
 ) -> KernelFunctions:
-    """The kernel's functions; defaults: the JAX allocator and :mod:`fleetsieve_bayes.model.joint`'s noise."""
+    """The kernel's functions; defaults: the JAX allocator and :mod:`fleetsieve_bayes.model.joint`'s noise.
+
+    ``knee_guard``: steps of the grid's :func:`~fleetsieve_bayes.decision.intervals.load_ladder`.
+    """
     if allocator_solve is None:
         from fleetsieve_bayes.allocation.batched import make_jax_allocator
 
@@ -487,7 +510,10 @@ def kernel_functions(
 
         obs_logpdf = obs_logpdf or _model.obs_logpdf
         sample_obs = sample_obs or _model.sample_obs
-    return KernelFunctions(allocator_solve, obs_logpdf, sample_obs, float(np.sum(problem.demand)))
+    ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
+    return KernelFunctions(
+        allocator_solve, obs_logpdf, sample_obs, float(np.sum(problem.demand)), LoadLadder(*map(jnp.asarray, ladder))
+    )
 
 
 def make_acquisition(
@@ -523,7 +549,12 @@ def make_acquisition(
     config = config._replace(n_fantasies=int(config.n_fantasies))
     credible_quantiles(config.credible_level)  # fail early on a bad level
     fns = kernel_functions(
-        grid, problem, allocator_solve=allocator_solve, obs_logpdf=obs_logpdf, sample_obs=sample_obs
+        grid,
+        problem,
+        allocator_solve=allocator_solve,
+        obs_logpdf=obs_logpdf,
+        sample_obs=sample_obs,
+        knee_guard=config.knee_guard,
     )
 
     @jax.jit

@@ -46,7 +46,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, load_ladder
 
 __all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
 
@@ -107,6 +107,7 @@ def believe(
     epsilon: float,
     allocate: Callable[[np.ndarray], Allocation],
     tail_margin: float = MODEL_MARGIN,
+    knee_guard: int = KNEE_GUARD,
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
 
@@ -124,7 +125,10 @@ def believe(
     if cells:
         obs[cells] = believed_values(posterior, cells)
         m[cells] = True
-    bounds = credible_bounds(posterior, obs, m, credible_level, repeatability, model_margin=tail_margin)
+    ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
+    bounds = credible_bounds(
+        posterior, obs, m, credible_level, repeatability, model_margin=tail_margin, ladder=ladder
+    )
     cons = allocate(conservative_table(bounds))
     opt = allocate(optimistic_table(bounds))
     cert = certify(grid, problem, cons, opt, m, obs, epsilon)

@@ -21,8 +21,11 @@ import pandas as pd
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.intervals import (
     MODEL_MARGIN,
+    LoadLadder,
     bound_tables,
     credible_quantiles,
+    guard_state,
+    knee_guard,
     model_intervals,
     with_measured,
 )
@@ -56,6 +59,7 @@ def credible_bounds(
     predictive: bool = True,
     seed: int = 0,
     model_margin: float = MODEL_MARGIN,
+    ladder: LoadLadder | None = None,
 ) -> Bounds:
     """Central ``level`` credible intervals, measured cells collapsed.
 
@@ -70,6 +74,8 @@ def credible_bounds(
         seed: PRNG seed of the predictive noise draws (deterministic bounds).
         model_margin: model discrepancy of the tails of unmeasured cells
             (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
+        ladder: the grid's :func:`~fleetsieve_bayes.decision.intervals.load_ladder`:
+            apply the knee guard (None: do not; campaigns always pass it).
     """
     q_lo, q_hi = credible_quantiles(level)
     latent = np.asarray(posterior.latent, dtype=np.float64)
@@ -83,7 +89,10 @@ def credible_bounds(
     lo, hi = model_intervals(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0), model_margin)
     obs = np.asarray(observed, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # unmeasured rows may be NaN; they are not read
-        lo, hi = with_measured(lo, hi, obs, np.asarray(measured_mask, dtype=bool), float(repeatability))
+        m = np.asarray(measured_mask, dtype=bool)
+        lo, hi = with_measured(lo, hi, obs, m, float(repeatability))
+        if ladder is not None:
+            lo = knee_guard(lo, *guard_state(obs, m, ladder, float(repeatability)))
     return Bounds(lo=lo, hi=hi)
 
 

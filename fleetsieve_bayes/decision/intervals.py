@@ -21,14 +21,23 @@ The rules, applied in this order:
    (throughput and tails), the band taken on the *failure* probability
    ``1 − s`` for success (a relative band on 0.99 itself would be meaninglessly
    wide), clipped to ``[0, 1]``;
-3. :func:`bound_tables` — conservative: low throughput, high TTFT and
+3. :func:`knee_guard` — an unmeasured cell up to ``steps`` load steps below
+   a measured cell of its class and TP (:func:`load_ladder`) may be as fast
+   as the fastest it can be *without the model*: its optimistic TTFT and
+   completion are at most the largest measured ones below it at that TP (0
+   when none is measured). Tails only grow with the load, so that is all a
+   measurement above says about the loads beneath it; the model's sharp knee
+   must not rule such a cell out (see :data:`KNEE_GUARD`);
+4. :func:`bound_tables` — conservative: low throughput, high TTFT and
    completion, low success; optimistic: the reverse.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.model.scales import SUCCESS_EPS
@@ -41,6 +50,12 @@ __all__ = [
     "widen_success",
     "collapse_measured",
     "with_measured",
+    "KNEE_GUARD",
+    "LoadLadder",
+    "load_ladder",
+    "guard_state",
+    "guard_after_measuring",
+    "knee_guard",
     "bound_tables",
 ]
 
@@ -58,6 +73,19 @@ __all__ = [
 # stays in the optimistic table until it is measured. Throughput and success
 # are not widened: their misses were not decision-relevant on the suite.
 MODEL_MARGIN = 0.1
+
+
+# Load steps beneath a measured cell (same class and TP) that the model alone
+# cannot rule out on its tails (rule 3). Why: the model's curves are smooth, a
+# real knee is not, and a cell measured deep in overload drags the fitted knee
+# below the last load that still meets the SLO. Under uniform random
+# measurement the certificate was fooled exactly there (suite fleet c032: the
+# only chat cell within SLO, TP4@C20 at TTFT 0.546 s against 0.547 s, ruled out
+# by the model after TP4@C22 was measured at 3.5 s; P(ε-optimal) 0.99). One
+# step is enough: if the cell beneath a measured one is measured and fails
+# too, the guard moves down with it; a cell further down is dominated by an
+# admissible one above it (same class and TP, less throughput).
+KNEE_GUARD = 1
 
 
 def credible_quantiles(level: float) -> tuple[float, float]:
@@ -130,6 +158,103 @@ def with_measured(
     m_lo, m_hi = collapse_measured(observed, repeatability)
     m = measured[..., None]
     return xp.where(m, m_lo, lo), xp.where(m, m_hi, hi)
+
+
+class LoadLadder(NamedTuple):
+    """The load order of each (class, TP): bool ``(n_cells, n_cells)`` each.
+
+    ``below[c, c2]``: ``c2`` is the same class and TP at a lower offered load;
+    ``near_above[c, c2]``: ``c2`` is the same class and TP, 1 to ``steps``
+    load steps above ``c``.
+    """
+
+    below: Any
+    near_above: Any
+
+
+def load_ladder(workload_idx: Any, tp: Any, offered_rps: Any, steps: int = KNEE_GUARD) -> LoadLadder:
+    """:class:`LoadLadder` of a grid's cells (each argument ``(n_cells,)``; NumPy)."""
+    if steps < 0:
+        raise ValueError(f"knee guard steps must be >= 0, got {steps}")
+    w = np.asarray(workload_idx)
+    t = np.asarray(tp)
+    x = np.asarray(offered_rps, dtype=np.float64)
+    same = (w[:, None] == w[None, :]) & (t[:, None] == t[None, :])
+    below = same & (x[None, :] < x[:, None])
+    # rank of each cell's load within its (class, TP): the number of loads beneath it
+    rank = below.sum(axis=1)
+    gap = rank[None, :] - rank[:, None]
+    near_above = same & (gap >= 1) & (gap <= steps)
+    return LoadLadder(below=below, near_above=near_above)
+
+
+def guard_state(observed: Any, measured: Any, ladder: LoadLadder, repeatability: float) -> tuple[Any, Any]:
+    """Which cells the knee guard holds open, and their model-free tail floors.
+
+    Args:
+        observed: ``(..., n_cells, 4)`` measured values (read where measured).
+        measured: bool ``(..., n_cells)``.
+        ladder: the grid's :class:`LoadLadder`.
+
+    Returns:
+        ``guarded`` bool ``(..., n_cells)`` (unmeasured, a measured cell of its
+        class and TP within ``steps`` loads above) and ``floor (..., n_cells,
+        2)``: the largest measured TTFT and completion (lower end of their
+        repeatability band) at a lower load of its class and TP, 0 where none
+        is usable (a failed cell — 0 throughput or success, or a non-finite
+        tail — tells nothing about the curve beneath it).
+    """
+    xp = namespace(observed, measured)
+    near = xp.asarray(ladder.near_above)
+    below = xp.asarray(ladder.below)
+    guarded = ~measured & xp.any(near & measured[..., None, :], axis=-1)
+    tails = observed[..., 1:3]
+    ok = measured[..., None] & (observed[..., 0:1] > 0) & (observed[..., 3:4] > 0) & xp.isfinite(tails) & (tails > 0)
+    usable = xp.where(ok, tails * (1.0 - repeatability), 0.0)  # (..., C, 2)
+    floor = xp.max(xp.where(below[..., None], usable[..., None, :, :], 0.0), axis=-2)
+    return guarded, floor
+
+
+def guard_after_measuring(
+    guarded: Any, floor: Any, measured: Any, e: Any, y: Any, ladder: LoadLadder, repeatability: float
+) -> tuple[Any, Any]:
+    """:func:`guard_state` after one more measurement, updated rather than recomputed.
+
+    Args:
+        guarded: bool ``(n_cells,)`` and ``floor (n_cells, 2)``: the guard now.
+        measured: bool ``(n_cells,)``: what is measured now.
+        e: the cell measured next (a scalar index; ``n_cells``: none).
+        y: ``(..., 4)`` its measured values (fantasies).
+
+    Returns:
+        ``guarded (n_cells,)`` and ``floor (..., n_cells, 2)``, equal to
+        :func:`guard_state` of the state with ``e`` measured at ``y``.
+    """
+    xp = namespace(guarded, floor, y)
+    n = guarded.shape[-1]
+    real = e < n
+    e_ = xp.minimum(e, n - 1)
+    near = xp.asarray(ladder.near_above)[:, e_] & real  # cells that e now sits near above
+    is_e = xp.arange(n) == e
+    guarded = (guarded | (near & ~measured)) & ~is_e
+    tails = y[..., 1:3]
+    ok = (y[..., 0:1] > 0) & (y[..., 3:4] > 0) & xp.isfinite(tails) & (tails > 0)
+    val = xp.where(ok, tails * (1.0 - repeatability), 0.0)  # (..., 2)
+    below_e = (xp.asarray(ladder.below)[:, e_] & real)[:, None]  # cells above e: e is beneath them
+    floor = xp.where(below_e, xp.maximum(floor, val[..., None, :]), floor)
+    return guarded, floor
+
+
+def knee_guard(lo: Any, guarded: Any, floor: Any) -> Any:
+    """``lo (..., n_cells, 4)`` with guarded cells' TTFT and completion lowered to ``floor``.
+
+    ``guarded (..., n_cells)`` and ``floor (..., n_cells, 2)`` from
+    :func:`guard_state`. Only the optimistic side moves: the guard says what
+    the model cannot exclude, not what it cannot promise.
+    """
+    xp = namespace(lo, floor)
+    tails = xp.where(guarded[..., None], xp.minimum(lo[..., 1:3], floor), lo[..., 1:3])
+    return xp.concatenate([lo[..., :1], tails, lo[..., 3:]], axis=-1)
 
 
 def bound_tables(lo: Any, hi: Any) -> tuple[Any, Any]:

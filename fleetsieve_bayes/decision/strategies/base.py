@@ -19,7 +19,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.certificate import Certificate
-from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN
 
 __all__ = [
     "RoundState",
@@ -87,6 +87,7 @@ class StrategyContext(NamedTuple):
     seed: int
     n_fantasies: int = 16
     tail_margin: float = MODEL_MARGIN
+    knee_guard: int = KNEE_GUARD
 
 
 def select_cell(

@@ -22,7 +22,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.objective import gap_within
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
     RoundState,
@@ -52,6 +52,7 @@ def shared_acquisition(
     credible_level: float,
     repeatability: float,
     tail_margin: float = MODEL_MARGIN,
+    knee_guard: int = KNEE_GUARD,
 ) -> Any:
     """One acquisition kernel per (grid, problem, settings) object, built lazily.
 
@@ -60,7 +61,7 @@ def shared_acquisition(
     """
     from fleetsieve_bayes.decision.acquisition import AcquisitionConfig, make_acquisition
 
-    settings = (n_fantasies, credible_level, repeatability, tail_margin)
+    settings = (n_fantasies, credible_level, repeatability, tail_margin, knee_guard)
     for g, p, s, acq in _ACQ_CACHE:
         if g is grid and p is problem and s == settings:
             return acq
@@ -69,6 +70,7 @@ def shared_acquisition(
         credible_level=credible_level,
         repeatability=repeatability,
         model_margin=tail_margin,
+        knee_guard=knee_guard,
         n_related=None if grid.n_cells <= EXACT_MAX_CELLS else RELATED_CELLS,
     )
     acq = make_acquisition(grid, problem, config)
@@ -82,7 +84,13 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
     import jax.numpy as jnp
 
     acq = shared_acquisition(
-        ctx.grid, ctx.problem, ctx.n_fantasies, ctx.credible_level, ctx.repeatability, ctx.tail_margin
+        ctx.grid,
+        ctx.problem,
+        ctx.n_fantasies,
+        ctx.credible_level,
+        ctx.repeatability,
+        ctx.tail_margin,
+        ctx.knee_guard,
     )
     observed = np.where(state.measured[:, None], np.nan_to_num(state.observed, nan=1.0), 1.0)
     latent = jnp.asarray(state.posterior.latent)
