@@ -5,10 +5,11 @@ Three studies, each a fit per held-out set with the chosen inference preset:
 * ``loo-cell``: on the shipped H100 grid (22 cells), leave each cell out in
   turn (fit on the other 21) and check whether the central ``--level``
   posterior-predictive interval (:func:`fleetsieve_bayes.decision.bounds.credible_bounds`)
-  contains each of its 4 measured metrics — with the decision's tail margin
-  (``[model] tail_margin``, default
-  :data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`) and without it
-  (the posterior predictive alone: the model's own calibration).
+  contains each of its 4 measured metrics — with the decision's margins
+  (``[model] tail_margin`` and ``success_margin``, defaults
+  :data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN` and
+  :data:`~fleetsieve_bayes.decision.intervals.SUCCESS_MARGIN`) and without
+  them (the posterior predictive alone: the model's own calibration).
 * ``loo-tp``: leave out every cell of one TP (both classes) and check the
   interval of per-GPU served throughput of the left-out cells.
 * ``sbc``: simulate ``--fleets`` fleets from the prior card on the shipped
@@ -37,7 +38,7 @@ import numpy as np
 from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table
 from fleetsieve_bayes.decision.bounds import credible_bounds
 from fleetsieve_bayes.decision.design import initial_design
-from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import MODEL_MARGIN, SUCCESS_MARGIN
 from fleetsieve_bayes.model.inference import fit, load_preset, prior_predictive
 from fleetsieve_bayes.table import METRICS, read_table
 
@@ -67,7 +68,7 @@ def loo_cell(grid: CellGrid, obs: np.ndarray, preset: str, level: float) -> dict
         m[c] = False
         post = fit(grid, obs, m, CARD, preset, seed=c, warm_start=post)
         b = credible_bounds(post, obs, m, level)
-        b0 = credible_bounds(post, obs, m, level, model_margin=0.0)
+        b0 = credible_bounds(post, obs, m, level, model_margin=0.0, success_margin=0.0)
         cov = covered(b.lo[c], b.hi[c], obs[c])
         rows.append(
             {
@@ -84,6 +85,7 @@ def loo_cell(grid: CellGrid, obs: np.ndarray, preset: str, level: float) -> dict
     cov0 = np.array([r["covered_no_margin"] for r in rows])
     return {
         "tail_margin": MODEL_MARGIN,
+        "success_margin": SUCCESS_MARGIN,
         "per_metric": dict(zip(METRICS, cov.mean(0).tolist(), strict=True)),
         "overall": float(cov.mean()),
         "per_metric_no_margin": dict(zip(METRICS, cov0.mean(0).tolist(), strict=True)),
@@ -135,7 +137,7 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
         cov = covered(b.lo[~m], b.hi[~m], y[~m])
         hits.append(float(cov.mean()))
         per_metric.append(cov.mean(0))
-        b0 = credible_bounds(post, y, m, level, model_margin=0.0)
+        b0 = credible_bounds(post, y, m, level, model_margin=0.0, success_margin=0.0)
         cov0 = covered(b0.lo[~m], b0.hi[~m], y[~m])
         hits0.append(float(cov0.mean()))
         per_metric0.append(cov0.mean(0))
@@ -177,7 +179,7 @@ def main() -> None:
             for j, name in enumerate(METRICS):
                 print(f"| {r['cell']} | {name} | {r['measured'][j]:.4g} | "
                       f"[{r['lo'][j]:.4g}, {r['hi'][j]:.4g}] | {'yes' if r['covered'][j] else '**no**'} |")
-        print(f"\ncoverage per metric, tail margin {lc['tail_margin']}: "
+        print(f"\ncoverage per metric, margins (tails {lc['tail_margin']}, success {lc['success_margin']}): "
               + ", ".join(f"{k} {v:.2f}" for k, v in lc["per_metric"].items())
               + f"; overall {lc['overall']:.3f}")
         print("coverage per metric, no margin: "
@@ -201,7 +203,7 @@ def main() -> None:
         pm0 = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric_no_margin"].items())
         print(f"| posterior predictive | {s['coverage_no_margin']:.3f} | {pm0} | | "
               f"{s['knee_z_mean']:.2f} | {s['knee_z_sd']:.2f} |")
-        print(f"| with tail margin {MODEL_MARGIN} | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |")
+        print(f"| with margins (tails {MODEL_MARGIN}, success {SUCCESS_MARGIN}) | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |")
     res["seconds"] = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1))

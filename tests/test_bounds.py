@@ -27,7 +27,7 @@ def test_latent_quantiles_and_collapse():
     post = _posterior()
     obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0.0, np.inf, np.inf, 0.0]])
     mask = np.array([True, False, True])
-    b = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0)
+    b = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.0)
     np.testing.assert_allclose(b.lo[1], np.quantile(post.latent[:, 1], 0.05, axis=0))
     np.testing.assert_allclose(b.hi[1], np.quantile(post.latent[:, 1], 0.95, axis=0))
     np.testing.assert_array_equal(b.lo[0], obs[0])
@@ -39,8 +39,8 @@ def test_model_margin_widens_only_the_tails_of_unmeasured_cells():
     post = _posterior()
     obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0, 0, 0, 0]])
     mask = np.array([True, False, False])
-    raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0)
-    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.2)
+    raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.0)
+    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.2, success_margin=0.0)
     f = np.exp(0.2)
     np.testing.assert_allclose(wide.lo[1:, 1:3], raw.lo[1:, 1:3] / f)
     np.testing.assert_allclose(wide.hi[1:, 1:3], raw.hi[1:, 1:3] * f)
@@ -48,6 +48,26 @@ def test_model_margin_widens_only_the_tails_of_unmeasured_cells():
     np.testing.assert_array_equal(wide.hi[1:, [0, 3]], raw.hi[1:, [0, 3]])
     np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
     np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
+
+
+def test_success_margin_widens_the_failure_probability_of_unmeasured_cells():
+    post = _posterior()
+    obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0, 0, 0, 0]])
+    mask = np.array([True, False, False])
+    raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.0)
+    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.7)
+    f = np.exp(0.7)
+    np.testing.assert_allclose(1.0 - wide.lo[1:, 3], np.minimum((1.0 - raw.lo[1:, 3]) * f, 1.0))
+    np.testing.assert_allclose(1.0 - wide.hi[1:, 3], (1.0 - raw.hi[1:, 3]) / f)
+    assert np.all(wide.hi[1:, 3] < 1.0) and np.all(wide.hi[1:, 3] > raw.hi[1:, 3])
+    np.testing.assert_array_equal(wide.lo[1:, :3], raw.lo[1:, :3])  # throughput and tails: as predicted
+    np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
+    np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
+    # an interval already reaching 1.0 (or 0.0) keeps its end
+    from fleetsieve_bayes.decision.intervals import widen_by_margin
+
+    lo, hi = widen_by_margin(np.array([[1.0, 1.0, 1.0, 0.0]]), np.array([[1.0, 1.0, 1.0, 1.0]]), 0.0, 0.7)
+    assert lo[0, 3] == 0.0 and hi[0, 3] == 1.0
 
 
 def test_repeatability_band_and_tables():

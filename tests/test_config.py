@@ -53,6 +53,7 @@ def test_good_campaign_parses(tmp_path: Path) -> None:
     assert c.measurement.table == (tmp_path / "grid.csv").resolve()
     assert c.scaled(1.3).workloads[0].demand_rps == pytest.approx(15.6)
     assert c.tail_margin == MODEL_MARGIN == 0.1
+    assert c.knee_guard == 1
 
 
 def test_tail_margin_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
@@ -62,6 +63,15 @@ def test_tail_margin_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None
     c = load_campaign(write(tmp_path, text))
     assert c.tail_margin == 0.25
     assert campaign_inputs(c)["model"]["tail_margin"] == 0.25
+
+
+def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
+    from fleetsieve_bayes.campaign.fingerprint import campaign_inputs
+
+    text = GOOD.replace('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = 0')
+    c = load_campaign(write(tmp_path, text))
+    assert c.knee_guard == 0
+    assert campaign_inputs(c)["model"]["knee_guard"] == 0
 
 
 @pytest.mark.parametrize(
@@ -76,6 +86,8 @@ def test_tail_margin_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None
         ("epsilon = 0.05", "epsilon = 2", "[stopping] epsilon: must be <= 1"),
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\ntail_margin = -0.1', "[model] tail_margin: must be >= 0"),
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\ntail_margn = 0.1', "(did you mean 'tail_margin'?)"),
+        ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = 1.5', "[model] knee_guard: expected an integer"),
+        ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = -1', "[model] knee_guard: must be >= 0"),
         ("credible_level = 0.9", "credible_level = 1.0", "[stopping] credible_level: must be < 1"),
         ("success_min = 0.99, ttft_p99_s = 2.0", "success_min = 0.99, ttft_p99 = 2.0", "unknown key 'ttft_p99'"),
         ("critical = true", 'critical = "yes"', "critical: expected true or false"),

@@ -34,7 +34,12 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, load_ladder
+from fleetsieve_bayes.decision.intervals import (
+    KNEE_GUARD,
+    MODEL_MARGIN,
+    SUCCESS_MARGIN,
+    load_ladder,
+)
 from fleetsieve_bayes.decision.joint_check import (
     JointCheck,
     apply_joint_check,
@@ -97,7 +102,7 @@ def campaign_attempt(
     seed: int,
 ) -> CertificationAttempt:
     """:func:`attempt_certification` with a campaign's stopping and interval settings
-    (ε, credible level, repeatability, tail margin, knee guard, risk)."""
+    (ε, credible level, repeatability, tail and success margins, knee guard, risk)."""
     return attempt_certification(
         grid,
         problem,
@@ -108,6 +113,7 @@ def campaign_attempt(
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
         tail_margin=campaign.tail_margin,
+        success_margin=campaign.success_margin,
         knee_guard=campaign.knee_guard,
         risk=campaign.risk,
         seed=seed,
@@ -139,6 +145,7 @@ def attempt_certification(
     seed: int,
     preset: Any = "certify",
     tail_margin: float = MODEL_MARGIN,
+    success_margin: float = SUCCESS_MARGIN,
     knee_guard: int = KNEE_GUARD,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring)."""
@@ -147,7 +154,9 @@ def attempt_certification(
     post = cf.posterior
     ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
     bounds = credible_bounds(
-        post, observed, measured, credible_level, repeatability, model_margin=tail_margin, ladder=ladder
+        post, observed, measured, credible_level, repeatability, model_margin=tail_margin,
+        success_margin=success_margin,
+        ladder=ladder,
     )
     cons = allocate_milp(grid, conservative_table(bounds), problem)
     opt = allocate_milp(grid, optimistic_table(bounds), problem)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
@@ -123,6 +123,8 @@ class Campaign:
     repeatability: float = 0.0
     # Model discrepancy of unmeasured tails (decision.intervals.MODEL_MARGIN).
     tail_margin: float = MODEL_MARGIN
+    # ... and of their failure probability (decision.intervals.SUCCESS_MARGIN).
+    success_margin: float = SUCCESS_MARGIN
     # Load steps beneath a measured cell the model cannot rule out (decision.intervals.KNEE_GUARD).
     knee_guard: int = KNEE_GUARD
     extra: dict[str, Any] = field(default_factory=dict)
@@ -149,7 +151,7 @@ class Campaign:
 # Allowed keys per section, so a typo is an error instead of a silent default.
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus"}
-_MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin", "knee_guard"}
+_MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin", "success_margin", "knee_guard"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -261,6 +263,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     inference = _name_or_path(ctx.string("[model] inference", model.get("inference", "fast")), base_dir)
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
     tail_margin = ctx.number("[model] tail_margin", model.get("tail_margin", MODEL_MARGIN), lo=0.0, hi=2.0)
+    success_margin = ctx.number(
+        "[model] success_margin", model.get("success_margin", SUCCESS_MARGIN), lo=0.0, hi=5.0
+    )
     knee_guard = ctx.integer("[model] knee_guard", model.get("knee_guard", KNEE_GUARD), lo=0)
 
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
@@ -307,6 +312,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         inference=inference,
         repeatability=repeatability,
         tail_margin=tail_margin,
+        success_margin=success_margin,
         knee_guard=knee_guard,
         risk=risk,
         raw=raw,

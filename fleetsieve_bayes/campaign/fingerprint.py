@@ -50,6 +50,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "inference": campaign.inference,
             "repeatability": campaign.repeatability,
             "tail_margin": campaign.tail_margin,
+            "success_margin": campaign.success_margin,
             "knee_guard": campaign.knee_guard,
         },
         "measurement": {

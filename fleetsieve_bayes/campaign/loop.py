@@ -694,6 +694,7 @@ def _one_round(
         c.credible_level,
         c.repeatability,
         model_margin=c.tail_margin,
+        success_margin=c.success_margin,
         ladder=load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, c.knee_guard),
     )
     conservative = allocate_milp(grid, conservative_table(bounds), problem)
@@ -765,7 +766,7 @@ def _one_round(
 
 def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: Any, seed: int) -> Any:
     """The named acquisition strategy with the campaign's interval settings
-    (credible level, repeatability band, tail margin, knee guard)."""
+    (credible level, repeatability band, tail and success margins, knee guard)."""
     from fleetsieve_bayes.decision.strategies import make_strategy
 
     return make_strategy(
@@ -775,6 +776,7 @@ def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: An
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
         tail_margin=campaign.tail_margin,
+        success_margin=campaign.success_margin,
         knee_guard=campaign.knee_guard,
         seed=seed,
     )

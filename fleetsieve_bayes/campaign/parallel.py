@@ -395,6 +395,7 @@ def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any
             credible_level=campaign.credible_level,
             repeatability=campaign.repeatability,
             tail_margin=campaign.tail_margin,
+            success_margin=campaign.success_margin,
             knee_guard=campaign.knee_guard,
             epsilon=campaign.epsilon,
             allocate=allocate,

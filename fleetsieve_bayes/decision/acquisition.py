@@ -78,6 +78,7 @@ from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.intervals import (
     KNEE_GUARD,
     MODEL_MARGIN,
+    SUCCESS_MARGIN,
     LoadLadder,
     bound_tables,
     collapse_measured,
@@ -157,6 +158,8 @@ class AcquisitionConfig(NamedTuple):
     repeatability: relative band around measured (and fantasy) values.
     model_margin: model discrepancy of unmeasured tails
         (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
+    success_margin: the same for the failure probability of unmeasured cells
+        (:data:`fleetsieve_bayes.decision.intervals.SUCCESS_MARGIN`).
     knee_guard: load steps beneath a measured cell whose optimistic tails the
         model cannot raise (:data:`fleetsieve_bayes.decision.intervals.KNEE_GUARD`).
     cost_normalised: :attr:`Acquisition.select` ranks by score/GPU-seconds.
@@ -178,6 +181,7 @@ class AcquisitionConfig(NamedTuple):
     credible_level: float = 0.9
     repeatability: float = 0.0
     model_margin: float = MODEL_MARGIN
+    success_margin: float = SUCCESS_MARGIN
     knee_guard: int = KNEE_GUARD
     cost_normalised: bool = False
     ess_threshold: float = DEFAULT_ESS_THRESHOLD
@@ -397,7 +401,7 @@ def prepare_inputs(
     sorted_vals = jnp.take_along_axis(lat_t, order, axis=-1)
     uniform = jnp.full((n_draws,), 1.0 / n_draws, latent.dtype)
     q_lo, q_hi = credible_quantiles(config.credible_level)
-    lo0, hi0 = model_intervals(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi), config.model_margin)
+    lo0, hi0 = model_intervals(*weighted_intervals(sorted_vals, order, uniform, q_lo, q_hi), config.model_margin, config.success_margin)
     lo_now, hi_now = with_measured(lo0, hi0, observed, measured, config.repeatability)
     guarded, floor = guard_state(observed, measured, fns.ladder, config.repeatability)
     lo_now = knee_guard(lo_now, guarded, floor)
@@ -435,7 +439,7 @@ def candidate_tables(
     nb = inp.related[e_]  # (k,)
     q_lo, q_hi = credible_quantiles(config.credible_level)
     lo_nb, hi_nb = model_intervals(  # (F, k, 4)
-        *weighted_intervals(inp.sorted_vals[nb], inp.order[nb], w, q_lo, q_hi), config.model_margin
+        *weighted_intervals(inp.sorted_vals[nb], inp.order[nb], w, q_lo, q_hi), config.model_margin, config.success_margin
     )
     lo = jnp.broadcast_to(inp.lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
     hi = jnp.broadcast_to(inp.hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)

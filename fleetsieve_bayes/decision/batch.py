@@ -46,7 +46,12 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, load_ladder
+from fleetsieve_bayes.decision.intervals import (
+    KNEE_GUARD,
+    MODEL_MARGIN,
+    SUCCESS_MARGIN,
+    load_ladder,
+)
 
 __all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
 
@@ -107,6 +112,7 @@ def believe(
     epsilon: float,
     allocate: Callable[[np.ndarray], Allocation],
     tail_margin: float = MODEL_MARGIN,
+    success_margin: float = SUCCESS_MARGIN,
     knee_guard: int = KNEE_GUARD,
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
@@ -127,7 +133,9 @@ def believe(
         m[cells] = True
     ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
     bounds = credible_bounds(
-        posterior, obs, m, credible_level, repeatability, model_margin=tail_margin, ladder=ladder
+        posterior, obs, m, credible_level, repeatability, model_margin=tail_margin,
+        success_margin=success_margin,
+        ladder=ladder,
     )
     cons = allocate(conservative_table(bounds))
     opt = allocate(optimistic_table(bounds))

@@ -21,6 +21,7 @@ import pandas as pd
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.intervals import (
     MODEL_MARGIN,
+    SUCCESS_MARGIN,
     LoadLadder,
     bound_tables,
     credible_quantiles,
@@ -59,6 +60,7 @@ def credible_bounds(
     predictive: bool = True,
     seed: int = 0,
     model_margin: float = MODEL_MARGIN,
+    success_margin: float = SUCCESS_MARGIN,
     ladder: LoadLadder | None = None,
 ) -> Bounds:
     """Central ``level`` credible intervals, measured cells collapsed.
@@ -74,6 +76,8 @@ def credible_bounds(
         seed: PRNG seed of the predictive noise draws (deterministic bounds).
         model_margin: model discrepancy of the tails of unmeasured cells
             (:data:`fleetsieve_bayes.decision.intervals.MODEL_MARGIN`).
+        success_margin: ... and of their failure probability
+            (:data:`fleetsieve_bayes.decision.intervals.SUCCESS_MARGIN`).
         ladder: the grid's :func:`~fleetsieve_bayes.decision.intervals.load_ladder`:
             apply the knee guard (None: do not; campaigns always pass it).
     """
@@ -86,7 +90,7 @@ def credible_bounds(
         )
     else:
         draws = latent
-    lo, hi = model_intervals(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0), model_margin)
+    lo, hi = model_intervals(np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0), model_margin, success_margin)
     obs = np.asarray(observed, dtype=np.float64)
     with np.errstate(invalid="ignore"):  # unmeasured rows may be NaN; they are not read
         m = np.asarray(measured_mask, dtype=bool)

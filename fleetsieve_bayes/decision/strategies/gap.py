@@ -22,7 +22,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.objective import gap_within
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN
+from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
     RoundState,
@@ -53,6 +53,7 @@ def shared_acquisition(
     repeatability: float,
     tail_margin: float = MODEL_MARGIN,
     knee_guard: int = KNEE_GUARD,
+    success_margin: float = SUCCESS_MARGIN,
 ) -> Any:
     """One acquisition kernel per (grid, problem, settings) object, built lazily.
 
@@ -61,7 +62,7 @@ def shared_acquisition(
     """
     from fleetsieve_bayes.decision.acquisition import AcquisitionConfig, make_acquisition
 
-    settings = (n_fantasies, credible_level, repeatability, tail_margin, knee_guard)
+    settings = (n_fantasies, credible_level, repeatability, tail_margin, knee_guard, success_margin)
     for g, p, s, acq in _ACQ_CACHE:
         if g is grid and p is problem and s == settings:
             return acq
@@ -71,6 +72,7 @@ def shared_acquisition(
         repeatability=repeatability,
         model_margin=tail_margin,
         knee_guard=knee_guard,
+        success_margin=success_margin,
         n_related=None if grid.n_cells <= EXACT_MAX_CELLS else RELATED_CELLS,
     )
     acq = make_acquisition(grid, problem, config)
@@ -91,6 +93,7 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
         ctx.repeatability,
         ctx.tail_margin,
         ctx.knee_guard,
+        ctx.success_margin,
     )
     observed = np.where(state.measured[:, None], np.nan_to_num(state.observed, nan=1.0), 1.0)
     latent = jnp.asarray(state.posterior.latent)
