@@ -35,7 +35,7 @@ import signal
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -152,22 +152,36 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         for t in tasks:
             note(_safe_run(t))
     else:
-        # spawn: JAX is not fork-safe; each worker keeps its own JIT cache.
-        # (Not max_tasks_per_child: on Python 3.11 the pool stopped once its
-        # workers retired, with tasks still queued. 40 fleets peaked at ~11 GB.)
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            # A SIGTERM to this process stops the workers too (they would
-            # otherwise run on, orphaned, holding cores and gigabytes).
-            def stop(signum: int, frame: Any) -> None:
-                for proc in list(getattr(pool, "_processes", {}).values()):
-                    proc.kill()
-                raise SystemExit(128 + signum)
+        # spawn: JAX is not fork-safe. One fresh worker per run: a long-lived
+        # worker accumulates every fleet's compiled programs (each fleet has
+        # its own shapes) until it hits the kernel's limit on memory maps
+        # (vm.max_map_count, 65530: "LLVM compilation error: Cannot allocate
+        # memory", then a crashed CBC) after ~35 fleets. Not max_tasks_per_child:
+        # on Python 3.11 that pool stopped once its workers retired, with tasks
+        # still queued. The persistent compilation cache keeps a fresh worker's
+        # start cheap.
+        ctx = get_context("spawn")
+        pending = list(tasks)
+        running: dict[Any, ProcessPoolExecutor] = {}
 
-            signal.signal(signal.SIGTERM, stop)
-            # One task at a time per worker, recorded as it finishes (an interrupted
-            # benchmark keeps every finished run in --partial).
-            futures = [pool.submit(_safe_run, t) for t in tasks]
-            for f in as_completed(futures):
+        # A SIGTERM to this process stops the workers too (they would
+        # otherwise run on, orphaned, holding cores and gigabytes).
+        def stop(signum: int, frame: Any) -> None:
+            for ex in running.values():
+                for proc in list(getattr(ex, "_processes", {}).values()):
+                    proc.kill()
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, stop)
+        while pending or running:
+            while pending and len(running) < jobs:
+                ex = ProcessPoolExecutor(1, mp_context=ctx)
+                running[ex.submit(_safe_run, pending.pop(0))] = ex
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                running.pop(f).shutdown(wait=True)
+                # recorded as it finishes: an interrupted benchmark keeps every
+                # finished run in --partial
                 note(f.result())
     return results
 
