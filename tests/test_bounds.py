@@ -35,34 +35,36 @@ def test_latent_quantiles_and_collapse():
     assert np.all(b.lo <= b.hi)
 
 
-def test_model_margin_widens_only_the_tails_of_unmeasured_cells():
+def _raw_and_wide(model_margin: float, success_margin: float):
+    """Bounds without and with the margins; the measured cell 0 must not move."""
     post = _posterior()
     obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0, 0, 0, 0]])
     mask = np.array([True, False, False])
     raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.0)
-    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.2, success_margin=0.0)
+    wide = credible_bounds(
+        post, obs, mask, 0.9, predictive=False, model_margin=model_margin, success_margin=success_margin
+    )
+    np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
+    np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
+    return raw, wide
+
+
+def test_model_margin_widens_only_the_tails_of_unmeasured_cells():
+    raw, wide = _raw_and_wide(0.2, 0.0)
     f = np.exp(0.2)
     np.testing.assert_allclose(wide.lo[1:, 1:3], raw.lo[1:, 1:3] / f)
     np.testing.assert_allclose(wide.hi[1:, 1:3], raw.hi[1:, 1:3] * f)
     np.testing.assert_array_equal(wide.lo[1:, [0, 3]], raw.lo[1:, [0, 3]])  # throughput, success: as predicted
     np.testing.assert_array_equal(wide.hi[1:, [0, 3]], raw.hi[1:, [0, 3]])
-    np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
-    np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
 
 
 def test_success_margin_widens_the_failure_probability_of_unmeasured_cells():
-    post = _posterior()
-    obs = np.array([[4.0, 2.0, 20.0, 0.99], [0, 0, 0, 0], [0, 0, 0, 0]])
-    mask = np.array([True, False, False])
-    raw = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.0)
-    wide = credible_bounds(post, obs, mask, 0.9, predictive=False, model_margin=0.0, success_margin=0.7)
+    raw, wide = _raw_and_wide(0.0, 0.7)
     f = np.exp(0.7)
     np.testing.assert_allclose(1.0 - wide.lo[1:, 3], np.minimum((1.0 - raw.lo[1:, 3]) * f, 1.0))
     np.testing.assert_allclose(1.0 - wide.hi[1:, 3], (1.0 - raw.hi[1:, 3]) / f)
     assert np.all(wide.hi[1:, 3] < 1.0) and np.all(wide.hi[1:, 3] > raw.hi[1:, 3])
     np.testing.assert_array_equal(wide.lo[1:, :3], raw.lo[1:, :3])  # throughput and tails: as predicted
-    np.testing.assert_array_equal(wide.lo[0], raw.lo[0])  # a measured cell is its measurement
-    np.testing.assert_array_equal(wide.hi[0], raw.hi[0])
     # an interval already reaching 1.0 (or 0.0) keeps its end
     from fleetsieve_bayes.decision.intervals import widen_by_margin
 

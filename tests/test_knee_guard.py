@@ -187,3 +187,39 @@ def test_kernel_reads_the_guarded_table():
     _, opt_e, _, _ = candidate_tables(jnp.int32(1), inp, fns, config)
     assert np.all(np.asarray(opt_e[:, 1, 1]) > 0.5)
     assert np.all(np.asarray(opt_e[:, 0, 1]) == 0.0)
+
+
+# --- a server that cannot start at a TP cannot start there at any load ---
+
+
+def _record(seq: int, workload: str, tp: int, load: str, failure: str, values: list[float]):
+    from fleetsieve_bayes.campaign.journal import Cell, MeasurementRecord
+
+    row = dict(zip(("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate"), values, strict=True))
+    row.update(workload=workload, tp=tp, load=load, failure=failure)
+    return MeasurementRecord(seq=seq, round=0, phase="design", cell=Cell(workload, tp, load), row=row, gpu_seconds=300.0 * tp)
+
+
+def test_a_start_up_failure_is_known_at_every_load_of_its_class_and_tp():
+    from fleetsieve_bayes.campaign.loop import measured_state
+
+    grid = CellGrid(
+        workloads=("chat", "code"),
+        workload_idx=np.array([0, 0, 0, 0, 0, 1, 1]),
+        tp=np.array([1, 1, 1, 2, 2, 1, 1]),
+        load=("C1", "C2", "C3", "C1", "C2", "C1", "C2"),
+        offered_rps=np.array([1.0, 2.0, 3.0, 1.0, 2.0, 1.0, 2.0]),
+        duration_s=np.full(7, 300.0),
+    )
+    records = [
+        _record(0, "chat", 1, "C2", "startup-oom", [0.0, 0.0, 0.0, 0.0]),
+        _record(1, "chat", 2, "C2", "no-success", [0.0, 0.0, 0.0, 0.0]),  # load-dependent: says nothing of C1
+        _record(2, "code", 1, "C1", "memory-guard", [0.0, 0.0, 0.0, 0.0]),
+        _record(3, "chat", 1, "C3", "startup-oom", [0.0, 0.0, 0.0, 0.0]),  # measured anyway: kept once, in order
+    ]
+    measured, observed, order = measured_state(grid, records)
+    assert measured.tolist() == [True, True, True, False, True, True, True]
+    assert order == [1, 4, 5, 2]  # only the cells that ran
+    np.testing.assert_array_equal(observed[0], [0.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(observed[6], [0.0, 0.0, 0.0, 0.0])
+    assert np.isnan(observed[3]).all()
