@@ -93,6 +93,13 @@ def test_every_decision_input_is_fingerprinted(tmp_path: Path) -> None:
     # What re-planning may change, and what it may not.
     fp_d, in_d = _fp(write_tiny(a, name="d.toml", chat_demand=20.0, gpus=12))
     assert reuse_refusal(fp0, fp_d, in0, in_d) is None
+    # The interval rules read measurements differently; the measurements stand.
+    ruled = write_tiny(a, name="r.toml")
+    ruled.write_text(ruled.read_text().replace("[measurement]", "knee_guard = 0\nsuccess_margin = 0.3\n\n[measurement]", 1))
+    fp_r, in_r = _fp(ruled)
+    assert in_r["model"]["knee_guard"] == 0 and in_r["model"]["success_margin"] == 0.3
+    assert reuse_refusal(fp0, fp_r, in0, in_r) is None
+    assert "model.knee_guard" in (mismatch(fp0, fp_r, in0, in_r) or "")
     (a / "grid2.csv").write_text((a / "grid.csv").read_text().replace("0.82", "0.83"))
     other = write_tiny(a, name="t.toml")
     other.write_text(other.read_text().replace('"grid.csv"', '"grid2.csv"'))

@@ -171,7 +171,9 @@ def mismatch(
 
 # What a re-plan may change while reusing measurements: the demand side and the
 # stopping rule, never what a measurement of a cell returns.
-_REPLANNABLE = ("name", "fleet.", "stopping.")
+# The interval rules (margins, knee guard) change how measurements are read,
+# not what a measurement returns: a new decision may reuse the old cells.
+_REPLANNABLE = ("name", "fleet.", "stopping.", "model.tail_margin", "model.success_margin", "model.knee_guard")
 _REPLANNABLE_WORKLOAD = ("demand_rps", "critical", "floor", "slo")
 
 
