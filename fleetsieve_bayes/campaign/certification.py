@@ -26,7 +26,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.bounds import conservative_table, credible_bounds, optimistic_table
+from fleetsieve_bayes.decision.bounds import conservative_table, optimistic_table, rule_bounds
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -34,12 +34,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import (
-    KNEE_GUARD,
-    MODEL_MARGIN,
-    SUCCESS_MARGIN,
-    load_ladder,
-)
+from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.joint_check import (
     JointCheck,
     apply_joint_check,
@@ -112,9 +107,7 @@ def campaign_attempt(
         epsilon=campaign.epsilon,
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
-        tail_margin=campaign.tail_margin,
-        success_margin=campaign.success_margin,
-        knee_guard=campaign.knee_guard,
+        rules=campaign.interval_rules,
         risk=campaign.risk,
         seed=seed,
     )
@@ -144,20 +137,13 @@ def attempt_certification(
     risk: float,
     seed: int,
     preset: Any = "certify",
-    tail_margin: float = MODEL_MARGIN,
-    success_margin: float = SUCCESS_MARGIN,
-    knee_guard: int = KNEE_GUARD,
+    rules: IntervalRules = DEFAULT_RULES,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring)."""
     t0 = time.perf_counter()
     cf = fit_certifying(grid, observed, measured, card, preset, seed=seed)
     post = cf.posterior
-    ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
-    bounds = credible_bounds(
-        post, observed, measured, credible_level, repeatability, model_margin=tail_margin,
-        success_margin=success_margin,
-        ladder=ladder,
-    )
+    bounds = rule_bounds(post, observed, measured, credible_level, repeatability, grid, rules)
     cons = allocate_milp(grid, conservative_table(bounds), problem)
     opt = allocate_milp(grid, optimistic_table(bounds), problem)
     cert = certify(grid, problem, cons, opt, measured, observed, epsilon)

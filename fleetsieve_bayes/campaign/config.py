@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
+from fleetsieve_bayes.decision.intervals import (
+    KNEE_GUARD,
+    MODEL_MARGIN,
+    SUCCESS_MARGIN,
+    IntervalRules,
+)
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
@@ -133,6 +138,11 @@ class Campaign:
     pool: ProfilingPool = field(default_factory=ProfilingPool)
     # A certified state needs the joint check's probability ≥ 1 − risk.
     risk: float = 0.05
+
+    @property
+    def interval_rules(self) -> IntervalRules:
+        """The interval rules of ``[model]`` as one value (:class:`IntervalRules`)."""
+        return IntervalRules(self.tail_margin, self.success_margin, self.knee_guard)
 
     @property
     def workload_names(self) -> tuple[str, ...]:

@@ -693,11 +693,10 @@ def _one_round(
     from fleetsieve_bayes.allocation.milp import allocate_milp
     from fleetsieve_bayes.decision.bounds import (
         conservative_table,
-        credible_bounds,
         optimistic_table,
+        rule_bounds,
     )
     from fleetsieve_bayes.decision.certificate import certify
-    from fleetsieve_bayes.decision.intervals import load_ladder
     from fleetsieve_bayes.decision.strategies import RoundState
     from fleetsieve_bayes.model.inference import fit
 
@@ -708,16 +707,7 @@ def _one_round(
     t_fit = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    bounds = credible_bounds(
-        posterior,
-        observed,
-        measured,
-        c.credible_level,
-        c.repeatability,
-        model_margin=c.tail_margin,
-        success_margin=c.success_margin,
-        ladder=load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, c.knee_guard),
-    )
+    bounds = rule_bounds(posterior, observed, measured, c.credible_level, c.repeatability, grid, c.interval_rules)
     conservative = allocate_milp(grid, conservative_table(bounds), problem)
     optimistic = allocate_milp(grid, optimistic_table(bounds), problem)
     cert = certify(grid, problem, conservative, optimistic, measured, observed, c.epsilon)
@@ -796,9 +786,7 @@ def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: An
         problem,
         credible_level=campaign.credible_level,
         repeatability=campaign.repeatability,
-        tail_margin=campaign.tail_margin,
-        success_margin=campaign.success_margin,
-        knee_guard=campaign.knee_guard,
+        rules=campaign.interval_rules,
         seed=seed,
     )
 

@@ -394,9 +394,7 @@ def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any
             believed,
             credible_level=campaign.credible_level,
             repeatability=campaign.repeatability,
-            tail_margin=campaign.tail_margin,
-            success_margin=campaign.success_margin,
-            knee_guard=campaign.knee_guard,
+            rules=campaign.interval_rules,
             epsilon=campaign.epsilon,
             allocate=allocate,
         )

@@ -46,12 +46,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import (
-    KNEE_GUARD,
-    MODEL_MARGIN,
-    SUCCESS_MARGIN,
-    load_ladder,
-)
+from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 
 __all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
 
@@ -111,9 +106,7 @@ def believe(
     repeatability: float,
     epsilon: float,
     allocate: Callable[[np.ndarray], Allocation],
-    tail_margin: float = MODEL_MARGIN,
-    success_margin: float = SUCCESS_MARGIN,
-    knee_guard: int = KNEE_GUARD,
+    rules: IntervalRules = DEFAULT_RULES,
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
 
@@ -121,8 +114,8 @@ def believe(
     """
     from fleetsieve_bayes.decision.bounds import (
         conservative_table,
-        credible_bounds,
         optimistic_table,
+        rule_bounds,
     )
 
     m = np.asarray(measured, bool).copy()
@@ -131,12 +124,7 @@ def believe(
     if cells:
         obs[cells] = believed_values(posterior, cells)
         m[cells] = True
-    ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
-    bounds = credible_bounds(
-        posterior, obs, m, credible_level, repeatability, model_margin=tail_margin,
-        success_margin=success_margin,
-        ladder=ladder,
-    )
+    bounds = rule_bounds(posterior, obs, m, credible_level, repeatability, grid, rules)
     cons = allocate(conservative_table(bounds))
     opt = allocate(optimistic_table(bounds))
     cert = certify(grid, problem, cons, opt, m, obs, epsilon)

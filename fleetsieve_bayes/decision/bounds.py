@@ -22,6 +22,7 @@ from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.intervals import (
     MODEL_MARGIN,
     SUCCESS_MARGIN,
+    IntervalRules,
     LoadLadder,
     bound_tables,
     credible_quantiles,
@@ -36,6 +37,7 @@ from fleetsieve_bayes.table import BOUNDS_COLUMNS
 __all__ = [
     "Bounds",
     "credible_bounds",
+    "rule_bounds",
     "conservative_table",
     "optimistic_table",
     "bounds_frame",
@@ -98,6 +100,28 @@ def credible_bounds(
         if ladder is not None:
             lo = knee_guard(lo, *guard_state(obs, m, ladder, float(repeatability)))
     return Bounds(lo=lo, hi=hi)
+
+
+def rule_bounds(
+    posterior: object,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    level: float,
+    repeatability: float,
+    grid: CellGrid,
+    rules: IntervalRules,
+) -> Bounds:
+    """:func:`credible_bounds` under a campaign's :class:`IntervalRules` (margins, knee guard)."""
+    return credible_bounds(
+        posterior,
+        observed,
+        measured_mask,
+        level,
+        repeatability,
+        model_margin=rules.tail_margin,
+        success_margin=rules.success_margin,
+        ladder=rules.ladder(grid),
+    )
 
 
 def conservative_table(bounds: Bounds) -> np.ndarray:

@@ -53,6 +53,8 @@ __all__ = [
     "collapse_measured",
     "with_measured",
     "KNEE_GUARD",
+    "IntervalRules",
+    "DEFAULT_RULES",
     "LoadLadder",
     "load_ladder",
     "guard_state",
@@ -101,6 +103,23 @@ SUCCESS_MARGIN = 0.7
 # too, the guard moves down with it; a cell further down is dominated by an
 # admissible one above it (same class and TP, less throughput).
 KNEE_GUARD = 1
+
+
+class IntervalRules(NamedTuple):
+    """A campaign's settings of the rules above, carried as one value from the
+    campaign file to the bounds, the certificate and the acquisition kernel."""
+
+    tail_margin: float = MODEL_MARGIN
+    success_margin: float = SUCCESS_MARGIN
+    knee_guard: int = KNEE_GUARD
+
+    def ladder(self, grid: Any) -> LoadLadder:
+        """The :func:`load_ladder` of a grid's cells with these rules' steps."""
+        return load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, self.knee_guard)
+
+
+# The rules a campaign gets when its file names none.
+DEFAULT_RULES = IntervalRules()
 
 
 def credible_quantiles(level: float) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.certificate import Certificate
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
+from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 
 __all__ = [
     "RoundState",
@@ -86,9 +86,7 @@ class StrategyContext(NamedTuple):
     repeatability: float
     seed: int
     n_fantasies: int = 16
-    tail_margin: float = MODEL_MARGIN
-    knee_guard: int = KNEE_GUARD
-    success_margin: float = SUCCESS_MARGIN
+    rules: IntervalRules = DEFAULT_RULES
 
 
 def select_cell(

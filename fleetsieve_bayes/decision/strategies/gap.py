@@ -22,7 +22,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.objective import gap_within
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
+from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
     RoundState,
@@ -51,9 +51,7 @@ def shared_acquisition(
     n_fantasies: int,
     credible_level: float,
     repeatability: float,
-    tail_margin: float = MODEL_MARGIN,
-    knee_guard: int = KNEE_GUARD,
-    success_margin: float = SUCCESS_MARGIN,
+    rules: IntervalRules = DEFAULT_RULES,
 ) -> Any:
     """One acquisition kernel per (grid, problem, settings) object, built lazily.
 
@@ -62,7 +60,7 @@ def shared_acquisition(
     """
     from fleetsieve_bayes.decision.acquisition import AcquisitionConfig, make_acquisition
 
-    settings = (n_fantasies, credible_level, repeatability, tail_margin, knee_guard, success_margin)
+    settings = (n_fantasies, credible_level, repeatability, rules)
     for g, p, s, acq in _ACQ_CACHE:
         if g is grid and p is problem and s == settings:
             return acq
@@ -70,9 +68,9 @@ def shared_acquisition(
         n_fantasies=n_fantasies,
         credible_level=credible_level,
         repeatability=repeatability,
-        model_margin=tail_margin,
-        knee_guard=knee_guard,
-        success_margin=success_margin,
+        model_margin=rules.tail_margin,
+        success_margin=rules.success_margin,
+        knee_guard=rules.knee_guard,
         n_related=None if grid.n_cells <= EXACT_MAX_CELLS else RELATED_CELLS,
     )
     acq = make_acquisition(grid, problem, config)
@@ -91,9 +89,7 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
         ctx.n_fantasies,
         ctx.credible_level,
         ctx.repeatability,
-        ctx.tail_margin,
-        ctx.knee_guard,
-        ctx.success_margin,
+        ctx.rules,
     )
     observed = np.where(state.measured[:, None], np.nan_to_num(state.observed, nan=1.0), 1.0)
     latent = jnp.asarray(state.posterior.latent)

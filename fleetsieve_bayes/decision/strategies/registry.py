@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.intervals import KNEE_GUARD, MODEL_MARGIN, SUCCESS_MARGIN
+from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.strategies.base import Strategy, StrategyContext
 from fleetsieve_bayes.errors import InputError
 
@@ -41,9 +41,7 @@ def make_strategy(
     repeatability: float,
     seed: int,
     n_fantasies: int = 16,
-    tail_margin: float = MODEL_MARGIN,
-    knee_guard: int = KNEE_GUARD,
-    success_margin: float = SUCCESS_MARGIN,
+    rules: IntervalRules = DEFAULT_RULES,
 ) -> Strategy:
     """The named strategy for one campaign (see each family module).
 
@@ -58,5 +56,5 @@ def make_strategy(
         raise InputError(f"--strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
     family, builder = REGISTRY[name]
     module = importlib.import_module(f"{__package__}.{family}")
-    ctx = StrategyContext(grid, problem, credible_level, repeatability, seed, n_fantasies, tail_margin, knee_guard, success_margin)
+    ctx = StrategyContext(grid, problem, credible_level, repeatability, seed, n_fantasies, rules)
     return Strategy(name=name, select=getattr(module, builder)(ctx))
