@@ -87,3 +87,23 @@ def test_prior_predictive_shapes_and_knee_range(grid_obs):
     assert knee.min() >= -0.5 - 1e-6 and knee.max() <= 3.5 + 1e-6
     # the card's knee (TP1.4, u≈0.49) is the prior's centre, well inside the range
     assert 0.2 < np.median(knee) < 0.9
+
+
+@pytest.mark.parametrize("class_sd", [0.5, 0.05])
+def test_sharpness_is_per_class_with_the_cards_spread(grid_obs, class_sd):
+    """Saturation sharpness is a class-level parameter: the prior spread of the
+    log ratio between two classes is √2 · ``[saturation] class_sd``, around the
+    card's shared median."""
+    import dataclasses
+    import math
+
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.zeros(grid.n_cells, bool))
+    card = dataclasses.replace(load_card("dense-8b-bf16-h100"), saturation_class_sd=class_sd)
+    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=4000)(jax.random.PRNGKey(3), data)
+    k = np.log(np.asarray(pred["sharpness"]))
+    assert k.shape == (4000, grid.n_classes)
+    assert np.std(k[:, 0] - k[:, 1]) == pytest.approx(math.sqrt(2) * class_sd, rel=0.08)
+    total = math.hypot(card.saturation_sharpness_log_sd, class_sd)
+    assert np.std(k[:, 0]) == pytest.approx(total, rel=0.08)
+    assert np.median(k) == pytest.approx(math.log(card.saturation_sharpness_median), abs=0.05)

@@ -353,7 +353,7 @@ def _fit_nuts(
         inits: list[Any] = []
         if states is not None:
             inits = [s.z for s in states]
-        elif warm is not None and warm.params:
+        elif warm is not None and warm.params and _fits_shapes(warm.params, data, card):
             z0 = _init_from_median(objs.model, args, warm.params)
             inits = [z0] * preset.chains
 
@@ -420,6 +420,14 @@ def restart_chains(
         z = unconstrain_fn(objs.model, (data, data.observed), {}, draw)
         states[chain] = states[donor]._replace(z=z)
     return posterior._replace(state={**posterior.state, "states": states})
+
+
+def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard) -> bool:
+    """Whether ``params`` (draws, chain-major) have this model's site shapes — a
+    warm start saved by another version of the model (e.g. before a class-level
+    parameter was added) starts cold instead of failing."""
+    want = init_unconstrained(jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]))
+    return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 
 
 def _init_from_median(

@@ -129,6 +129,7 @@ _CLASS_PARAMS = (
     "log_succ_drop",
     "ttft_elasticity",
     "completion_elasticity",
+    "log_sharpness_dev",
 )
 # Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
 # 1 - RHO_GAP, so -log(1 - ρ_s) ≤ -log(RHO_GAP) ≈ 3 (tails × e^{3β} at most from
@@ -350,8 +351,10 @@ def latent_metrics(
     load below saturation)."""
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
-    log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
     k = params["sharpness"]
+    if jnp.ndim(k) == 1:  # per class (the model's); a scalar is shared
+        k = k[w]
+    log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
     h_tail, h_succ = congestion(log_rho, params["exponent"], params.get("overload"))
@@ -408,6 +411,7 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.success_drop_log_sd,
             c.ttft_load_elasticity_sd,
             c.completion_load_elasticity_sd,
+            0.0,  # sharpness: the family level is the global site's
         ]
     )
     tau = np.array(
@@ -423,6 +427,7 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.success_drop_class_sd,
             c.ttft_load_elasticity_class_sd,
             c.completion_load_elasticity_class_sd,
+            c.saturation_class_sd,
         ]
     )
     loc = np.array(
@@ -438,6 +443,7 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             math.log(c.success_drop_median),
             c.ttft_load_elasticity_mean,
             c.completion_load_elasticity_mean,
+            0.0,  # a class's departure from the global sharpness
         ]
     )
     ones = np.ones((n_classes, n_classes))
@@ -458,7 +464,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             cell (prior / posterior prediction).
 
     Sample sites (three, all vector-valued: a small program compiles fast):
-    ``class_z (n_classes, 11)`` standard normal (columns :data:`_CLASS_PARAMS`,
+    ``class_z (n_classes, 12)`` standard normal (columns :data:`_CLASS_PARAMS`,
     mapped through :func:`class_prior`), ``global (4,)`` (log sharpness, log
     exponent, ttft slope, completion slope), ``noise_raw (4,)`` and the observed
     ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
@@ -482,7 +488,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     z = numpyro.sample(
         "class_z", dist.Normal(jnp.zeros((n_classes, len(_CLASS_PARAMS))), 1.0).to_event(2)
     )
-    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 11)
+    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 12)
     theta = jnp.asarray(loc) + jnp.einsum("jwv,vj->wj", jnp.asarray(chol, dtype=z.dtype), z)
     if c.capacity_per_gpu_at_knee is not None:
         cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
@@ -504,7 +510,9 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     # log overload of ttft and of completion.
     g_loc, g_sd = _global_prior(c)
     g = numpyro.sample("global", dist.Normal(g_loc, g_sd).to_event(1))
-    sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
+    # Per class: closed-loop load (N requests in flight) saturates gradually
+    # (throughput N/(R+Z) bends over a wide range of N), open-loop rates sharply.
+    sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 11]))
     exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
     tail_slope = numpyro.deterministic("tail_slope", g[2:4])
     overload = numpyro.deterministic("overload", jnp.exp(g[4:6]))
@@ -579,7 +587,7 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
     which costs dozens of one-op XLA compilations on a cold start.
 
     Returns:
-        ``{"class_z": (n_classes, 11), "global": (6,), "noise_raw": (4,)}``.
+        ``{"class_z": (n_classes, 12), "global": (6,), "noise_raw": (4,)}``.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card

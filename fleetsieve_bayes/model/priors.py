@@ -110,6 +110,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "capacity.class_sd": 0.5,
     "saturation.sharpness_median": 15.0,
     "saturation.sharpness_log_sd": 0.6,
+    "saturation.class_sd": 0.5,
     "utilisation.exponent_median": 2.0,
     "utilisation.exponent_log_sd": 0.35,
     "ttft.base_median_s": 0.5,
@@ -217,6 +218,7 @@ class PriorCard:
     capacity_class_sd: float
     saturation_sharpness_median: float
     saturation_sharpness_log_sd: float
+    saturation_class_sd: float
     utilisation_exponent_median: float
     utilisation_exponent_log_sd: float
     ttft_base_median_s: float
