@@ -16,7 +16,11 @@ from fleetsieve_bayes.decision.certificate import (
     Gap,
 )
 from fleetsieve_bayes.decision.joint_check import apply_joint_check, joint_check, joint_tables
-from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
+from fleetsieve_bayes.decision.regret_acquisition import (
+    expected_regret,
+    regret_scores,
+    select_by_regret,
+)
 from fleetsieve_bayes.model.certifying import CONVERGENCE, _passes, convergence_diagnostics
 from fleetsieve_bayes.model.diagnostics import decision_samples, failed_cells
 
@@ -150,6 +154,15 @@ def test_regret_acquisition_measures_the_hinge_cell() -> None:
     assert rs.score[1] == pytest.approx(rs.expected_regret_now, abs=0.05)
     assert abs(rs.score[3]) < 0.02  # TP4@hi never matters
     assert select_by_regret(rs, GRID.cost_gpu_s) == 1
+    # The refit side of the accuracy benchmark: each action's expected regret
+    # on the same draws; its minimum is the kernel's "now".
+    per_action = expected_regret(GRID, PROBLEM, rs.actions, lat, noise, obs, measured, seed=0)
+    assert per_action.shape == (rs.n_actions,)
+    assert per_action.min() == pytest.approx(rs.expected_regret_now, rel=1e-5)
+    # Knowing cell 1 (its value in draw 0, where it passes) leaves no regret for the best action.
+    known = measured.copy()
+    known[1] = True
+    assert expected_regret(GRID, PROBLEM, rs.actions, lat[:1], noise[:1], lat[0], known).min() == pytest.approx(0.0)
     # Nothing left to learn: no cell is selected.
     settled = _latent(0.0)
     rs0 = regret_scores(GRID, PROBLEM, cand, settled, noise, obs, measured, seed=0, n_fantasies=16)

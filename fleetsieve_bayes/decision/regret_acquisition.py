@@ -50,9 +50,17 @@ from fleetsieve_bayes.decision.acquisition import (
 from fleetsieve_bayes.decision.joint_check import joint_tables
 from fleetsieve_bayes.model.joint import obs_logpdf
 
-__all__ = ["RegretScores", "regret_scores", "select_by_regret"]
+__all__ = ["RegretScores", "Actions", "regret_scores", "expected_regret", "select_by_regret"]
 
 _CRITICAL_WEIGHT = 10.0
+
+
+class Actions(NamedTuple):
+    """The decisions the regret is taken over: ``A`` allocations (or "none")."""
+
+    cell: np.ndarray  # int32 (A, n_classes): each class's cell, −1 for none
+    replicas: np.ndarray  # int32 (A, n_classes)
+    present: np.ndarray  # bool (A,): False for "no allocation"
 
 
 class RegretScores(NamedTuple):
@@ -62,6 +70,7 @@ class RegretScores(NamedTuple):
     expected_regret_now: float  # min over actions of the posterior expected regret
     n_actions: int
     ess_min: float  # min normalised (untempered) ESS over fantasies and cells
+    actions: Actions | None = None  # the action set the scores were taken over
 
 
 def _actions(
@@ -162,7 +171,45 @@ def regret_scores(
         expected_regret_now=now,
         n_actions=int(a_cell.shape[0]),
         ess_min=float(np.min(np.where(m, 1.0, np.asarray(ess)))),
+        actions=Actions(a_cell, a_reps, a_present),
     )
+
+
+def expected_regret(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    actions: Actions,
+    latent: np.ndarray,
+    noise: np.ndarray,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    *,
+    seed: int = 0,
+    solve: Any = None,
+) -> np.ndarray:
+    """Posterior expected regret of each action, ``(A,)``, on a posterior's joint tables.
+
+    What :func:`regret_scores` estimates *after* a fantasy measurement by
+    reweighting today's draws, computed here on a posterior actually refitted
+    with that measurement (``benchmarks/regret_score_accuracy.py`` compares the two).
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
+        observed: ``(n_cells, 4)`` (read where measured); measured: bool ``(n_cells,)``.
+    """
+    if solve is None:
+        from fleetsieve_bayes.allocation.batched import make_jax_allocator
+
+        solve = make_jax_allocator(grid, problem).solve
+    latent = jnp.asarray(latent)
+    dt = latent.dtype
+    m = np.asarray(measured, bool)
+    obs = np.where(m[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
+    t, _ = joint_tables(jax.random.PRNGKey(seed), latent, jnp.asarray(noise, dt), jnp.asarray(obs, dt), jnp.asarray(m))
+    reg = _regret_matrix(
+        t, solve(t), jnp.asarray(actions.cell), jnp.asarray(actions.replicas), jnp.asarray(actions.present), problem
+    )
+    return np.asarray(jnp.mean(reg, axis=1), np.float64)
 
 
 @partial(jax.jit, static_argnames=("threshold",))
