@@ -107,3 +107,15 @@ def test_sharpness_is_per_class_with_the_cards_spread(grid_obs, class_sd):
     total = math.hypot(card.saturation_sharpness_log_sd, class_sd)
     assert np.std(k[:, 0]) == pytest.approx(total, rel=0.08)
     assert np.median(k) == pytest.approx(math.log(card.saturation_sharpness_median), abs=0.05)
+
+
+def test_a_zero_class_spread_shares_one_sharpness(grid_obs):
+    """``[saturation] class_sd = 0`` (the default): one sharpness for every class
+    and no per-class column in ``class_z``."""
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.zeros(grid.n_cells, bool))
+    card = load_card("dense-8b-bf16-h100")
+    assert card.saturation_class_sd == 0.0
+    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=10)(jax.random.PRNGKey(0), data)
+    assert pred["sharpness"].shape == (10,)
+    assert pred["class_z"].shape == (10, grid.n_classes, 11)

@@ -110,7 +110,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "capacity.class_sd": 0.5,
     "saturation.sharpness_median": 15.0,
     "saturation.sharpness_log_sd": 0.6,
-    "saturation.class_sd": 0.5,
+    "saturation.class_sd": 0.0,
     "utilisation.exponent_median": 2.0,
     "utilisation.exponent_log_sd": 0.35,
     "ttft.base_median_s": 0.5,
@@ -180,6 +180,8 @@ _STRINGS = {
 }
 # Lists of TP degrees (positive integers), stored as sorted tuples.
 _TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
+# Fields that may be 0 (0 switches the per-class spread off).
+_NON_NEGATIVE = {"saturation.class_sd"}
 # Fields that must be > 0 (scales, medians); the rest may be any finite number.
 _REAL = {
     "ttft.slope_per_log2tp",
@@ -401,6 +403,9 @@ def _check(path: Path, key: str, value: Any) -> Any:
     x = float(value)
     if not math.isfinite(x):
         raise InputError(f"{path}: {key!r} must be finite, got {value!r}")
-    if key not in _REAL and x <= 0:
+    if key in _NON_NEGATIVE:
+        if x < 0:
+            raise InputError(f"{path}: {key!r} must be >= 0, got {value!r}")
+    elif key not in _REAL and x <= 0:
         raise InputError(f"{path}: {key!r} must be > 0, got {value!r}")
     return x
