@@ -803,13 +803,8 @@ def _attempt_certification(
 
 def _choose(inputs: _Inputs, strategy: Any, state: Any, attempt: Any, round_no: int) -> int:
     """The next cell: the strategy's pick, or — when the interval gap is closed but the
-    certificate is not — the cell that tells the certifying posterior's chains apart
-    (not converged), else the one expected to reduce the decision's posterior regret most."""
+    joint check is not — the cell expected to reduce the decision's posterior regret most."""
     from fleetsieve_bayes.campaign.certification import thin
-    from fleetsieve_bayes.decision.chain_disagreement import (
-        chain_disagreement,
-        select_by_disagreement,
-    )
     from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
 
     grid, measured = state.grid, state.measured
@@ -817,12 +812,7 @@ def _choose(inputs: _Inputs, strategy: Any, state: Any, attempt: Any, round_no: 
     if attempt is not None:
         # Acquire on the converged draws (thinned to the cheap fit's shape).
         state = state._replace(posterior=thin(attempt.posterior, state.posterior.latent.shape[0]))
-        d = attempt.diagnostics
-        if attempt.gap_closed and inputs.strategy == "fleetsieve" and not d.get("converged", True):
-            # The chains read the data differently: measure what separates them.
-            spread = chain_disagreement(attempt.posterior.latent, attempt.posterior.noise, int(d["chains"]), measured)
-            chosen = select_by_disagreement(spread, grid.cost_gpu_s)
-        if chosen is None and attempt.gap_closed and inputs.strategy == "fleetsieve":
+        if attempt.gap_closed and inputs.strategy == "fleetsieve":
             scores = regret_scores(
                 grid,
                 state.problem,

@@ -521,9 +521,10 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if c.saturation_class_sd > 0:
         # Per class: closed-loop load (N requests in flight) may saturate more
         # gradually than open-loop rates. Off by default (class_sd = 0): on the
-        # hard suite a per-class sharpness, where no class pins its own, slowed
-        # the certifying chains more fleets than it helped (mean floor ratio
-        # 1.273 against 1.253 shared; README, issue 12).
+        # hard suite (class_sd 0.5) it took c016 from 2.77x to 2.07x its floor,
+        # but where no class pins its own sharpness it slowed the certifying
+        # chains on more fleets than it helped (mean floor ratio 1.273 against
+        # 1.253 shared; README, issue 12).
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 11]))
     else:
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
