@@ -35,8 +35,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fleetsieve_bayes.allocation.batched import make_jax_allocator
@@ -49,8 +47,11 @@ from fleetsieve_bayes.allocation.problem import (
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.decision.bounds import conservative_table, rule_bounds
 from fleetsieve_bayes.decision.design import initial_design
-from fleetsieve_bayes.decision.joint_check import joint_tables
-from fleetsieve_bayes.decision.regret_acquisition import expected_regret, regret_scores
+from fleetsieve_bayes.decision.regret_acquisition import (
+    expected_regret,
+    regret_scores,
+    regret_tables,
+)
 from fleetsieve_bayes.model.inference import fit
 from fleetsieve_bayes.model.priors import card_path, load_card
 from fleetsieve_bayes.resources import data_dir
@@ -92,10 +93,7 @@ def study_state(
     is_s = time.perf_counter() - t0
 
     # The kernel's fantasies of cell e: its value in systematically chosen draws' tables.
-    obs_j = np.where(measured[:, None], np.nan_to_num(observed, nan=1.0, posinf=1e9), 1.0)
-    lat = jnp.asarray(post.latent)
-    t, _ = joint_tables(jax.random.PRNGKey(seed), lat, jnp.asarray(post.noise, lat.dtype), jnp.asarray(obs_j, lat.dtype), jnp.asarray(measured))
-    t = np.asarray(t)
+    t = np.asarray(regret_tables(post.latent, post.noise, observed, measured, seed=seed))
     n_draws = t.shape[0]
     d_f = ((np.arange(n_fantasies) + 0.5) / n_fantasies * n_draws).astype(int)
 

@@ -50,7 +50,7 @@ from fleetsieve_bayes.decision.acquisition import (
 from fleetsieve_bayes.decision.joint_check import joint_tables
 from fleetsieve_bayes.model.joint import obs_logpdf
 
-__all__ = ["RegretScores", "Actions", "regret_scores", "expected_regret", "select_by_regret"]
+__all__ = ["RegretScores", "Actions", "regret_tables", "regret_scores", "expected_regret", "select_by_regret"]
 
 _CRITICAL_WEIGHT = 10.0
 
@@ -124,6 +124,26 @@ def _regret_matrix(
     return jax.vmap(one)(cell, reps, present)
 
 
+def regret_tables(
+    latent: np.ndarray, noise: np.ndarray, observed: np.ndarray, measured: np.ndarray, *, seed: int = 0
+) -> jax.Array:
+    """The per-draw tables the regret is taken on, ``(n_draws, n_cells, 4)``:
+    :func:`fleetsieve_bayes.decision.joint_check.joint_tables` with measured cells
+    at their measured values (non-finite entries made finite) and the others at
+    the draw's posterior-predictive values.
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
+        observed: ``(n_cells, 4)`` (read where measured); measured: bool ``(n_cells,)``.
+    """
+    latent = jnp.asarray(latent)
+    dt = latent.dtype
+    m = np.asarray(measured, bool)
+    obs = np.where(m[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
+    t, _ = joint_tables(jax.random.PRNGKey(seed), latent, jnp.asarray(noise, dt), jnp.asarray(obs, dt), jnp.asarray(m))
+    return t
+
+
 def regret_scores(
     grid: CellGrid,
     problem: AllocationProblem,
@@ -151,11 +171,9 @@ def regret_scores(
 
         solve = make_jax_allocator(grid, problem).solve
     latent = jnp.asarray(latent)
-    dt = latent.dtype
-    noise = jnp.asarray(noise, dt)
+    noise = jnp.asarray(noise, latent.dtype)
     m = np.asarray(measured, bool)
-    obs = np.where(m[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
-    t, _ = joint_tables(jax.random.PRNGKey(seed), latent, noise, jnp.asarray(obs, dt), jnp.asarray(m))
+    t = regret_tables(latent, noise, observed, m, seed=seed)
     opt = solve(t)
     cells = np.where(np.asarray(opt.replicas) > 0, np.asarray(opt.cell), -1)
     a_cell, a_reps, a_present = _actions(cells, np.asarray(opt.replicas), np.asarray(opt.feasible), candidate, max_actions)
@@ -201,11 +219,7 @@ def expected_regret(
         from fleetsieve_bayes.allocation.batched import make_jax_allocator
 
         solve = make_jax_allocator(grid, problem).solve
-    latent = jnp.asarray(latent)
-    dt = latent.dtype
-    m = np.asarray(measured, bool)
-    obs = np.where(m[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
-    t, _ = joint_tables(jax.random.PRNGKey(seed), latent, jnp.asarray(noise, dt), jnp.asarray(obs, dt), jnp.asarray(m))
+    t = regret_tables(latent, noise, observed, measured, seed=seed)
     reg = _regret_matrix(
         t, solve(t), jnp.asarray(actions.cell), jnp.asarray(actions.replicas), jnp.asarray(actions.present), problem
     )

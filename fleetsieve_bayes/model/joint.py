@@ -351,10 +351,10 @@ def latent_metrics(
     load below saturation)."""
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
-    k = params["sharpness"]
-    if jnp.ndim(k) == 1:  # per class (the model's); a scalar is shared
-        k = k[w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
+    k = params["sharpness"]
+    if jnp.ndim(k) == 1:  # per class ([saturation] class_sd > 0); a scalar is shared
+        k = k[w]
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
     h_tail, h_succ = congestion(log_rho, params["exponent"], params.get("overload"))
@@ -496,7 +496,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     z = numpyro.sample(
         "class_z", dist.Normal(jnp.zeros((n_classes, class_param_count(c))), 1.0).to_event(2)
     )
-    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, 12)
+    # theta[w, j] = loc[j] + sum_v chol[j, w, v] z[v, j]   (n_classes, class_param_count)
     theta = jnp.asarray(loc) + jnp.einsum("jwv,vj->wj", jnp.asarray(chol, dtype=z.dtype), z)
     if c.capacity_per_gpu_at_knee is not None:
         cap_loc = jnp.full((n_classes,), math.log(c.capacity_per_gpu_at_knee))
@@ -602,7 +602,8 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
     which costs dozens of one-op XLA compilations on a cold start.
 
     Returns:
-        ``{"class_z": (n_classes, 12), "global": (6,), "noise_raw": (4,)}``.
+        ``{"class_z": (n_classes, class_param_count(card)), "global": (6,), "noise_raw": (4,)}``
+        (11 columns, 12 with a per-class sharpness).
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
