@@ -95,6 +95,7 @@ def campaign_attempt(
     measured: np.ndarray,
     *,
     seed: int,
+    mass_from: Any = None,
 ) -> CertificationAttempt:
     """:func:`attempt_certification` with a campaign's stopping and interval settings
     (ε, credible level, repeatability, tail and success margins, knee guard, risk)."""
@@ -110,6 +111,7 @@ def campaign_attempt(
         rules=campaign.interval_rules,
         risk=campaign.risk,
         seed=seed,
+        mass_from=mass_from,
     )
 
 
@@ -138,10 +140,15 @@ def attempt_certification(
     seed: int,
     preset: Any = "certify",
     rules: IntervalRules = DEFAULT_RULES,
+    mass_from: Any = None,
 ) -> CertificationAttempt:
-    """One certification attempt on what is measured now (see the module docstring)."""
+    """One certification attempt on what is measured now (see the module docstring).
+
+    ``mass_from``: the round's cheap posterior, if any; the certifying
+    warm-up starts from its draws' covariance as the mass matrix
+    (:func:`fleetsieve_bayes.model.certifying.fit_certifying`)."""
     t0 = time.perf_counter()
-    cf = fit_certifying(grid, observed, measured, card, preset, seed=seed)
+    cf = fit_certifying(grid, observed, measured, card, preset, seed=seed, mass_from=mass_from)
     post = cf.posterior
     bounds = rule_bounds(post, observed, measured, credible_level, repeatability, grid, rules)
     cons = allocate_milp(grid, conservative_table(bounds), problem)

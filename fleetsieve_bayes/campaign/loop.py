@@ -715,7 +715,7 @@ def _one_round(
 
     attempt = None
     if cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
-        attempt = _attempt_certification(inputs, grid, problem, observed, measured, round_no)
+        attempt = _attempt_certification(inputs, grid, problem, observed, measured, round_no, posterior)
         cert, bounds = attempt.certificate, attempt.bounds
         conservative, optimistic = attempt.conservative, attempt.optimistic
 
@@ -792,13 +792,25 @@ def campaign_strategy(name: str, campaign: Campaign, grid: CellGrid, problem: An
 
 
 def _attempt_certification(
-    inputs: _Inputs, grid: CellGrid, problem: AllocationProblem, observed: np.ndarray, measured: np.ndarray, round_no: int
+    inputs: _Inputs,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    round_no: int,
+    cheap: Any = None,
 ) -> Any:
-    """The converged certifying posterior and the joint check, for a round whose intervals certify."""
+    """The converged certifying posterior and the joint check, for a round whose intervals certify.
+
+    ``cheap`` is the round's own posterior: its draws' covariance is the
+    certifying warm-up's first mass matrix (a deterministic function of the
+    round, so a resumed campaign reproduces the attempt)."""
     from fleetsieve_bayes.campaign.certification import campaign_attempt
 
     seed = _round_seed(inputs.seed, round_no) + 1
-    return campaign_attempt(inputs.campaign, grid, problem, inputs.card, observed, measured, seed=seed)
+    return campaign_attempt(
+        inputs.campaign, grid, problem, inputs.card, observed, measured, seed=seed, mass_from=cheap
+    )
 
 
 def _choose(inputs: _Inputs, strategy: Any, state: Any, attempt: Any, round_no: int) -> int:

@@ -346,7 +346,9 @@ def _decide(
     if real.certificate.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
         # As in the sequential loop: a certificate is only issued from the converged
         # certifying posterior, after the decision-level joint check.
-        attempt = loop._attempt_certification(ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round)
+        attempt = loop._attempt_certification(
+            ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round, posterior
+        )
         real = real._replace(
             bounds=attempt.bounds,
             conservative=attempt.conservative,

@@ -24,6 +24,11 @@ four chains of 400 warm-up and 400 draws, target acceptance 0.95, tree depth
 10, the chains in threads) with the same compiled NUTS runner as every round's
 fit (:func:`fleetsieve_bayes.model.inference.fit`; chains start from
 independent random points near the prior's centre), and checks the result.
+Its warm-up is the ``pooled`` one: the step size is tuned under a fixed dense
+mass — first the covariance of the round's cheap posterior (``mass_from``),
+then that of all four chains' first-half draws pooled — instead of NumPyro's
+per-chain windows (on the hard suite, median attempt 31.9 s → see
+``benchmarks/certification_time.py``).
 If it does not pass:
 
 * a chain stuck in a minor mode (:func:`minor_mode_chains`) restarts at a draw
@@ -143,6 +148,7 @@ def fit_certifying(
     max_rounds: int = 12,
     time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
+    mass_from: Any = None,
 ) -> CertifyingFit:
     """Fit the certifying posterior and check it against ``criteria``.
 
@@ -155,6 +161,9 @@ def fit_certifying(
             the first run; an attempt also stops once the ESS projected from
             the draws so far cannot reach ``criteria.ess_bulk_min`` within
             ``samples · (1 + max_rounds)`` draws per chain.
+        mass_from: with ``adaptation = "pooled"``: a posterior of the same data (the round's cheap fit) whose
+            draws' covariance is the first mass matrix of the warm-up; None:
+            the identity.
         time_budget_s: no further extension starts after this many seconds
             (default None: the number of draws alone decides, so a resumed
             campaign reproduces the same posterior).
@@ -194,7 +203,13 @@ def fit_certifying(
                 preset = preset._replace(
                     target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)), warmup=2 * preset.warmup
                 )
-            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, failed=failed)]
+            fits = [
+                _inference.fit(
+                    grid, observed, measured_mask, card, preset, seed=sub, failed=failed,
+                    # a divergent run re-adapts its mass matrix from scratch
+                    mass_from=None if attempts > 1 else mass_from,
+                )
+            ]
         else:
             # Sample more: every chain continues from its last state (adapted
             # step size and mass matrix kept, no new warm-up); draws are appended.

@@ -42,8 +42,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import optax
+from jax.flatten_util import ravel_pytree
 from numpyro.infer import SVI, Predictive, Trace_ELBO, autoguide
 from numpyro.infer.hmc import hmc
+from numpyro.infer.hmc_util import build_adaptation_schedule
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
@@ -67,6 +69,7 @@ __all__ = [
     "NutsTrace",
     "SviKernel",
     "fit",
+    "mass_from_draws",
     "restart_chains",
     "bind_model",
     "prior_predictive",
@@ -162,6 +165,9 @@ class NutsKernel(NamedTuple):
 
     model: Any  # the bound model
     init: Any  # (z | None, rng, data) -> HMCState
+    init_fixed_mass: Any  # (z | None, rng, data, inverse_mass (dim, dim)) -> HMCState, mass never re-estimated
+    unconstrain: Any  # (sites of n draws, data) -> (n, dim) flat unconstrained positions
+    flatten: Any  # (unconstrained positions of n draws) -> (n, dim), the mass matrix's order
     chunk: Any  # (state, data) -> (state, NutsTrace of chunk_len transitions)
     chunk_len: int
     energy: Any  # (z, data) -> (potential energy, gradient)
@@ -202,6 +208,7 @@ def fit(
     seed: int,
     warm_start: Posterior | None = None,
     failed: np.ndarray | None = None,
+    mass_from: Posterior | None = None,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -216,12 +223,16 @@ def fit(
         failed: optional bool ``(n_cells,)`` failure labels (see
             :func:`fleetsieve_bayes.model.joint.model_data`; the synthetic
             suite passes them).
+        mass_from: NUTS, cold start only: a fit of the same data (e.g. the
+            round's cheap posterior) whose draws' covariance, in the
+            unconstrained space, becomes a fixed mass matrix; the warm-up
+            then only tunes the step size (see :func:`mass_from_draws`).
     """
     card, preset = _resolve(card, preset)
     data = model_data(grid, observed, measured_mask, failed=failed)
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
-    return _fit_nuts(data, card, preset, seed, warm_start)
+    return _fit_nuts(data, card, preset, seed, warm_start, mass_from)
 
 
 def _shape_key(data: ModelData) -> tuple[int, int]:
@@ -246,7 +257,9 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             return lambda z: potential_energy(model, (d, obs), {}, z)
 
         init_kernel, sample_kernel = hmc(potential_fn_gen=pe_gen, algo="NUTS")
-        chunk_len = math.gcd(preset.warmup, preset.samples)
+        # A pooled warm-up stops at its half and its quarter (see _pooled_warmup).
+        phase = preset.warmup // 4 if preset.adaptation == "pooled" else preset.warmup
+        chunk_len = math.gcd(math.gcd(preset.warmup, phase), preset.samples)
 
         @jax.jit
         def chunk(state: Any, d: ModelData) -> tuple[Any, NutsTrace]:
@@ -275,6 +288,49 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
                 rng_key=r_run,
             )
 
+        n_windows = len(build_adaptation_schedule(preset.warmup))
+
+        @jax.jit
+        def init_fixed_mass(
+            z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray | None
+        ) -> Any:
+            # The same transitions as ``init``'s (one compiled ``chunk``), but
+            # the adaptation starts in its terminal window: the step size is
+            # tuned over the whole warm-up and the given mass matrix is kept.
+            # Why: numpyro re-estimates a dense mass from its 25- and 50-draw
+            # windows, an estimate that underweights slow directions; trees
+            # then run to max_tree_depth for most of the warm-up (measured:
+            # 1023 leapfrog steps per transition over steps 100-350, against
+            # ~110 with a mass from posterior draws).
+            r_init, r_run = jax.random.split(rng)
+            if z is None:
+                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]))
+            state = init_kernel(
+                z,
+                num_warmup=preset.warmup,
+                target_accept_prob=preset.target_accept,
+                max_tree_depth=preset.max_tree_depth,
+                dense_mass=preset.dense_mass,
+                inverse_mass_matrix=(
+                    inverse_mass if inverse_mass is None or preset.dense_mass else jnp.diagonal(inverse_mass)
+                ),
+                model_args=(d, d.observed),
+                rng_key=r_run,
+            )
+            adapt = state.adapt_state._replace(window_idx=jnp.asarray(n_windows - 1, state.adapt_state.window_idx.dtype))
+            return state._replace(adapt_state=adapt)
+
+        @jax.jit
+        def flatten(zs: dict[str, jnp.ndarray]) -> jnp.ndarray:
+            return jax.vmap(lambda z: ravel_pytree(z)[0])(zs)
+
+        @jax.jit
+        def unconstrain(sites: dict[str, jnp.ndarray], d: ModelData) -> jnp.ndarray:
+            def one(draw: dict[str, jnp.ndarray]) -> jnp.ndarray:
+                return ravel_pytree(unconstrain_fn(model, (d, d.observed), {}, draw))[0]
+
+            return jax.vmap(one)(sites)
+
         @jax.jit
         def energy(
             z: dict[str, jnp.ndarray], d: ModelData
@@ -288,7 +344,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
             return jax.vmap(one)(zs)
 
-        _CACHE[key] = NutsKernel(model, init, chunk, chunk_len, energy, post, key)
+        _CACHE[key] = NutsKernel(model, init, init_fixed_mass, unconstrain, flatten, chunk, chunk_len, energy, post, key)
     return _CACHE[key]
 
 
@@ -322,8 +378,83 @@ def _map_chains(preset: InferencePreset, run_chain: Any) -> list[Any]:
         return list(pool.map(run_chain, range(n)))
 
 
+def mass_from_draws(flat: np.ndarray) -> np.ndarray:
+    """Inverse mass matrix from posterior draws: Stan's regularised covariance.
+
+    Args:
+        flat: ``(n_draws, dim)`` unconstrained positions.
+
+    Returns:
+        ``(dim, dim)``: ``n/(n+5) · cov + 1e-3 · 5/(n+5) · I``, shrunk towards
+        a small identity as Stan and NumPyro do, so that a direction the draws
+        barely explored still gets a positive variance.
+    """
+    flat = np.asarray(flat, np.float64)
+    n = flat.shape[0]
+    cov = np.cov(flat, rowvar=False).reshape(flat.shape[1], flat.shape[1])
+    return (n / (n + 5.0)) * cov + 1e-3 * (5.0 / (n + 5.0)) * np.eye(flat.shape[1])
+
+
+def _pooled_warmup(
+    objs: NutsKernel,
+    preset: InferencePreset,
+    data: ModelData,
+    keys: jax.Array,
+    inits: list[Any],
+    inverse_mass: jnp.ndarray | None,
+) -> list[tuple[Any, NutsTrace]]:
+    """Cold chains with a two-half warm-up whose second mass matrix pools every chain.
+
+    First half: each chain from its own start, the mass fixed at
+    ``inverse_mass`` (identity when None), the step size tuned. Second half:
+    each chain goes on from where it is under one mass matrix, the regularised
+    covariance of the *pooled* second quarter of all chains' warm-up draws,
+    with the step size tuned afresh; then ``preset.samples`` draws.
+
+    Why: NumPyro's per-chain windows estimate a dense mass from 25, 50 and
+    200 of one chain's own draws. On the hard suite those estimates leave the
+    trees at ``max_tree_depth`` for most of the warm-up and often for the
+    draws (fleet c012: 1023 leapfrog steps a transition until step 350,
+    ~400 after), and the four chains disagree (r_hat fails until 2,000 draws
+    per chain). A mass from 4 × ``warmup/4`` pooled draws: c012 converged
+    after 800–1,200 draws per chain, at ~300 leapfrog steps a transition.
+
+    Args:
+        keys: ``(chains, 2)`` PRNG keys; inits: per chain an unconstrained
+            start or None (a random start near the prior's centre).
+        inverse_mass: ``(dim, dim)`` first-half mass, e.g. from the round's
+            cheap posterior (:func:`mass_from_draws`), or None.
+
+    Returns:
+        Per chain (last state, NutsTrace of the ``preset.samples`` draws).
+    """
+    half = preset.warmup // 2
+
+    def first(c: int) -> tuple[Any, NutsTrace]:
+        state = objs.init_fixed_mass(inits[c], keys[c], data, inverse_mass)
+        return _nuts_chain(objs, state, data, half, half // 2)
+
+    firsts = _map_chains(preset, first)
+    flat = np.concatenate([np.asarray(objs.flatten(r[1].z)) for r in firsts])
+    pooled = jnp.asarray(mass_from_draws(flat), jnp.float32)
+
+    def second(c: int) -> tuple[Any, NutsTrace]:
+        state = objs.init_fixed_mass(firsts[c][0].z, jax.random.fold_in(keys[c], 1), data, pooled)
+        # Resume the warm-up clock at the half, so the step size is averaged
+        # and adaptation stops exactly at ``preset.warmup``.
+        state = state._replace(i=jnp.asarray(half, state.i.dtype))
+        return _nuts_chain(objs, state, data, preset.warmup - half + preset.samples, preset.samples)
+
+    return _map_chains(preset, second)
+
+
 def _fit_nuts(
-    data: ModelData, card: PriorCard, preset: InferencePreset, seed: int, warm: Posterior | None
+    data: ModelData,
+    card: PriorCard,
+    preset: InferencePreset,
+    seed: int,
+    warm: Posterior | None,
+    mass_from: Posterior | None = None,
 ) -> Posterior:
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
@@ -357,11 +488,22 @@ def _fit_nuts(
             z0 = _init_from_median(objs.model, args, warm.params)
             inits = [z0] * preset.chains
 
-        def cold(c: int) -> tuple[Any, NutsTrace]:
-            state = objs.init(inits[c] if inits else None, keys[c], data)
-            return _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
+        inverse_mass = None
+        if preset.adaptation == "pooled" and mass_from is not None and mass_from.params and _fits_shapes(mass_from.params, data, card):
+            sites = {k: jnp.asarray(v) for k, v in mass_from.params.items() if k in _SITES}
+            inverse_mass = jnp.asarray(mass_from_draws(np.asarray(objs.unconstrain(sites, data))), jnp.float32)
+        chain_inits = [inits[c] if inits else None for c in range(preset.chains)]
+        if preset.adaptation == "pooled":
+            results = _pooled_warmup(objs, preset, data, keys, chain_inits, inverse_mass)
+        else:
 
-        results = _map_chains(preset, cold)
+            def cold(c: int) -> tuple[Any, NutsTrace]:
+                # NumPyro's windows re-estimate the mass from the first window on,
+                # so ``mass_from`` is for the pooled warm-up only.
+                state = objs.init(chain_inits[c], keys[c], data)
+                return _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
+
+            results = _map_chains(preset, cold)
     # Every field stacked over chains: (chains, samples, ...).
     trace: NutsTrace = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r[1] for r in results])
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z)

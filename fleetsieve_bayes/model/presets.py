@@ -19,7 +19,7 @@ from fleetsieve_bayes.campaign.config import Validator
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.resources import data_dir
 
-__all__ = ["InferencePreset", "load_preset", "list_presets", "parse_preset", "GUIDES", "CHAIN_METHODS"]
+__all__ = ["InferencePreset", "load_preset", "list_presets", "parse_preset", "GUIDES", "CHAIN_METHODS", "ADAPTATIONS"]
 
 GUIDES = (
     "AutoNormal",
@@ -28,6 +28,11 @@ GUIDES = (
     "AutoLowRankMultivariateNormal",
 )
 CHAIN_METHODS = ("vectorized", "sequential", "parallel")
+# NUTS warm-up schemes (see fleetsieve_bayes.model.inference): "windowed" is
+# NumPyro's (Stan's) per-chain windows; "pooled" tunes the step size under a
+# fixed mass in two halves, the second half's mass estimated from every
+# chain's first-half draws together.
+ADAPTATIONS = ("windowed", "pooled")
 
 
 class InferencePreset(NamedTuple):
@@ -48,6 +53,7 @@ class InferencePreset(NamedTuple):
     steps: int = 4000
     warm_steps: int = 500
     draws: int = 400
+    adaptation: str = "windowed"
 
     @property
     def n_draws(self) -> int:
@@ -56,7 +62,7 @@ class InferencePreset(NamedTuple):
 
 
 _SECTIONS = {
-    "nuts": ("chains", "chain_method", "warmup", "samples", "target_accept", "max_tree_depth", "dense_mass"),
+    "nuts": ("chains", "chain_method", "warmup", "samples", "target_accept", "max_tree_depth", "dense_mass", "adaptation"),
     "svi": ("guide", "optimizer", "learning_rate", "steps", "warm_steps", "draws"),
 }
 
@@ -123,6 +129,10 @@ def parse_preset(raw: dict[str, Any], path: Path) -> InferencePreset:
     preset = InferencePreset(name=path.stem, method=method, **values)
     if preset.chain_method not in CHAIN_METHODS:
         raise v.fail("[nuts] chain_method", f"must be one of {', '.join(CHAIN_METHODS)}")
+    if preset.adaptation not in ADAPTATIONS:
+        raise v.fail("[nuts] adaptation", f"must be one of {', '.join(ADAPTATIONS)}")
+    if preset.adaptation == "pooled" and (preset.warmup % 4 or preset.warmup < 40):
+        raise v.fail("[nuts] warmup", 'must be a multiple of 4, at least 40, with adaptation = "pooled" (two halves)')
     if preset.guide not in GUIDES:
         raise v.fail("[svi] guide", f"must be one of {', '.join(GUIDES)}")
     if not hasattr(optax, preset.optimizer):
