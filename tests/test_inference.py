@@ -251,3 +251,22 @@ def test_a_warm_start_of_another_model_version_starts_cold(shipped, design_fit):
     stale = Posterior(latent=None, noise=None, params=old, idata=None, state=None)
     warm = fit(grid, obs, m, CARD, "fast", seed=0, warm_start=stale)
     np.testing.assert_array_equal(warm.latent, post.latent)
+
+
+def test_pooled_warmup_shares_one_mass_matrix_the_regularised_pooled_covariance(shipped, design_fit):
+    """The pooled warm-up runs through a compiled chunk of its own kernel; every
+    chain ends on one shared, fixed mass matrix, and ``mass_from_draws`` is Stan's
+    regularised covariance."""
+    from fleetsieve_bayes.model.inference import mass_from_draws
+
+    grid, obs = shipped
+    m, cheap = design_fit
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled")
+    post = fit(grid, obs, m, CARD, preset, seed=1, mass_from=cheap)
+    assert post.latent.shape[0] == 2 * 20
+    mass = [np.asarray(s.adapt_state.inverse_mass_matrix) for s in post.state["states"]]
+    np.testing.assert_allclose(mass[0], mass[1])  # one mass for every chain
+    flat = np.random.default_rng(0).normal(size=(50, 3))
+    np.testing.assert_allclose(
+        mass_from_draws(flat), 50 / 55 * np.cov(flat, rowvar=False) + 1e-3 * 5 / 55 * np.eye(3)
+    )

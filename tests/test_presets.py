@@ -37,6 +37,8 @@ def test_shipped_presets_load():
         ('method = "svi"\n[svi]\nsteps = 1000\nwarm_steps = 300\n', "[svi] steps: must be a multiple"),
         ('method = "svi"\n[svi]\nlearning_rate = -0.1\n', "[svi] learning_rate: must be > 0"),
         ('method = "nuts"\n[nuts\n', "cannot read inference preset"),
+        ('method = "nuts"\n[nuts]\nadaptation = "stan"\n', "[nuts] adaptation: must be one of windowed, pooled"),
+        ('method = "nuts"\n[nuts]\nadaptation = "pooled"\nwarmup = 42\n', "[nuts] warmup: must be a multiple of 4"),
     ],
 )
 def test_bad_preset_is_one_line_naming_file_and_field(tmp_path: Path, text: str, needle: str):
