@@ -223,10 +223,11 @@ def fit(
         failed: optional bool ``(n_cells,)`` failure labels (see
             :func:`fleetsieve_bayes.model.joint.model_data`; the synthetic
             suite passes them).
-        mass_from: NUTS, cold start only: a fit of the same data (e.g. the
-            round's cheap posterior) whose draws' covariance, in the
-            unconstrained space, becomes a fixed mass matrix; the warm-up
-            then only tunes the step size (see :func:`mass_from_draws`).
+        mass_from: NUTS with ``adaptation = "pooled"``, cold start only: a fit
+            of the same data (e.g. the round's cheap posterior) whose draws'
+            covariance, in the unconstrained space, is the fixed mass of the
+            warm-up's first half (see :func:`mass_from_draws`,
+            :func:`_pooled_warmup`); ignored by the windowed warm-up.
     """
     card, preset = _resolve(card, preset)
     data = model_data(grid, observed, measured_mask, failed=failed)
@@ -271,22 +272,31 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
             return jax.lax.scan(body, state, None, length=chunk_len)
 
-        @jax.jit
-        def init(z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData) -> Any:
-            # Jitted so that a cold start in a later round reuses the compiled
-            # program. ``z=None``: a random start near the prior's centre.
+        def start(
+            z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray | None
+        ) -> Any:
+            # ``z=None``: a random start near the prior's centre; ``inverse_mass``
+            # None: NumPyro's identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
                 z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]))
+            if inverse_mass is not None and not preset.dense_mass:
+                inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
                 z,
                 num_warmup=preset.warmup,
                 target_accept_prob=preset.target_accept,
                 max_tree_depth=preset.max_tree_depth,
                 dense_mass=preset.dense_mass,
+                inverse_mass_matrix=inverse_mass,
                 model_args=(d, d.observed),
                 rng_key=r_run,
             )
+
+        @jax.jit
+        def init(z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData) -> Any:
+            # Jitted so that a cold start in a later round reuses the compiled program.
+            return start(z, rng, d, None)
 
         n_windows = len(build_adaptation_schedule(preset.warmup))
 
@@ -302,21 +312,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # then run to max_tree_depth for most of the warm-up (measured:
             # 1023 leapfrog steps per transition over steps 100-350, against
             # ~110 with a mass from posterior draws).
-            r_init, r_run = jax.random.split(rng)
-            if z is None:
-                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]))
-            state = init_kernel(
-                z,
-                num_warmup=preset.warmup,
-                target_accept_prob=preset.target_accept,
-                max_tree_depth=preset.max_tree_depth,
-                dense_mass=preset.dense_mass,
-                inverse_mass_matrix=(
-                    inverse_mass if inverse_mass is None or preset.dense_mass else jnp.diagonal(inverse_mass)
-                ),
-                model_args=(d, d.observed),
-                rng_key=r_run,
-            )
+            state = start(z, rng, d, inverse_mass)
             adapt = state.adapt_state._replace(window_idx=jnp.asarray(n_windows - 1, state.adapt_state.window_idx.dtype))
             return state._replace(adapt_state=adapt)
 
@@ -326,10 +322,8 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
         @jax.jit
         def unconstrain(sites: dict[str, jnp.ndarray], d: ModelData) -> jnp.ndarray:
-            def one(draw: dict[str, jnp.ndarray]) -> jnp.ndarray:
-                return ravel_pytree(unconstrain_fn(model, (d, d.observed), {}, draw))[0]
-
-            return jax.vmap(one)(sites)
+            zs = jax.vmap(lambda draw: unconstrain_fn(model, (d, d.observed), {}, draw))(sites)
+            return flatten(zs)
 
         @jax.jit
         def energy(
