@@ -270,3 +270,50 @@ def test_pooled_warmup_shares_one_mass_matrix_the_regularised_pooled_covariance(
     np.testing.assert_allclose(
         mass_from_draws(flat), 50 / 55 * np.cov(flat, rowvar=False) + 1e-3 * 5 / 55 * np.eye(3)
     )
+
+
+def test_pooled_warmup_leaves_a_minor_mode_chain_out_of_the_pool(shipped, design_fit, monkeypatch):
+    """A chain that the first half finds in a minor mode does not feed the
+    shared mass matrix: only the other chains' second-quarter draws are pooled."""
+    import fleetsieve_bayes.model.inference as inference
+
+    grid, obs = shipped
+    m, cheap = design_fit
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled")
+    pooled_rows: list[int] = []
+    real = inference.mass_from_draws
+
+    def recording(flat: np.ndarray) -> np.ndarray:
+        pooled_rows.append(int(np.asarray(flat).shape[0]))
+        return real(flat)
+
+    monkeypatch.setattr(inference, "mass_from_draws", recording)
+    monkeypatch.setattr(inference, "minor_mode_chains", lambda lp: {})
+    fit(grid, obs, m, CARD, preset, seed=1)
+    monkeypatch.setattr(inference, "minor_mode_chains", lambda lp: {1: 0})
+    post = fit(grid, obs, m, CARD, preset, seed=1)
+    # warm-up 40: the first half records its last 10 draws per chain
+    assert pooled_rows == [2 * 10, 10]
+    assert np.isfinite(post.latent).all()
+
+
+def test_certifying_fit_falls_back_to_windowed_warmup_when_pooled_does_not_converge(shipped, design_fit):
+    """A pooled warm-up that cannot meet the criteria within its rounds is
+    redone with NumPyro's per-chain windows before the fit gives up."""
+    from fleetsieve_bayes.model.certifying import Convergence, fit_certifying
+
+    grid, obs = shipped
+    m, cheap = design_fit
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled")
+    out = fit_certifying(
+        grid, obs, m, CARD, preset, seed=2, criteria=Convergence(ess_bulk_min=1e9), max_rounds=0, mass_from=cheap
+    )
+    d = out.diagnostics
+    assert not out.converged
+    assert d["windowed_fallback"] and d["adaptation"] == "windowed"
+    assert d["attempts"] == 2 and d["draws"] == 20
+    windowed = fit_certifying(
+        grid, obs, m, CARD, preset._replace(adaptation="windowed"), seed=2,
+        criteria=Convergence(ess_bulk_min=1e9), max_rounds=0,
+    )
+    assert windowed.diagnostics["attempts"] == 1 and not windowed.diagnostics["windowed_fallback"]

@@ -57,9 +57,11 @@ import numpy as np
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model import inference as _inference
 from fleetsieve_bayes.model.diagnostics import (
+    MINOR_MODE_LP_GAP,
     convergence_diagnostics,
     decision_samples,
     failed_cells,
+    minor_mode_chains,
 )
 from fleetsieve_bayes.model.joint import model_data
 from fleetsieve_bayes.model.priors import PriorCard, load_card
@@ -84,47 +86,14 @@ class Convergence(NamedTuple):
 
 
 CONVERGENCE = Convergence()
-# A chain whose log density sits this many nats below the best chain's, with
-# no overlap between the two, is stuck in a minor mode (see minor_mode_chains).
-MINOR_MODE_LP_GAP = 10.0
+
+
 class CertifyingFit(NamedTuple):
     """A certifying fit: the posterior, its diagnostics, and whether they pass."""
 
     posterior: Any  # fleetsieve_bayes.model.inference.Posterior
     diagnostics: dict[str, Any]  # r_hat_max, ess_bulk_min, divergences, draws, chains, attempts, wall_s
     converged: bool
-
-
-def minor_mode_chains(lp: np.ndarray, gap: float = MINOR_MODE_LP_GAP) -> dict[int, int]:
-    """Chains stuck in a minor mode, each mapped to the chain it should restart from.
-
-    The interior-knee model has local modes that a chain started far from the
-    data can settle in — e.g. a low smooth-min sharpness with a capacity twice
-    the truth, which explains a saturating throughput almost as well. Such a
-    chain samples log densities ~20 nats below the others for ever: r_hat
-    fails, and sampling longer never fixes it. A mode whose typical log
-    density is ``gap`` nats lower carries a negligible share of the posterior
-    unless it is ``e^gap`` times wider, which a sharply identified model
-    does not allow, so the chain is restarted inside the best chain's mode
-    rather than averaged in; the restart count is reported with the
-    diagnostics, and a chain that keeps returning there keeps r_hat high.
-
-    Args:
-        lp: ``(chains, draws)`` log density of each draw.
-        gap: nats between chain means that, with disjoint 10–90 % ranges,
-            marks a minor mode.
-
-    Returns:
-        ``{stuck chain: donor chain}`` (donors cycle over the chains in the
-        best chain's mode); empty when every chain agrees.
-    """
-    lp = np.asarray(lp, np.float64)
-    mean = lp.mean(axis=1)
-    lo, hi = np.quantile(lp, 0.1, axis=1), np.quantile(lp, 0.9, axis=1)
-    best = int(np.argmax(mean))
-    stuck = [c for c in range(lp.shape[0]) if mean[best] - mean[c] > gap and hi[c] < lo[best]]
-    good = [c for c in range(lp.shape[0]) if c not in stuck]
-    return {c: good[k % len(good)] for k, c in enumerate(stuck)}
 
 
 def _passes(diag: dict[str, Any], crit: Convergence) -> bool:
@@ -185,6 +154,7 @@ def fit_certifying(
     stats: dict[str, np.ndarray] = {}
     ok = False
     restarted = 0
+    fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
     data = model_data(grid, observed, measured_mask, failed=failed)
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
@@ -221,8 +191,17 @@ def fit_certifying(
         diag = convergence_diagnostics(decision_samples(samples, excluded), stats["diverging"])
         ok = _passes(diag, criteria)
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
-        if ok or attempts > max_rounds or late or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
+        if ok or late:
             break
+        if attempts - stretch > max_rounds or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
+            if preset.adaptation != "pooled":
+                break
+            # The pooled warm-up gambles on one shared mass matrix; where it
+            # lost (suite fleet c016: r_hat 1.18 after 800 draws), start
+            # again with NumPyro's per-chain windows, which adapt to each
+            # chain's own geometry — the same cap on rounds, judged afresh.
+            preset = preset._replace(adaptation="windowed")
+            fallback, stretch, fits = True, attempts, []
     post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
     params = convergence_diagnostics(
         {k: v for k, v in samples.items() if k not in ("latent", "capacity")}, stats["diverging"]
@@ -235,6 +214,8 @@ def fit_certifying(
         "draws": int(stats["diverging"].shape[1]),
         "attempts": attempts,
         "restarted_chains": restarted,
+        "adaptation": preset.adaptation,
+        "windowed_fallback": fallback,
         "target_accept": float(preset.target_accept),
         "wall_s": time.perf_counter() - t0,
         "converged": bool(ok),

@@ -49,6 +49,7 @@ from numpyro.infer.hmc_util import build_adaptation_schedule
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.joint import (
     ModelData,
     fleet_model,
@@ -419,6 +420,10 @@ def _pooled_warmup(
         inverse_mass: ``(dim, dim)`` first-half mass, e.g. from the round's
             cheap posterior (:func:`mass_from_draws`), or None.
 
+    A chain whose first-half log density sits in a minor mode
+    (:func:`~fleetsieve_bayes.model.diagnostics.minor_mode_chains`) is left out
+    of the pool and starts its second half at a main-mode chain's position.
+
     Returns:
         Per chain (last state, NutsTrace of the ``preset.samples`` draws).
     """
@@ -429,11 +434,18 @@ def _pooled_warmup(
         return _nuts_chain(objs, state, data, half, half // 2)
 
     firsts = _map_chains(preset, first)
-    flat = np.concatenate([np.asarray(objs.flatten(r[1].z)) for r in firsts])
+    # A chain stuck in a minor mode would pool the distance between the modes
+    # into the mass matrix (every chain then crawls): pool the chains in the
+    # main mode only, and move the stuck ones to a main-mode chain's position
+    # (their own key makes them diverge from it in the second half).
+    lp = np.stack([-np.asarray(r[1].potential_energy, np.float64) for r in firsts])
+    stuck = minor_mode_chains(lp)
+    flat = np.concatenate([np.asarray(objs.flatten(r[1].z)) for c, r in enumerate(firsts) if c not in stuck])
     pooled = jnp.asarray(mass_from_draws(flat), jnp.float32)
 
     def second(c: int) -> tuple[Any, NutsTrace]:
-        state = objs.init_fixed_mass(firsts[c][0].z, jax.random.fold_in(keys[c], 1), data, pooled)
+        start = firsts[stuck.get(c, c)][0].z
+        state = objs.init_fixed_mass(start, jax.random.fold_in(keys[c], 1), data, pooled)
         # Resume the warm-up clock at the half, so the step size is averaged
         # and adaptation stops exactly at ``preset.warmup``.
         state = state._replace(i=jnp.asarray(half, state.i.dtype))
