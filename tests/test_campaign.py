@@ -112,7 +112,9 @@ def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: t
     # The check's own numbers (what the decision reads) are the file's decision headline;
     # on this grid (no failed cell) the parameters converge too.
     assert on_file["decision_r_hat_max"] == pytest.approx(d["r_hat_max"], rel=1e-6)
-    assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-6)
+    # the file's diagnose reads float32 draws, the campaign's check float64: rank-normalised
+    # r_hat agrees to about 1e-5 (a different posterior differs by 1e-3 or more)
+    assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-4)
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, dict]) -> None:

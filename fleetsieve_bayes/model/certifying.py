@@ -24,12 +24,17 @@ four chains of 400 warm-up and 400 draws, target acceptance 0.95, tree depth
 10, the chains in threads) with the same compiled NUTS runner as every round's
 fit (:func:`fleetsieve_bayes.model.inference.fit`; chains start from
 independent random points near the prior's centre), and checks the result.
-With ``[nuts] adaptation = "pooled"`` in the preset (opt-in; the shipped
-``certify`` preset keeps NumPyro's per-chain windows until it has been run
-over the whole suite), the warm-up tunes the step size under a fixed dense
-mass — first the covariance of the round's cheap posterior (``mass_from``),
-then that of all four chains' first-half draws pooled: on suite states the
-attempts ran 2–3× faster with the same convergence.
+The ``certify`` preset's warm-up is ``[nuts] adaptation = "pooled"``: the
+step size is tuned under a fixed dense mass — first the covariance of the
+round's cheap posterior (``mass_from``), then that of all four chains'
+first-half draws pooled (a chain in a minor mode left out of the pool and
+moved into the main one). NumPyro's per-chain windows estimate the mass from
+25–200 of one chain's own draws; on the same 12 suite states the pooled
+warm-up converged on all 12 against 10, median attempt 24.1 s against 29.2 s
+(``benchmarks/published/issue12/certification_time_session7_*.json``).
+A pooled run that cannot reach the criteria within its rounds is redone with
+the windowed warm-up before the fit gives up (``windowed_fallback`` in the
+diagnostics).
 If it does not pass:
 
 * a chain stuck in a minor mode (:func:`minor_mode_chains`) restarts at a draw
