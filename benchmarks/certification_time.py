@@ -10,6 +10,7 @@ joint check, the campaign's settings, nothing else running.
 
     python benchmarks/certification_time.py runs.jsonl                 # every fleetsieve run in the file
     python benchmarks/certification_time.py runs.jsonl --fleets 7,24 --out FILE
+    python benchmarks/certification_time.py runs.jsonl --adaptation windowed --out FILE2   # the other warm-up
 
 Prints a markdown table (fleet, cells measured, attempt seconds, r_hat, ESS,
 draws, outcome) and the median / 90th percentile, and writes JSON (default
@@ -36,6 +37,7 @@ from fleetsieve_bayes.campaign.certification import campaign_attempt
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
 from fleetsieve_bayes.model.inference import fit
+from fleetsieve_bayes.model.presets import ADAPTATIONS, load_preset
 from fleetsieve_bayes.model.priors import card_path, load_card
 from fleetsieve_bayes.table import read_table
 
@@ -52,8 +54,11 @@ def suite_fleet(k: int, root: Path, suite_seed: int = 0) -> Path:
     return write_synthetic(root / f"c{k:03d}", df, camp).path
 
 
-def time_attempt(campaign_path: Path, measured_labels: list[str], seed: int) -> dict[str, Any]:
-    """One certification attempt on the state where ``measured_labels`` are measured."""
+def time_attempt(
+    campaign_path: Path, measured_labels: list[str], seed: int, adaptation: str | None = None
+) -> dict[str, Any]:
+    """One certification attempt on the state where ``measured_labels`` are measured
+    (``adaptation``: override the ``certify`` preset's warm-up; None keeps it)."""
     c = load_campaign(campaign_path)
     table = read_table(c.measurement.table)
     grid = grid_from_table(table, c.workload_names)
@@ -67,7 +72,12 @@ def time_attempt(campaign_path: Path, measured_labels: list[str], seed: int) -> 
     # (not timed: it is the round's own fit); its draws seed the warm-up's mass.
     cheap = fit(grid, observed, measured, card, c.inference, seed=seed)
     t0 = time.perf_counter()
-    a = campaign_attempt(c, grid, problem_from_campaign(c), card, observed, measured, seed=seed, mass_from=cheap)
+    preset = load_preset("certify")
+    if adaptation is not None:
+        preset = preset._replace(adaptation=adaptation)
+    a = campaign_attempt(
+        c, grid, problem_from_campaign(c), card, observed, measured, seed=seed, mass_from=cheap, preset=preset
+    )
     wall = time.perf_counter() - t0
     d = a.diagnostics
     return {
@@ -78,6 +88,8 @@ def time_attempt(campaign_path: Path, measured_labels: list[str], seed: int) -> 
         "ess_bulk_min": d.get("ess_bulk_min"),
         "draws": d.get("draws"),
         "converged": d.get("converged"),
+        "adaptation": d.get("adaptation"),
+        "windowed_fallback": d.get("windowed_fallback"),
     }
 
 
@@ -87,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fleets", default="", help="only these fleet numbers (e.g. 7,24)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--suite-seed", type=int, default=0)
+    ap.add_argument(
+        "--adaptation",
+        choices=ADAPTATIONS,
+        default=None,
+        help="override the certify preset's warm-up (compare in separate runs: one process shares compiled kernels)",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     runs: dict[str, dict[str, Any]] = {}
@@ -102,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             path = suite_fleet(int(name[1:]), Path(tmp), args.suite_seed)
             row = {"fleet": name, "campaign_status": runs[name]["status"]}
-            row.update(time_attempt(path, runs[name]["measured"], args.seed))
+            row.update(time_attempt(path, runs[name]["measured"], args.seed, args.adaptation))
             rows.append(row)
             print(
                 f"| {name} | {row['cells']} | {row['seconds']:.1f} | {row['r_hat_max']:.3f} | "

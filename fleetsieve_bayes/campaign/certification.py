@@ -96,9 +96,11 @@ def campaign_attempt(
     *,
     seed: int,
     mass_from: Any = None,
+    preset: Any = "certify",
 ) -> CertificationAttempt:
     """:func:`attempt_certification` with a campaign's stopping and interval settings
-    (ε, credible level, repeatability, tail and success margins, knee guard, risk)."""
+    (ε, credible level, repeatability, tail and success margins, knee guard, risk);
+    ``preset``: the certifying NUTS preset (name, path or object)."""
     return attempt_certification(
         grid,
         problem,
@@ -112,6 +114,7 @@ def campaign_attempt(
         risk=campaign.risk,
         seed=seed,
         mass_from=mass_from,
+        preset=preset,
     )
 
 
