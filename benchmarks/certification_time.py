@@ -71,10 +71,10 @@ def time_attempt(
     # The round's cheap posterior, as the campaign has it before it attempts
     # (not timed: it is the round's own fit); its draws seed the warm-up's mass.
     cheap = fit(grid, observed, measured, card, c.inference, seed=seed)
-    t0 = time.perf_counter()
     preset = load_preset("certify")
     if adaptation is not None:
         preset = preset._replace(adaptation=adaptation)
+    t0 = time.perf_counter()
     a = campaign_attempt(
         c, grid, problem_from_campaign(c), card, observed, measured, seed=seed, mass_from=cheap, preset=preset
     )
