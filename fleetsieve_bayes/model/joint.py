@@ -143,6 +143,10 @@ _CAP_SHARPNESS = 25.0
 OVERLOAD_LOG_MEDIAN = math.log(30.0)
 OVERLOAD_LOG_SD = 1.5
 _OVER_SHARPNESS = 40.0
+# Failure under load (see :func:`load_failures`): P(fail | ρ) ∝ sigmoid(k log ρ)
+# with k = FAILURE_SHARPNESS: against deep overload, a failed run makes ρ = 1
+# half as likely, ρ = 0.8 a seventh, ρ = 0.5 e^-5.5 times.
+FAILURE_SHARPNESS = 8.0
 
 
 class ModelData(NamedTuple):
@@ -162,6 +166,7 @@ class ModelData(NamedTuple):
     observed: jnp.ndarray  # (n_cells, 4): natural units, placeholders (1.0) where not usable
     fit_mask: jnp.ndarray  # bool (n_cells, 4): metric enters the likelihood
     measured: jnp.ndarray  # bool (n_cells,)
+    failed_under_load: jnp.ndarray  # bool (n_cells,): see :func:`load_failures`
 
 
 def usable_mask(
@@ -238,7 +243,28 @@ def model_data(
         observed=jnp.asarray(clean),
         fit_mask=jnp.asarray(fit),
         measured=jnp.asarray(measured),
+        failed_under_load=jnp.asarray(load_failures(grid, measured, fit)),
     )
+
+
+def load_failures(grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray) -> np.ndarray:
+    """bool ``(n_cells,)``: measured cells that failed (no metric usable) where
+    the same class and TP served a lower load — the engine fell over under load,
+    not at start-up (a start-up OOM fails every load of its TP).
+
+    Args:
+        grid: the candidate cells.
+        measured: bool ``(n_cells,)``.
+        fit_mask: bool ``(n_cells, 4)`` (:func:`usable_mask`).
+    """
+    measured = np.asarray(measured, bool)
+    working = np.asarray(fit_mask, bool).any(axis=1)
+    failed = measured & ~working
+    out = np.zeros(grid.n_cells, bool)
+    for c in np.flatnonzero(failed):
+        same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & working
+        out[c] = bool(np.any(same & (grid.offered_rps < grid.offered_rps[c])))
+    return out
 
 
 # --- transforms and the observation model (pure JAX) -------------------------
@@ -555,6 +581,17 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         "overload": overload,
     }
     latent, capacity = latent_metrics(params, data)
+    # A run that failed at a load its TP served below it is evidence of
+    # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
+    # cell's log(1 - P) ≈ 0 (overload need not fail a run) and a failed one
+    # adds log sigmoid(k log ρ). Without it, suite fleet c016's chat class (its
+    # three top loads failed) let chains wander into capacities that put every
+    # measured load below saturation: r_hat 1.05 after 6,400 draws; 1.001 with it.
+    log_rho = data.log_offered - jnp.log(capacity)
+    numpyro.factor(
+        "failed_under_load",
+        jnp.sum(jnp.where(data.failed_under_load, jax.nn.log_sigmoid(FAILURE_SHARPNESS * log_rho), 0.0)),
+    )
     numpyro.deterministic("latent", latent)
     numpyro.deterministic("capacity", capacity)
     loc_y = to_transformed(latent)
