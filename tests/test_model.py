@@ -7,10 +7,12 @@ from numpyro.infer import Predictive
 
 from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
 from fleetsieve_bayes.model.joint import (
+    FAILURE_SHARPNESS,
     NOISE_DF,
     NOISE_DFS,
     fleet_model,
     from_transformed,
+    load_failures,
     model_data,
     obs_logpdf,
     sample_obs,
@@ -119,3 +121,56 @@ def test_a_zero_class_spread_shares_one_sharpness(grid_obs):
     pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=10)(jax.random.PRNGKey(0), data)
     assert pred["sharpness"].shape == (10,)
     assert pred["class_z"].shape == (10, grid.n_classes, 11)
+
+
+def test_load_failures_are_failed_runs_above_a_working_load_of_their_tp(grid_obs):
+    """Only a failed run above a load its class and TP served counts: not a
+    start-up OOM (every load of the TP failed), not a failure below every
+    working load, not an unmeasured cell."""
+    grid, obs = grid_obs
+    obs = obs.copy()
+    cell = {grid.describe(i): i for i in range(grid.n_cells)}
+    measured = np.zeros(grid.n_cells, bool)
+    for name in ("chat TP1@L25", "chat TP1@L50", "chat TP1@L100", "chat TP2@L25", "chat TP2@L50",
+                 "chat TP4@L25", "chat TP4@L75", "chat TP8@L25", "chat TP8@L50"):
+        measured[cell[name]] = True
+    for name in ("chat TP1@L100", "chat TP2@L25", "chat TP2@L50", "chat TP8@L25", "chat TP8@L125"):
+        obs[cell[name]] = 0.0  # the all-zero row of a failed run
+    got = load_failures(grid, measured, usable_mask(obs, measured))
+    assert [grid.describe(i) for i in np.flatnonzero(got)] == ["chat TP1@L100"]
+    # a failure label counts as a failure too, wherever the metrics look fine
+    failed = np.zeros(grid.n_cells, bool)
+    failed[cell["chat TP4@L75"]] = True
+    got = load_failures(grid, measured, usable_mask(obs, measured, failed))
+    assert [grid.describe(i) for i in np.flatnonzero(got)] == ["chat TP1@L100", "chat TP4@L75"]
+
+
+def test_a_failure_under_load_adds_log_sigmoid_of_its_utilisation(grid_obs):
+    """The failed cell's whole contribution to the log density is
+    ``log sigmoid(k log ρ)``, ρ = offered / the draw's capacity."""
+    from numpyro.infer.util import log_density
+
+    grid, obs = grid_obs
+    card = load_card("dense-8b-bf16-h100")
+    measured = np.zeros(grid.n_cells, bool)
+    cell = {grid.describe(i): i for i in range(grid.n_cells)}
+    c = cell["chat TP2@L125"]
+    measured[[cell["chat TP2@L25"], cell["chat TP2@L50"], c]] = True
+    failed_obs = obs.copy()
+    failed_obs[c] = 0.0
+    with_failure = model_data(grid, failed_obs, measured)
+    without = model_data(grid, failed_obs, np.where(np.arange(grid.n_cells) == c, False, measured))
+    assert bool(with_failure.failed_under_load[c]) and not bool(without.failed_under_load.any())
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        params = {
+            "class_z": jnp.asarray(rng.normal(size=(grid.n_classes, 11))),
+            "global": jnp.asarray(rng.normal(size=6) * 0.3 + np.array([2.0, 0.5, 0.0, 0.0, 3.0, 3.0])),
+            "noise_raw": jnp.asarray(np.abs(rng.normal(size=4)) * 0.1),
+        }
+        a, trace = log_density(fleet_model, (with_failure, card, with_failure.observed), {}, params)
+        b, _ = log_density(fleet_model, (without, card, without.observed), {}, params)
+        rho = grid.offered_rps[c] / float(trace["capacity"]["value"][c])
+        want = float(jax.nn.log_sigmoid(FAILURE_SHARPNESS * np.log(rho)))
+        assert float(a - b) == pytest.approx(want, rel=1e-4, abs=1e-4)
+        assert want < -1e-3  # the term is not negligible at these draws

@@ -50,6 +50,10 @@ likelihood (its ``fit_mask`` row is all False) and enters decisions only through
 to its measured values (0 throughput, 0 success: infeasible). A non-finite tail
 on an otherwise working cell drops only that metric. Pass ``failed=`` to
 :func:`model_data` to exclude cells by their ``failure`` label as well.
+One thing a failed run does tell the curves: one that failed at a load its
+class and TP served below it (:func:`load_failures`; not a start-up OOM,
+which fails every load of its TP) is evidence that the cell is overloaded,
+``log sigmoid(k log ρ)`` in the log density (:data:`FAILURE_SHARPNESS`).
 
 Observation model as pure JAX functions (used by the acquisition kernel):
 :func:`obs_logpdf` and :func:`sample_obs`, with ``noise (..., 4)`` = the
@@ -92,6 +96,8 @@ __all__ = [
     "latent_metrics",
     "RHO_GAP",
     "init_unconstrained",
+    "load_failures",
+    "FAILURE_SHARPNESS",
 ]
 
 # Student-t degrees of freedom of the observation noise of the tails and
