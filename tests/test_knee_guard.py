@@ -223,3 +223,42 @@ def test_a_start_up_failure_is_known_at_every_load_of_its_class_and_tp():
     np.testing.assert_array_equal(observed[0], [0.0, 0.0, 0.0, 0.0])
     np.testing.assert_array_equal(observed[6], [0.0, 0.0, 0.0, 0.0])
     assert np.isnan(observed[3]).all()
+
+
+def test_only_a_failure_under_load_reads_as_overload():
+    """A run that failed above a working load of its TP is evidence of overload
+    in the model (``failed_under_load``); a server that never served — start-up
+    OOM (and the loads it is inferred for), a flaky start-up timeout, the memory
+    guard — is not, wherever it sits."""
+    from fleetsieve_bayes.campaign.loop import measured_state, server_failures
+    from fleetsieve_bayes.model.joint import model_data
+
+    grid = CellGrid(
+        workloads=("chat", "code"),
+        workload_idx=np.array([0, 0, 0, 0, 0, 1, 1, 1]),
+        tp=np.array([1, 1, 1, 2, 2, 1, 1, 1]),
+        load=("C1", "C2", "C3", "C1", "C2", "C1", "C2", "C3"),
+        offered_rps=np.array([1.0, 2.0, 3.0, 1.0, 2.0, 1.0, 2.0, 3.0]),
+        duration_s=np.full(8, 300.0),
+    )
+    ok = [1.0, 0.5, 5.0, 0.99]
+    records = [
+        _record(0, "chat", 1, "C2", "startup-oom", [0.0, 0.0, 0.0, 0.0]),
+        _record(1, "chat", 2, "C1", "", ok),
+        _record(2, "chat", 2, "C2", "no-success", [0.0, 0.0, 0.0, 0.0]),  # fell over under load
+        _record(3, "code", 1, "C1", "", ok),
+        _record(4, "code", 1, "C2", "startup-timeout", [0.0, 0.0, 0.0, 0.0]),  # a flaky start-up
+        _record(5, "code", 1, "C3", "", [0.0, 0.0, 0.0, 0.0]),  # zeros, no label: a failed run
+    ]
+    measured, observed, _ = measured_state(grid, records)
+    server = server_failures(grid, records)
+    assert [grid.describe(c) for c in np.flatnonzero(server)] == [
+        "chat TP1@C1", "chat TP1@C2", "chat TP1@C3", "code TP1@C2"
+    ]
+    data = model_data(grid, observed, measured, server_failed=server)
+    assert [grid.describe(c) for c in np.flatnonzero(np.asarray(data.failed_under_load))] == [
+        "chat TP2@C2", "code TP1@C3"
+    ]
+    # without the server failures, the flaky start-up would read as overload
+    data = model_data(grid, observed, measured)
+    assert "code TP1@C2" in [grid.describe(c) for c in np.flatnonzero(np.asarray(data.failed_under_load))]

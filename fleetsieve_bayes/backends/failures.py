@@ -24,6 +24,7 @@ __all__ = [
     "MEMORY_GUARD",
     "TEARDOWN_ORPHANS",
     "FAILURE_CLASSES",
+    "SERVER_FAILURES",
     "classify_startup",
     "classify_run",
     "failure_row",
@@ -38,6 +39,9 @@ REQUEST_ERRORS = "request-errors"
 NO_SUCCESS = "no-success"  # every window request failed, none by a request error (e.g. all timed out)
 MEMORY_GUARD = "memory-guard"
 TEARDOWN_ORPHANS = "teardown-orphans"
+# The server never served (it did not start, or the memory guard refused it):
+# such a failure says nothing about the offered load.
+SERVER_FAILURES: tuple[str, ...] = (STARTUP_OOM, STARTUP_TIMEOUT, STARTUP_EXIT, MEMORY_GUARD)
 FAILURE_CLASSES: tuple[str, ...] = (
     STARTUP_OOM, STARTUP_TIMEOUT, STARTUP_EXIT, DIED_MID_RUN, REQUEST_ERRORS, NO_SUCCESS, MEMORY_GUARD,
 )

@@ -97,6 +97,7 @@ def campaign_attempt(
     seed: int,
     mass_from: Any = None,
     preset: Any = "certify",
+    server_failed: np.ndarray | None = None,
 ) -> CertificationAttempt:
     """:func:`attempt_certification` with a campaign's stopping and interval settings
     (ε, credible level, repeatability, tail and success margins, knee guard, risk);
@@ -115,6 +116,7 @@ def campaign_attempt(
         seed=seed,
         mass_from=mass_from,
         preset=preset,
+        server_failed=server_failed,
     )
 
 
@@ -144,14 +146,19 @@ def attempt_certification(
     preset: Any = "certify",
     rules: IntervalRules = DEFAULT_RULES,
     mass_from: Any = None,
+    server_failed: np.ndarray | None = None,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring).
 
     ``mass_from``: the round's cheap posterior, if any; the certifying
     warm-up starts from its draws' covariance as the mass matrix
-    (:func:`fleetsieve_bayes.model.certifying.fit_certifying`)."""
+    (:func:`fleetsieve_bayes.model.certifying.fit_certifying`). ``server_failed``:
+    bool ``(n_cells,)``, failed cells whose server never served
+    (:func:`fleetsieve_bayes.campaign.loop.server_failures`)."""
     t0 = time.perf_counter()
-    cf = fit_certifying(grid, observed, measured, card, preset, seed=seed, mass_from=mass_from)
+    cf = fit_certifying(
+        grid, observed, measured, card, preset, seed=seed, mass_from=mass_from, server_failed=server_failed
+    )
     post = cf.posterior
     bounds = rule_bounds(post, observed, measured, credible_level, repeatability, grid, rules)
     cons = allocate_milp(grid, conservative_table(bounds), problem)

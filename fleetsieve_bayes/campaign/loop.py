@@ -40,7 +40,7 @@ from fleetsieve_bayes.allocation.problem import (
     problem_from_campaign,
 )
 from fleetsieve_bayes.backends import Backend, make_backend
-from fleetsieve_bayes.backends.failures import MEMORY_GUARD, STARTUP_OOM
+from fleetsieve_bayes.backends.failures import MEMORY_GUARD, SERVER_FAILURES, STARTUP_OOM
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.campaign.directory import finite_or_none
 from fleetsieve_bayes.campaign.fingerprint import (
@@ -200,6 +200,25 @@ def measured_state(grid: CellGrid, records: list[Any]) -> tuple[np.ndarray, np.n
         observed[same] = observed[c]
         measured |= same
     return measured, observed, order
+
+
+def server_failures(grid: CellGrid, records: list[Any]) -> np.ndarray:
+    """bool ``(n_cells,)``: cells measured as a failure of the server itself
+    (:data:`~fleetsieve_bayes.backends.failures.SERVER_FAILURES`: it never
+    served, so the failure says nothing about the load), and the cells
+    :func:`measured_state` marks from a load-independent one. The model reads
+    every other failed run above a working load of its TP as overload
+    (:func:`fleetsieve_bayes.model.joint.load_failures`)."""
+    measured, _, _ = measured_state(grid, records)
+    index = grid.index()
+    ran = np.zeros(grid.n_cells, dtype=bool)
+    server = np.zeros(grid.n_cells, dtype=bool)
+    for rec in records:
+        if isinstance(rec, MeasurementRecord) and tuple(rec.cell) in index:
+            c = index[tuple(rec.cell)]
+            ran[c] = True
+            server[c] |= rec.row.get("failure") in SERVER_FAILURES
+    return server | (measured & ~ran)
 
 
 def _metric(v: Any) -> float:
@@ -703,7 +722,11 @@ def _one_round(
     c = inputs.campaign
     measured, observed, _ = measured_state(grid, journal.records)
     t0 = time.perf_counter()
-    posterior = fit(grid, observed, measured, inputs.card, inputs.preset, seed=_round_seed(inputs.seed, round_no), warm_start=warm)
+    server = server_failures(grid, journal.records)
+    posterior = fit(
+        grid, observed, measured, inputs.card, inputs.preset, seed=_round_seed(inputs.seed, round_no),
+        warm_start=warm, server_failed=server,
+    )
     t_fit = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -715,7 +738,7 @@ def _one_round(
 
     attempt = None
     if cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
-        attempt = _attempt_certification(inputs, grid, problem, observed, measured, round_no, posterior)
+        attempt = _attempt_certification(inputs, grid, problem, observed, measured, round_no, posterior, server)
         cert, bounds = attempt.certificate, attempt.bounds
         conservative, optimistic = attempt.conservative, attempt.optimistic
 
@@ -799,17 +822,20 @@ def _attempt_certification(
     measured: np.ndarray,
     round_no: int,
     cheap: Any = None,
+    server_failed: np.ndarray | None = None,
 ) -> Any:
     """The converged certifying posterior and the joint check, for a round whose intervals certify.
 
     ``cheap`` is the round's own posterior: its draws' covariance is the
     certifying warm-up's first mass matrix (a deterministic function of the
-    round, so a resumed campaign reproduces the attempt)."""
+    round, so a resumed campaign reproduces the attempt). ``server_failed``:
+    :func:`server_failures`."""
     from fleetsieve_bayes.campaign.certification import campaign_attempt
 
     seed = _round_seed(inputs.seed, round_no) + 1
     return campaign_attempt(
-        inputs.campaign, grid, problem, inputs.card, observed, measured, seed=seed, mass_from=cheap
+        inputs.campaign, grid, problem, inputs.card, observed, measured, seed=seed, mass_from=cheap,
+        server_failed=server_failed,
     )
 
 

@@ -324,6 +324,7 @@ def _refit(ctx: _Context, measured: np.ndarray, observed: Any, n_measured: int) 
         inputs.preset,
         seed=loop._round_seed(inputs.seed, n_measured),
         warm_start=warm,
+        server_failed=loop.server_failures(ctx.grid, ctx.journal.records),
     )
     save_warm_start(ctx.out / WARM_START_DIR, posterior, round_no=n_measured)
     return posterior
@@ -347,7 +348,8 @@ def _decide(
         # As in the sequential loop: a certificate is only issued from the converged
         # certifying posterior, after the decision-level joint check.
         attempt = loop._attempt_certification(
-            ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round, posterior
+            ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round, posterior,
+            loop.server_failures(ctx.grid, ctx.journal.records),
         )
         real = real._replace(
             bounds=attempt.bounds,

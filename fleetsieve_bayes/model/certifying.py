@@ -124,11 +124,12 @@ def fit_certifying(
     time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
     mass_from: Any = None,
+    server_failed: np.ndarray | None = None,
 ) -> CertifyingFit:
     """Fit the certifying posterior and check it against ``criteria``.
 
     Args:
-        grid, observed, measured_mask, failed: as :func:`fleetsieve_bayes.model.inference.fit`.
+        grid, observed, measured_mask, failed, server_failed: as :func:`fleetsieve_bayes.model.inference.fit`.
         card: prior card (object, name or path).
         preset: an NUTS preset (object, name or path); default ``certify``.
         seed: PRNG seed (the same seed gives the same posterior).
@@ -160,7 +161,8 @@ def fit_certifying(
     ok = False
     restarted = 0
     fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
-    data = model_data(grid, observed, measured_mask, failed=failed)
+    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed)
+    same = {"failed": failed, "server_failed": server_failed}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     while True:
@@ -173,7 +175,7 @@ def fit_certifying(
             # are judged on the same, fresh stretch.
             restarted += len(stuck)
             warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
-            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, failed=failed)]
+            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, **same)]
         elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
             if fits:  # divergences: smaller steps and a longer warm-up, from scratch
                 preset = preset._replace(
@@ -181,7 +183,7 @@ def fit_certifying(
                 )
             fits = [
                 _inference.fit(
-                    grid, observed, measured_mask, card, preset, seed=sub, failed=failed,
+                    grid, observed, measured_mask, card, preset, seed=sub, **same,
                     # a divergent run re-adapts its mass matrix from scratch
                     mass_from=None if attempts > 1 else mass_from,
                 )
@@ -190,7 +192,7 @@ def fit_certifying(
             # Sample more: every chain continues from its last state (adapted
             # step size and mass matrix kept, no new warm-up); draws are appended.
             fits.append(
-                _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], failed=failed)
+                _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], **same)
             )
         samples, stats = _concatenate(fits)
         diag = convergence_diagnostics(decision_samples(samples, excluded), stats["diverging"])

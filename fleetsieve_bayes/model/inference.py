@@ -210,6 +210,7 @@ def fit(
     warm_start: Posterior | None = None,
     failed: np.ndarray | None = None,
     mass_from: Posterior | None = None,
+    server_failed: np.ndarray | None = None,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -229,9 +230,12 @@ def fit(
             covariance, in the unconstrained space, is the fixed mass of the
             warm-up's first half (see :func:`mass_from_draws`,
             :func:`_pooled_warmup`); ignored by the windowed warm-up.
+        server_failed: optional bool ``(n_cells,)``: failed cells whose server
+            never served (start-up failures; see
+            :func:`fleetsieve_bayes.model.joint.load_failures`).
     """
     card, preset = _resolve(card, preset)
-    data = model_data(grid, observed, measured_mask, failed=failed)
+    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed)
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
     return _fit_nuts(data, card, preset, seed, warm_start, mass_from)

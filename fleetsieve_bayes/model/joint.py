@@ -208,6 +208,7 @@ def model_data(
     n_classes_max: int | None = None,
     *,
     failed: np.ndarray | None = None,
+    server_failed: np.ndarray | None = None,
 ) -> ModelData:
     """Build the model's fixed-shape inputs.
 
@@ -218,6 +219,9 @@ def model_data(
         measured_mask: bool ``(n_cells,)``.
         n_classes_max: pad the class axis to this size (default ``grid.n_classes``).
         failed: optional bool ``(n_cells,)`` of cells labelled as failures.
+        server_failed: optional bool ``(n_cells,)`` of failed cells whose
+            server never served (start-up failures, the memory guard): not
+            evidence of overload (:func:`load_failures`).
     """
     n = grid.n_cells
     observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
@@ -249,23 +253,30 @@ def model_data(
         observed=jnp.asarray(clean),
         fit_mask=jnp.asarray(fit),
         measured=jnp.asarray(measured),
-        failed_under_load=jnp.asarray(load_failures(grid, measured, fit)),
+        failed_under_load=jnp.asarray(load_failures(grid, measured, fit, server_failed)),
     )
 
 
-def load_failures(grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray) -> np.ndarray:
+def load_failures(
+    grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray, server_failed: np.ndarray | None = None
+) -> np.ndarray:
     """bool ``(n_cells,)``: measured cells that failed (no metric usable) where
     the same class and TP served a lower load — the engine fell over under load,
-    not at start-up (a start-up OOM fails every load of its TP).
+    not at start-up (a start-up OOM fails every load of its TP; a flaky
+    start-up at one load is ``server_failed``).
 
     Args:
         grid: the candidate cells.
         measured: bool ``(n_cells,)``.
         fit_mask: bool ``(n_cells, 4)`` (:func:`usable_mask`).
+        server_failed: optional bool ``(n_cells,)``: failed cells whose server
+            never served (a start-up failure): never counted.
     """
     measured = np.asarray(measured, bool)
     working = np.asarray(fit_mask, bool).any(axis=1)
     failed = measured & ~working
+    if server_failed is not None:
+        failed &= ~np.asarray(server_failed, bool)
     out = np.zeros(grid.n_cells, bool)
     for c in np.flatnonzero(failed):
         same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & working
