@@ -235,11 +235,11 @@ def test_only_a_failure_under_load_reads_as_overload():
 
     grid = CellGrid(
         workloads=("chat", "code"),
-        workload_idx=np.array([0, 0, 0, 0, 0, 1, 1, 1]),
-        tp=np.array([1, 1, 1, 2, 2, 1, 1, 1]),
-        load=("C1", "C2", "C3", "C1", "C2", "C1", "C2", "C3"),
-        offered_rps=np.array([1.0, 2.0, 3.0, 1.0, 2.0, 1.0, 2.0, 3.0]),
-        duration_s=np.full(8, 300.0),
+        workload_idx=np.array([0, 0, 0, 0, 0, 0, 1, 1, 1]),
+        tp=np.array([1, 1, 1, 2, 2, 2, 1, 1, 1]),
+        load=("C1", "C2", "C3", "C1", "C2", "C3", "C1", "C2", "C3"),
+        offered_rps=np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0]),
+        duration_s=np.full(9, 300.0),
     )
     ok = [1.0, 0.5, 5.0, 0.99]
     records = [
@@ -249,6 +249,7 @@ def test_only_a_failure_under_load_reads_as_overload():
         _record(3, "code", 1, "C1", "", ok),
         _record(4, "code", 1, "C2", "startup-timeout", [0.0, 0.0, 0.0, 0.0]),  # a flaky start-up
         _record(5, "code", 1, "C3", "", [0.0, 0.0, 0.0, 0.0]),  # zeros, no label: a failed run
+        _record(6, "chat", 2, "C3", "", ok),  # chat TP2 works above its failure: a fluke
     ]
     measured, observed, _ = measured_state(grid, records)
     server = server_failures(grid, records)
@@ -256,6 +257,10 @@ def test_only_a_failure_under_load_reads_as_overload():
         "chat TP1@C1", "chat TP1@C2", "chat TP1@C3", "code TP1@C2"
     ]
     data = model_data(grid, observed, measured, server_failed=server)
+    assert [grid.describe(c) for c in np.flatnonzero(np.asarray(data.failed_under_load))] == ["code TP1@C3"]
+    # before chat TP2@C3 worked, its failure at C2 read as overload
+    measured_5, observed_5, _ = measured_state(grid, records[:6])
+    data = model_data(grid, observed_5, measured_5, server_failed=server_failures(grid, records[:6]))
     assert [grid.describe(c) for c in np.flatnonzero(np.asarray(data.failed_under_load))] == [
         "chat TP2@C2", "code TP1@C3"
     ]

@@ -51,8 +51,8 @@ to its measured values (0 throughput, 0 success: infeasible). A non-finite tail
 on an otherwise working cell drops only that metric. Pass ``failed=`` to
 :func:`model_data` to exclude cells by their ``failure`` label as well.
 One thing a failed run does tell the curves: one that failed at a load its
-class and TP served below it (:func:`load_failures`; not a start-up OOM,
-which fails every load of its TP) is evidence that the cell is overloaded,
+class and TP served below it and none above (:func:`load_failures`; not a
+start-up OOM, which fails every load of its TP) is evidence that the cell is overloaded,
 ``log sigmoid(k log ρ)`` in the log density (:data:`FAILURE_SHARPNESS`).
 
 Observation model as pure JAX functions (used by the acquisition kernel):
@@ -261,9 +261,11 @@ def load_failures(
     grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray, server_failed: np.ndarray | None = None
 ) -> np.ndarray:
     """bool ``(n_cells,)``: measured cells that failed (no metric usable) where
-    the same class and TP served a lower load — the engine fell over under load,
-    not at start-up (a start-up OOM fails every load of its TP; a flaky
-    start-up at one load is ``server_failed``).
+    the same class and TP served a lower load and no higher one — the engine
+    fell over under load, not at start-up (a start-up OOM fails every load of
+    its TP; a flaky start-up at one load is ``server_failed``). A failure
+    beneath a load that worked is a fluke, not overload: tails and failures
+    only grow with the load.
 
     Args:
         grid: the candidate cells.
@@ -280,7 +282,9 @@ def load_failures(
     out = np.zeros(grid.n_cells, bool)
     for c in np.flatnonzero(failed):
         same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & working
-        out[c] = bool(np.any(same & (grid.offered_rps < grid.offered_rps[c])))
+        below = np.any(same & (grid.offered_rps < grid.offered_rps[c]))
+        above = np.any(same & (grid.offered_rps > grid.offered_rps[c]))
+        out[c] = bool(below and not above)
     return out
 
 
@@ -598,7 +602,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         "overload": overload,
     }
     latent, capacity = latent_metrics(params, data)
-    # A run that failed at a load its TP served below it is evidence of
+    # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
     # cell's log(1 - P) ≈ 0 (overload need not fail a run) and a failed one
     # adds log sigmoid(k log ρ). Without it, suite fleet c016's chat class (its
