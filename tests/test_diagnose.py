@@ -29,7 +29,22 @@ def test_diagnose_json_and_text(tmp_path, capsys):
     js = json.loads(capsys.readouterr().out)
     assert {"r_hat_max", "ess_bulk_min", "divergences", "parameters"} <= set(js)
     assert main(["diagnose", str(tmp_path)]) == 0
-    assert "v[2]" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "v[2]" in text and "read as overload" not in text
+    assert js["failed_under_load"] == []
+
+
+def test_diagnose_lists_the_failed_runs_read_as_overload(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(
+        posterior={"a": rng.normal(size=(2, 200)), "latent": rng.normal(size=(2, 200, 5, 4))},
+        constant_data={"failed_under_load": np.array([False, False, True, False, True])},
+        sample_stats={"diverging": np.zeros((2, 200), bool)},
+    )
+    idata.to_netcdf(str(tmp_path / "posterior.nc"))
+    assert diagnose_file(tmp_path / "posterior.nc")["failed_under_load"] == [2, 4]
+    assert main(["diagnose", str(tmp_path)]) == 0
+    assert "failed runs read as overload (log sigmoid(8 log rho) each): cells 2, 4" in capsys.readouterr().out
 
 
 def test_diagnose_missing_and_corrupt(tmp_path):

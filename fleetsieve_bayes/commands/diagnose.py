@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
         f"what decisions read (every cell's latent metrics but cells measured as failures, noise): "
         f"r_hat max {fmt(out['decision_r_hat_max'], 3)}   ESS bulk min {fmt(out['decision_ess_bulk_min'], 0)}"
     )
+    if out["failed_under_load"]:
+        cells = ", ".join(str(c) for c in out["failed_under_load"])
+        print(f"failed runs read as overload (log sigmoid(8 log rho) each): cells {cells}")
     print(f"{'parameter':<28} {'r_hat':>7} {'ess_bulk':>9} {'ess_tail':>9}")
     for r in out["parameters"]:
         print(f"{r['name']:<28} {fmt(r['r_hat'], 3):>7} {fmt(r['ess_bulk'], 0):>9} {fmt(r['ess_tail'], 0):>9}")

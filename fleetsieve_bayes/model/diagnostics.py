@@ -82,7 +82,11 @@ def decision_samples(samples: dict[str, np.ndarray], failed: np.ndarray) -> dict
 
 def summarize(idata: Any) -> dict[str, Any]:
     """``{"r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "draws", "chains", "method",
-    "decision_r_hat_max", "decision_ess_bulk_min", "parameters": [...]}``.
+    "decision_r_hat_max", "decision_ess_bulk_min", "failed_under_load", "parameters": [...]}``.
+
+    ``failed_under_load``: the cells (``cell`` coordinate) whose failed run the
+    model read as overload (:func:`fleetsieve_bayes.model.joint.load_failures`);
+    empty for a file without that record.
 
     ``parameters`` has one entry per scalar parameter: ``{name, r_hat, ess_bulk, ess_tail}``;
     ``r_hat_max`` etc. are over them. ``decision_*`` are over
@@ -118,8 +122,15 @@ def summarize(idata: Any) -> dict[str, Any]:
         "chains": int(post.sizes["chain"]),
         "draws": int(post.sizes["draw"]),
         "method": str(idata.posterior.attrs.get("inference_method", "")),
+        "failed_under_load": _failed_under_load(idata),
         "parameters": rows,
     }
+
+
+def _failed_under_load(idata: Any) -> list[int]:
+    if "constant_data" not in idata.groups() or "failed_under_load" not in idata.constant_data:
+        return []
+    return [int(c) for c in np.flatnonzero(np.asarray(idata.constant_data["failed_under_load"].values, bool))]
 
 
 def _decision_diagnostics(idata: Any) -> dict[str, Any]:

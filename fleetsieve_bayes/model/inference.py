@@ -695,12 +695,17 @@ def _assemble(
         "capacity": ["cell"],
         "y": ["cell", "quantity"],
         "noise": ["quantity"],
+        "failed_under_load": ["cell"],
     }
     idata = az.from_dict(
         posterior=posterior,
         posterior_predictive={"y": y},
         observed_data={"y": observed},
-        constant_data={"measured": np.asarray(data.measured, bool)},
+        constant_data={
+            "measured": np.asarray(data.measured, bool),
+            # failed runs the model reads as overload (joint.load_failures)
+            "failed_under_load": np.asarray(data.failed_under_load, bool),
+        },
         sample_stats=stats,
         coords={"cell": np.arange(latent_c.shape[2]), "quantity": list(METRICS)},
         dims=dims,
