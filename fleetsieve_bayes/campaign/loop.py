@@ -209,16 +209,17 @@ def server_failures(grid: CellGrid, records: list[Any]) -> np.ndarray:
     :func:`measured_state` marks from a load-independent one. The model reads
     every other failed run above a working load of its TP as overload
     (:func:`fleetsieve_bayes.model.joint.load_failures`)."""
-    measured, _, _ = measured_state(grid, records)
+    measured, _, order = measured_state(grid, records)  # raises on a cell not in the grid
+    inferred = measured.copy()
+    inferred[order] = False  # measured without running: marked from a load-independent failure
     index = grid.index()
-    ran = np.zeros(grid.n_cells, dtype=bool)
-    server = np.zeros(grid.n_cells, dtype=bool)
-    for rec in records:
-        if isinstance(rec, MeasurementRecord) and tuple(rec.cell) in index:
-            c = index[tuple(rec.cell)]
-            ran[c] = True
-            server[c] |= rec.row.get("failure") in SERVER_FAILURES
-    return server | (measured & ~ran)
+    server = [
+        index[tuple(rec.cell)]
+        for rec in records
+        if isinstance(rec, MeasurementRecord) and rec.row.get("failure") in SERVER_FAILURES
+    ]
+    inferred[server] = True
+    return inferred
 
 
 def _metric(v: Any) -> float:
