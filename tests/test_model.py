@@ -10,8 +10,13 @@ from fleetsieve_bayes.model.joint import (
     FAILURE_SHARPNESS,
     NOISE_DF,
     NOISE_DFS,
+    OVERLOAD_CLASS_SD,
+    OVERLOAD_LOG_MEDIAN,
+    OVERLOAD_LOG_SD,
+    class_param_count,
     fleet_model,
     from_transformed,
+    latent_metrics,
     load_failures,
     model_data,
     obs_logpdf,
@@ -120,7 +125,88 @@ def test_a_zero_class_spread_shares_one_sharpness(grid_obs):
     assert card.saturation_class_sd == 0.0
     pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=10)(jax.random.PRNGKey(0), data)
     assert pred["sharpness"].shape == (10,)
-    assert pred["class_z"].shape == (10, grid.n_classes, 11)
+    assert pred["class_z"].shape == (10, grid.n_classes, 13) and class_param_count(card) == 13
+
+
+def test_overload_is_per_class_around_a_family_level(grid_obs):
+    """Each class has its own Ω per tail metric: log Ω is the family's
+    (median :data:`OVERLOAD_LOG_MEDIAN`, sd :data:`OVERLOAD_LOG_SD`) plus a
+    class deviation of sd :data:`OVERLOAD_CLASS_SD`, so the log ratio between
+    two classes has sd √2 · OVERLOAD_CLASS_SD."""
+    import math
+
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.zeros(grid.n_cells, bool))
+    card = load_card("dense-8b-bf16-h100")
+    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=4000)(jax.random.PRNGKey(5), data)
+    om = np.log(np.asarray(pred["overload"]))
+    assert om.shape == (4000, grid.n_classes, 2)
+    for m in range(2):
+        assert np.std(om[:, 0, m] - om[:, 1, m]) == pytest.approx(math.sqrt(2) * OVERLOAD_CLASS_SD, rel=0.08)
+        assert np.std(om[:, 0, m]) == pytest.approx(math.hypot(OVERLOAD_LOG_SD, OVERLOAD_CLASS_SD), rel=0.08)
+        assert np.median(om[:, :, m]) == pytest.approx(OVERLOAD_LOG_MEDIAN, abs=0.1)
+
+
+def _tail_params(overload: np.ndarray, blowup: float = 0.8) -> dict[str, jnp.ndarray]:
+    """Fixed class-level parameters of two classes (capacity ~8 req/s/GPU at the knee)."""
+    p = {
+        "knee": np.array([1.0, 1.0]),
+        "curvature": np.array([0.2, 0.2]),
+        "cap_level": np.log(np.array([8.0, 8.0])),
+        "sharpness": 12.0,
+        "exponent": 2.0,
+        "tail_base": np.log(np.array([[0.3, 8.0], [0.9, 4.0]])),
+        "tail_slope": np.array([-0.3, -0.3]),
+        "tail_blowup": np.full((2, 2), blowup),
+        "succ_base": np.array([6.5, 6.5]),
+        "succ_drop": np.array([2.5, 2.5]),
+        "overload": overload,
+    }
+    return {k: jnp.asarray(v) for k, v in p.items()}
+
+
+def test_overload_moves_only_its_own_classes_overloaded_cells(grid_obs):
+    """Raising one class's Ω raises the tails of that class's cells past
+    saturation, and leaves every cell below saturation and every cell of the
+    other class as it was: an overloaded measurement does not speak for the
+    loads beneath it."""
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.ones(grid.n_cells, bool))
+    low = np.full((2, 2), 10.0)
+    high = low.copy()
+    high[0] = 300.0
+    lat_lo, cap = latent_metrics(_tail_params(low), data)
+    lat_hi, _ = latent_metrics(_tail_params(high), data)
+    rho = grid.offered_rps / np.asarray(cap)
+    ratio = np.asarray(lat_hi[:, 1:3]) / np.asarray(lat_lo[:, 1:3])
+    over = (grid.workload_idx == 0) & (rho > 1.2)
+    under = rho < 0.8  # the excess is smooth: at ρ = 0.8 it is e^-8/40 (Ω·that < 1e-2 here)
+    assert over.sum() >= 3 and under.sum() >= 3
+    assert np.all(ratio[over] > 1.5)
+    np.testing.assert_allclose(ratio[under], 1.0, rtol=3e-3)
+    np.testing.assert_allclose(ratio[grid.workload_idx == 1], 1.0, rtol=1e-6)
+
+
+def test_overload_grows_linearly_in_the_excess_whatever_the_knee_amplitude(grid_obs):
+    """Past saturation the tails grow like ``1 + Ω (ρ - 1)``: with a large Ω
+    the p99 at ρ = 3 is twice that at ρ = 2, and the knee's amplitude ``β``
+    does not change that ratio (it only sets how far the tails rise up to the
+    knee)."""
+    grid, obs = grid_obs
+    data = model_data(grid, obs, np.ones(grid.n_cells, bool))
+    omega = np.full((2, 2), 1e4)
+    _, cap = latent_metrics(_tail_params(omega), data)
+    c = int(np.flatnonzero(grid.workload_idx == 0)[0])
+    # the same cell at ρ = 2 and ρ = 3: two copies with the offered load set to match
+    log_cap = float(np.log(cap[c]))
+    at = lambda rho: data._replace(  # noqa: E731
+        widx=data.widx[c : c + 1], u=data.u[c : c + 1], log_offered=jnp.asarray([log_cap + np.log(rho)])
+    )
+    for blowup in (0.3, 0.8, 1.5):
+        p = _tail_params(omega, blowup)
+        l2 = np.asarray(latent_metrics(p, at(2.0))[0])[0, 1:3]
+        l3 = np.asarray(latent_metrics(p, at(3.0))[0])[0, 1:3]
+        np.testing.assert_allclose(l3 / l2, 2.0, rtol=2e-3)
 
 
 def test_load_failures_are_failed_runs_above_a_working_load_of_their_tp(grid_obs):
@@ -164,7 +250,7 @@ def test_a_failure_under_load_adds_log_sigmoid_of_its_utilisation(grid_obs):
     rng = np.random.default_rng(0)
     for _ in range(3):
         params = {
-            "class_z": jnp.asarray(rng.normal(size=(grid.n_classes, 11))),
+            "class_z": jnp.asarray(rng.normal(size=(grid.n_classes, class_param_count(card)))),
             "global": jnp.asarray(rng.normal(size=6) * 0.3 + np.array([2.0, 0.5, 0.0, 0.0, 3.0, 3.0])),
             "noise_raw": jnp.asarray(np.abs(rng.normal(size=4)) * 0.1),
         }

@@ -15,15 +15,17 @@ Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
   push it to (or past) an edge, making capacity per GPU monotone over the grid.
 * served throughput = smooth-min(λ, C) = ``(λ^-k + C^-k)^(-1/k)``.
 * utilisation ``ρ = λ / C`` and two congestion terms (:func:`congestion`):
-  ``h_tail = -log(1 - ρ_s) + overload(ρ)`` with ``ρ_s`` = ``ρ^γ`` smoothly
-  capped at ``1 - RHO_GAP`` — flat at light load, blowing up like ``1/(1-ρ)``
-  (M/M/1-like p99) near saturation, and past it growing with the share of the
-  load that cannot be served, ``Ω·max(0, ρ − 1)`` added inside the log (a
-  finite 300 s window; ``Ω`` per tail metric, a wide global prior), so an
-  overloaded cell does not inflate the loads beneath it;
-  ``h_succ = log(1 + ρ^γ)`` for success.
+  ``h_queue = -log(1 - ρ_s)`` with ``ρ_s`` = ``ρ^γ`` smoothly capped at
+  ``1 - RHO_GAP`` — flat at light load, blowing up like ``1/(1-ρ)`` (M/M/1-like
+  p99) near saturation; ``h_succ = log(1 + ρ^γ)`` for success.
+* past saturation the tails grow with the share of the load that cannot be
+  served (:func:`overload_growth`): ``log(1 + Ω_w·max(0, ρ − 1))``, linear in
+  the excess (a finite 300 s window), with ``Ω`` per class and tail metric, so
+  an overloaded cell neither inflates the loads beneath it nor is capped by
+  the knee's amplitude.
 * tails (TTFT p99, completion p99):
-  ``log L = base_w + slope (u - u_mid) + α_w (log λ - log λ_ref,w) + β_w h_tail``
+  ``log L = base_w + slope (u - u_mid) + α_w (log λ - log λ_ref,w) + β_w h_queue
+  + log(1 + Ω_w excess(ρ))``
   with a separate load elasticity ``α`` (the gradual rise below saturation as
   batches grow) and amplitude ``β`` per class and per tail metric — shares ``C``
   (through ``ρ``) with the capacity model, which is what makes a
@@ -135,6 +137,8 @@ _CLASS_PARAMS = (
     "log_succ_drop",
     "ttft_elasticity",
     "completion_elasticity",
+    "log_ttft_overload_dev",
+    "log_completion_overload_dev",
     "log_sharpness_dev",
 )
 # Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
@@ -142,12 +146,21 @@ _CLASS_PARAMS = (
 # queueing; overload adds ≈ β log ρ beyond).
 RHO_GAP = 0.05
 _CAP_SHARPNESS = 25.0
-# Overload of the tails (see :func:`congestion`): Ω per tail metric, log-normal
-# with a wide prior (95 % within ×/÷ 20 of the median): one fleet's overloaded
-# p99 is 3× its light-load value, another's 100×. A model constant, like
-# NOISE_DF: the prior cards predate it.
+# Overload of the tails (see :func:`overload_growth`): Ω per class and tail
+# metric, a family level per tail metric (the ``global`` site), log-normal with
+# a wide prior (95 % within ×/÷ 20 of the median), plus a class deviation of sd
+# OVERLOAD_CLASS_SD. Per class because how fast a p99 grows past saturation is
+# a property of how the class is driven and how long its requests are: an
+# open-loop rate piles up a queue that grows with the window (a late request
+# waits about (ρ − 1)·T), a closed loop of N requests only queues the N − N_sat
+# it cannot serve (a wait of about the service time), and either is relative
+# to the class's own light-load p99. On the shipped grid chat's TTFT grows 3.4×
+# from ρ 1.3 to 2 and code's 2.5× from ρ 1.3 to 3.3; one global Ω fits neither
+# (leave-one-cell-out TTFT 0.82 with one, 0.91 per class; README, issue 12).
+# Model constants, like NOISE_DF: the prior cards predate them.
 OVERLOAD_LOG_MEDIAN = math.log(30.0)
 OVERLOAD_LOG_SD = 1.5
+OVERLOAD_CLASS_SD = 1.0
 _OVER_SHARPNESS = 40.0
 # Failure under load (see :func:`load_failures`): P(fail | ρ) ∝ sigmoid(k log ρ)
 # with k = FAILURE_SHARPNESS: against deep overload, a failed run makes ρ = 1
@@ -347,53 +360,60 @@ def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
 # --- the model ----------------------------------------------------------------
 
 
-def congestion(
-    log_rho: jnp.ndarray, exponent: jnp.ndarray, overload: jnp.ndarray | None = None
-) -> tuple[jnp.ndarray, jnp.ndarray]:
+def congestion(log_rho: jnp.ndarray, exponent: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The two congestion terms of utilisation ``ρ`` (from ``log_rho (...)``).
 
-    With ``overload`` (``Ω``, shape ``(k,)``: one per tail metric) the tail term
-    is ``h_tail = log(1/(1 - ρ_s) + Ω · excess(ρ))`` of shape ``(..., k)``, where
-    ``excess ≈ max(0, ρ - 1)``: past saturation the queue of a window of
-    length T grows by ``(λ - C)·t`` requests, so a late request waits about
-    ``(ρ - 1)·T`` — the p99 grows linearly in ``ρ - 1``, *added* to the
-    steady-state term. Flat-then-explode
-    curves (0.18 s → 0.24 s → 23 s over three loads) are then fit by the
-    overload of the last cell alone, without inflating the loads beneath it
-    (which a larger amplitude ``β`` or a lower capacity would do). Without
-    ``overload`` the first model's multiplicative overload is used (below).
+    Returns ``(h_queue, h_succ)``, each ``(...)``:
 
-    Returns ``(h_tail, h_succ)``, each ``(...)``:
-
-    * ``h_tail = -log(1 - ρ_s) + overload(ρ)``: a queueing blow-up. ``ρ_s`` is
-      ``ρ^γ`` smoothly capped at ``1 -`` :data:`RHO_GAP` (``≈ 1 - ρ^γ`` well
-      below saturation, so the term grows like ``-log(1 - ρ^γ)``: flat at light
-      load, steep as ``ρ → 1`` — the M/M/1 p99 scales like ``1/(1-ρ)``), and
-      ``overload = softplus(4 log ρ)/4 ≈ log ρ`` past saturation (a finite
-      300 s window: tails keep growing, but like a power of ``ρ``, not without
-      bound). Near ``ρ ≈ 1`` a small uncertainty in capacity becomes a large
-      one in the tails — which is what makes their intervals honest there.
+    * ``h_queue = -log(1 - ρ_s)``: a queueing blow-up. ``ρ_s`` is ``ρ^γ``
+      smoothly capped at ``1 -`` :data:`RHO_GAP` (``≈ 1 - ρ^γ`` well below
+      saturation, so the term grows like ``-log(1 - ρ^γ)``: flat at light
+      load, steep as ``ρ → 1`` — the M/M/1 p99 scales like ``1/(1-ρ)``). Near
+      ``ρ ≈ 1`` a small uncertainty in capacity becomes a large one in the
+      tails — which is what makes their intervals honest there. Past
+      saturation it stays at ``-log RHO_GAP``; what grows there is
+      :func:`overload_growth`.
     * ``h_succ = log(1 + ρ^γ)``: success degrades mostly in overload.
     """
     x = exponent * log_rho  # log ρ^γ
     rho_g = jnp.exp(jnp.minimum(x, 30.0))
     # 1 - ρ_s = gap + softplus(k (1 - gap - ρ^γ)) / k  ∈ (gap, 1]
     one_minus = RHO_GAP + jax.nn.softplus(_CAP_SHARPNESS * (1.0 - RHO_GAP - rho_g)) / _CAP_SHARPNESS
-    h_succ = jax.nn.softplus(x)
-    if overload is not None:
-        excess = jax.nn.softplus(_OVER_SHARPNESS * jnp.expm1(jnp.minimum(log_rho, 30.0))) / _OVER_SHARPNESS
-        h_tail = jnp.log(1.0 / one_minus[..., None] + overload * excess[..., None])
-        return h_tail, h_succ
-    h_tail = -jnp.log(one_minus) + jax.nn.softplus(4.0 * log_rho) / 4.0
-    return h_tail, h_succ
+    return -jnp.log(one_minus), jax.nn.softplus(x)
+
+
+def overload_growth(log_rho: jnp.ndarray, overload: jnp.ndarray) -> jnp.ndarray:
+    """``log(1 + Ω · excess(ρ))``: how much a tail grows past saturation.
+
+    ``excess ≈ max(0, ρ - 1)`` (smoothly): past saturation the queue of a window
+    of length T grows by ``(λ - C)·t`` requests, so a late request waits about
+    ``(ρ - 1)·T`` — the p99 grows linearly in ``ρ - 1``, on top of the
+    steady-state tail and independently of the amplitude ``β`` of the queueing
+    term beneath the knee. Flat-then-explode curves (0.18 s → 0.24 s → 23 s
+    over three loads) are then fit by the overload of the last cell alone,
+    without inflating the loads beneath it (which a larger ``β`` or a lower
+    capacity would do), and a curve that keeps growing steeply past the knee
+    (1.5 s → 26 s → 55 s) is not capped by a ``β`` that the knee fixed.
+
+    Args:
+        log_rho: ``(n_cells,)`` log utilisation.
+        overload: ``(n_cells, k)`` ``Ω`` of each cell's class, one per tail metric.
+
+    Returns:
+        ``(n_cells, k)``, 0 below saturation.
+    """
+    excess = jax.nn.softplus(_OVER_SHARPNESS * jnp.expm1(jnp.minimum(log_rho, 30.0))) / _OVER_SHARPNESS
+    return jnp.log1p(overload * excess[:, None])
 
 
 def latent_metrics(
     params: dict[str, jnp.ndarray], data: ModelData
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
-    from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``) and
-    globals (``sharpness``, ``exponent`` scalars, ``tail_slope (2,)``).
+    from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``,
+    ``overload`` among them) and globals (``sharpness``, ``exponent`` scalars,
+    ``tail_slope (2,)``). Without ``overload`` the tails grow past saturation as
+    the first model had them (a power ``β`` of ``ρ``).
     ``tail_elasticity (n_classes, 2)`` is optional (default 0: tails flat in the
     load below saturation)."""
     w, u = data.widx, data.u
@@ -404,15 +424,19 @@ def latent_metrics(
         k = k[w]
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
-    h_tail, h_succ = congestion(log_rho, params["exponent"], params.get("overload"))
-    if h_tail.ndim == 1:
-        h_tail = h_tail[:, None]
+    h_queue, h_succ = congestion(log_rho, params["exponent"])
     u_mid = 0.5 * (data.u_lo + data.u_hi)
     log_tails = (
         params["tail_base"][w]
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
-        + params["tail_blowup"][w] * h_tail
+        + params["tail_blowup"][w] * h_queue[:, None]
     )
+    if "overload" in params:
+        log_tails = log_tails + overload_growth(log_rho, params["overload"][w])
+    else:
+        # The first model: past saturation the tails grew like ρ^β (a power of the
+        # same amplitude that shapes the knee). Kept for parameter sets without Ω.
+        log_tails = log_tails + params["tail_blowup"][w] * (jax.nn.softplus(4.0 * log_rho) / 4.0)[:, None]
     if "tail_elasticity" in params:
         # Gradual rise with the load below saturation (bigger batches), on the
         # class's own load scale; separate from the utilisation term so that a
@@ -447,8 +471,9 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
     small program.
 
     Returns:
-        ``loc (11,)`` (transformed-scale centres; the capacity column is 0 and
-        is added per class by the model) and ``chol (11, n_classes, n_classes)``.
+        ``loc (n_params,)`` (transformed-scale centres; the capacity column is 0
+        and is added per class by the model) and
+        ``chol (n_params, n_classes, n_classes)``, ``n_params = class_param_count(card)``.
     """
     c = card
     sd = np.array(
@@ -464,6 +489,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.success_drop_log_sd,
             c.ttft_load_elasticity_sd,
             c.completion_load_elasticity_sd,
+            0.0,  # overload (ttft, completion): the family level is the global site's
+            0.0,
             0.0,  # sharpness: the family level is the global site's
         ]
     )
@@ -480,6 +507,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             c.success_drop_class_sd,
             c.ttft_load_elasticity_class_sd,
             c.completion_load_elasticity_class_sd,
+            OVERLOAD_CLASS_SD,
+            OVERLOAD_CLASS_SD,
             c.saturation_class_sd,
         ]
     )
@@ -496,6 +525,8 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             math.log(c.success_drop_median),
             c.ttft_load_elasticity_mean,
             c.completion_load_elasticity_mean,
+            0.0,  # a class's departure from the family's overload
+            0.0,
             0.0,  # a class's departure from the global sharpness
         ]
     )
@@ -519,13 +550,14 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             cell (prior / posterior prediction).
 
     Sample sites (three, all vector-valued: a small program compiles fast):
-    ``class_z (n_classes, 11 or 12)`` standard normal (columns :data:`_CLASS_PARAMS`,
-    mapped through :func:`class_prior`), ``global (4,)`` (log sharpness, log
-    exponent, ttft slope, completion slope), ``noise_raw (4,)`` and the observed
+    ``class_z (n_classes, 13 or 14)`` standard normal (columns :data:`_CLASS_PARAMS`,
+    mapped through :func:`class_prior`), ``global (6,)`` (log sharpness, log
+    exponent, ttft slope, completion slope, the family's log overload of ttft
+    and of completion), ``noise_raw (4,)`` and the observed
     ``y (n_cells, 4)`` on the transformed scale. Deterministic sites: the
     class-level ``knee``, ``curvature``, ``cap_level``, ``tail_base``,
     ``tail_blowup``, ``succ_base``, ``succ_drop``; ``sharpness``, ``exponent``,
-    ``tail_slope``, ``overload (2,)``, ``noise (4,)``; ``latent (n_cells, 4)``,
+    ``tail_slope``, ``overload (n_classes, 2)``, ``noise (4,)``; ``latent (n_cells, 4)``,
     ``capacity (n_cells,)``.
     """
     n_classes = data.cap_ref.shape[0]
@@ -572,12 +604,12 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         # but where no class pins its own sharpness it slowed the certifying
         # chains on more fleets than it helped (mean floor ratio 1.273 against
         # 1.253 shared; README, issue 12).
-        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 11]))
+        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 13]))
     else:
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
     exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
     tail_slope = numpyro.deterministic("tail_slope", g[2:4])
-    overload = numpyro.deterministic("overload", jnp.exp(g[4:6]))
+    overload = numpyro.deterministic("overload", jnp.exp(g[4:6] + theta[:, 11:13]))
 
     noise_raw = numpyro.sample(
         "noise_raw",
@@ -661,7 +693,7 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
 
     Returns:
         ``{"class_z": (n_classes, class_param_count(card)), "global": (6,), "noise_raw": (4,)}``
-        (11 columns, 12 with a per-class sharpness).
+        (13 columns, 14 with a per-class sharpness).
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card

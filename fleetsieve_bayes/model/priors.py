@@ -14,8 +14,9 @@ Notation: ``u = log2(TP)``; a class's per-GPU saturation capacity is
 ``exp(a - b (u - m)^2)`` req/s/GPU (a concave parabola in log space whose peak
 ``m`` is the *knee*); a replica's capacity is ``TP`` times that; utilisation is
 ``ρ = offered_rps / capacity``; the congestion terms are
-``h_tail(ρ) = -log(1 - ρ_s) + overload(ρ)`` (``ρ_s`` = ``ρ^γ`` smoothly capped
-just below 1; ``overload ≈ log ρ`` past saturation) for the tails and
+``h_queue(ρ) = -log(1 - ρ_s)`` (``ρ_s`` = ``ρ^γ`` smoothly capped just below 1),
+scaled by the card's ``blowup`` amplitude, plus ``log(1 + Ω·max(0, ρ − 1))``
+past saturation (``Ω`` per class, a model constant prior) for the tails and
 ``h_succ(ρ) = log(1 + ρ^γ)`` for success (see :func:`fleetsieve_bayes.model.joint.congestion`). "log_sd" is a standard deviation on the natural-log
 scale; "class_sd" is the sd of the between-class spread (partial pooling: each class's
 value = family value + a normal class deviation of this sd; 0-ish = classes
