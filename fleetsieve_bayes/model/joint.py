@@ -143,7 +143,7 @@ _CLASS_PARAMS = (
 )
 # Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
 # 1 - RHO_GAP, so -log(1 - ρ_s) ≤ -log(RHO_GAP) ≈ 3 (tails × e^{3β} at most from
-# queueing; overload adds ≈ β log ρ beyond).
+# queueing; past saturation :func:`overload_growth` adds log(1 + Ω·(ρ − 1))).
 RHO_GAP = 0.05
 _CAP_SHARPNESS = 25.0
 # Overload of the tails (see :func:`overload_growth`): Ω per class and tail
