@@ -148,15 +148,19 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
             print(f"[{label}] {done}/{len(tasks)} runs, {el:.0f} s (last {r['strategy']} seed {r['seed']}: "
                   f"{r['gpu_seconds']:.0f} GPU-s, {r['status']}, {r['wall_s']:.1f} s)", file=sys.stderr, flush=True)
 
-    if jobs <= 1:
+    # Runs on one grid share its compiled programs, so one process serves
+    # them all. Runs on several grids (a suite) each get a fresh worker, even
+    # with --jobs 1: a long-lived process accumulates every fleet's compiled
+    # programs (each fleet has its own shapes) until it hits the kernel's
+    # limit on memory maps (vm.max_map_count, 65530: "LLVM compilation error:
+    # Cannot allocate memory", then a crashed CBC), after ~12 fleets in one
+    # process or ~35 fleets in a long-lived worker.
+    if jobs <= 1 and len({t["scenario"] for t in tasks}) <= 1:
         for t in tasks:
             note(_safe_run(t))
     else:
-        # spawn: JAX is not fork-safe. One fresh worker per run: a long-lived
-        # worker accumulates every fleet's compiled programs (each fleet has
-        # its own shapes) until it hits the kernel's limit on memory maps
-        # (vm.max_map_count, 65530: "LLVM compilation error: Cannot allocate
-        # memory", then a crashed CBC) after ~35 fleets. Not max_tasks_per_child:
+        jobs = max(1, jobs)
+        # spawn: JAX is not fork-safe. One fresh worker per run. Not max_tasks_per_child:
         # on Python 3.11 that pool stopped once its workers retired, with tasks
         # still queued. The persistent compilation cache keeps a fresh worker's
         # start cheap.
