@@ -63,10 +63,12 @@ def suite_fleet(k: int, root: Path, suite_seed: int = 0) -> Path:
 
 
 def time_attempt(
-    campaign_path: Path, measured_labels: list[str], seed: int, adaptation: str | None = None
+    campaign_path: Path, measured_labels: list[str], seed: int, adaptation: str | None = None, repeat: int = 1
 ) -> dict[str, Any]:
     """One certification attempt on the state where ``measured_labels`` are measured
-    (``adaptation``: override the ``certify`` preset's warm-up; None keeps it)."""
+    (``adaptation``: override the ``certify`` preset's warm-up; None keeps it), and
+    ``repeat − 1`` more of the same attempt with its programs compiled
+    (``seconds_compiled``)."""
     c = load_campaign(campaign_path)
     table = read_table(c.measurement.table)
     grid = grid_from_table(table, c.workload_names)
@@ -82,15 +84,17 @@ def time_attempt(
     preset = load_preset("certify")
     if adaptation is not None:
         preset = preset._replace(adaptation=adaptation)
-    t0 = time.perf_counter()
-    a = campaign_attempt(
-        c, grid, problem_from_campaign(c), card, observed, measured, seed=seed, mass_from=cheap, preset=preset
-    )
-    wall = time.perf_counter() - t0
+    problem = problem_from_campaign(c)
+    walls = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        a = campaign_attempt(c, grid, problem, card, observed, measured, seed=seed, mass_from=cheap, preset=preset)
+        walls.append(time.perf_counter() - t0)
     d = a.diagnostics
     return {
         "cells": int(measured.sum()),
-        "seconds": wall,
+        "seconds": walls[0],
+        **({"seconds_compiled": walls[1:]} if repeat > 1 else {}),
         "status": a.certificate.status,
         "r_hat_max": d.get("r_hat_max"),
         "ess_bulk_min": d.get("ess_bulk_min"),
@@ -131,12 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             path = suite_fleet(int(name[1:]), Path(tmp), args.suite_seed)
             row = {"fleet": name, "campaign_status": runs[name]["status"]}
-            row.update(time_attempt(path, runs[name]["measured"], args.seed, args.adaptation))
-            if args.repeat > 1:
-                row["seconds_compiled"] = [
-                    time_attempt(path, runs[name]["measured"], args.seed, args.adaptation)["seconds"]
-                    for _ in range(args.repeat - 1)
-                ]
+            row.update(time_attempt(path, runs[name]["measured"], args.seed, args.adaptation, args.repeat))
             rows.append(row)
             again = f" | {row['seconds_compiled'][-1]:.1f}" if args.repeat > 1 else ""
             print(
