@@ -121,7 +121,7 @@ def publish(
         "script": _script_of(command),
         "command": command,
         "commit": commit if commit is not None else git_commit(root),
-        "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+        "date": date or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"),
         "machine": dict(machine_info) if machine_info is not None else machine(),
         "files": [out.name, *[Path(f).name for f in files]],
     }
