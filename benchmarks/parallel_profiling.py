@@ -1,4 +1,4 @@
-"""Profiling wall clock and GPU-seconds to the certificate, by profiling pool size (issue 15).
+"""Profiling wall clock and GPU-seconds to the certificate, by profiling pool size.
 
 For each scenario — the shipped grid and a few synthetic ground-truth fleets
 (:mod:`fleetsieve_bayes.evaluation.synthetic`) — runs the campaign with one

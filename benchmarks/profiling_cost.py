@@ -1,4 +1,4 @@
-"""Profiling cost of the acquisition strategies against ground truth (issue 5).
+"""Profiling cost of the acquisition strategies against ground truth.
 
 Runs every strategy to its stopping rule on a replayed campaign, many times
 (random: one run per reveal order = seed), and reports per strategy:
@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", type=int, default=0, help="run N synthetic fleets instead of the campaign")
     p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--suite-family", choices=("hard", "v1"), default="hard",
-                   help="hard: issue 12's suite (failures, closed loop, SLOs on cells); v1: the first suite")
+                   help="hard: the suite of docs/results.md (failures, closed loop, SLOs on cells); v1: the easier suite")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--fleets", default="", help="with --suite: only these fleet numbers, in this order (e.g. 30,31,24)")
