@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("campaign", nargs="?", default=str(DEFAULT_CAMPAIGN), help="campaign TOML (default: the shipped H100 grid)")
     p.add_argument("--strategies", default="fleetsieve,random,grid", help="comma-separated strategy names")
-    p.add_argument("--orders", type=int, default=20, help="random reveal orders (seeds); issue target: 200")
+    p.add_argument("--orders", type=int, default=20, help="random reveal orders (seeds)")
     p.add_argument("--fs-seeds", type=int, default=3, help="seeds of fleetsieve (posterior sampling noise)")
     p.add_argument("--demand-scale", type=float, default=1.0)
     p.add_argument("--split", action="store_true", help="also run one-class (chat-only, code-only) campaigns")

@@ -10,7 +10,7 @@ printed and the command line that produced it. That writes
   the command, the table and where the data lives,
 - the study's entry of ``benchmarks/published/MANIFEST.json``: the script, the
   command, the commit (``git rev-parse HEAD``), the date and the machine
-  (CPUs, memory, platform, Python and JAX versions).
+  (CPUs, memory, platform, Python and JAX versions, load average).
 
 Nothing else writes those sections: docs/results.md's figures are the
 benchmarks' own output. ``python -m benchmarks.publish --render`` rewrites
@@ -48,7 +48,8 @@ def command_line(script: str, argv: Sequence[str] | None = None) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """CPUs, memory, platform and the Python / JAX versions of this machine."""
+    """CPUs, memory, platform, the Python / JAX versions and the 1-minute load average of this
+    machine (timings on a shared machine read with the load)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -63,12 +64,17 @@ def machine() -> dict[str, Any]:
         jax_version: str | None = version("jax")
     except Exception:  # noqa: BLE001 - jax not installed: record its absence
         jax_version = None
+    try:
+        load: float | None = round(os.getloadavg()[0], 1)
+    except (OSError, AttributeError):
+        load = None
     return {
         "nproc": cpus,
         "ram_gib": None if ram is None else round(ram, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "jax": jax_version,
+        "load_1m": load,
     }
 
 
@@ -154,6 +160,7 @@ def section_text(study: str, entry: Mapping[str, Any], table_md: str) -> str:
             m.get("platform") or "",
             f"Python {m['python']}" if m.get("python") else "",
             f"JAX {m['jax']}" if m.get("jax") else "",
+            f"load average {m['load_1m']}" if m.get("load_1m") is not None else "",
         )
         if s
     )

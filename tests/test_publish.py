@@ -81,7 +81,7 @@ def test_command_line_quotes_what_the_shell_would_split() -> None:
     )
 
 
-def test_machine_records_cpus_memory_and_versions() -> None:
+def test_machine_records_cpus_memory_versions_and_load() -> None:
     m = pub.machine()
-    assert set(m) == {"nproc", "ram_gib", "platform", "python", "jax"}
+    assert set(m) == {"nproc", "ram_gib", "platform", "python", "jax", "load_1m"}
     assert m["nproc"] >= 1 and m["python"].count(".") == 2
