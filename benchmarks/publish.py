@@ -189,16 +189,32 @@ def update_section(path: Path, study: str, body: str) -> None:
     _write(path, text if text.endswith("\n") else text + "\n")
 
 
-def render_all(root: Path = REPO) -> list[str]:
-    """Rewrite every study's section of docs/results.md from its published JSON and manifest entry."""
-    sys.path.insert(0, str(root / "benchmarks"))
-    done = []
+def rendered_sections(root: Path = REPO) -> dict[str, str]:
+    """Every study's section body as its script renders it from the published JSON and manifest entry."""
+    bench = str(root / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    out = {}
     for study, entry in read_manifest(root)["studies"].items():
         module = importlib.import_module(Path(entry["script"]).stem)
         payload = json.loads((root / PUBLISHED / f"{study}.json").read_text())
-        update_section(root / RESULTS_MD, study, section_text(study, entry, module.published_table(payload)))
-        done.append(study)
-    return done
+        out[study] = section_text(study, entry, module.published_table(payload))
+    return out
+
+
+def section_of(text: str, study: str) -> str | None:
+    """The body of ``study``'s marked section in ``text`` (None when absent)."""
+    start, end = f"<!-- study:{study} -->", f"<!-- /study:{study} -->"
+    m = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), text, re.S)
+    return None if m is None else m.group(1)
+
+
+def render_all(root: Path = REPO) -> list[str]:
+    """Rewrite every study's section of docs/results.md from its published JSON and manifest entry."""
+    sections = rendered_sections(root)
+    for study, body in sections.items():
+        update_section(root / RESULTS_MD, study, body)
+    return list(sections)
 
 
 def add_publish_flag(parser: argparse.ArgumentParser, *, named: bool = False) -> None:

@@ -85,3 +85,10 @@ def test_machine_records_cpus_memory_versions_and_load() -> None:
     m = pub.machine()
     assert set(m) == {"nproc", "ram_gib", "platform", "python", "jax", "load_1m"}
     assert m["nproc"] >= 1 and m["python"].count(".") == 2
+
+
+def test_every_results_section_is_what_its_benchmark_renders_from_the_published_json() -> None:
+    """docs/results.md's figures are the benchmarks' own output: a hand edit fails here."""
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    for study, body in pub.rendered_sections(REPO).items():
+        assert pub.section_of(text, study) == body.strip(), f"{study}: run python -m benchmarks.publish --render"
