@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
 
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
+_COMMANDS = ("run", "allocate", "measure", "ingest", "classes", "priors", "diagnose", "status", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

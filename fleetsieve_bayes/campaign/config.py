@@ -255,6 +255,7 @@ def load_campaign(path: str | Path) -> Campaign:
 def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
     ctx = _Ctx(path)
+    _refuse_todo(ctx, raw)
     ctx.check_keys("top level", raw, _TOP_KEYS)
     name = ctx.string("name", raw.get("name", path.stem))
 
@@ -332,6 +333,26 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     validate_backend(campaign)
     return campaign
+
+
+def _refuse_todo(ctx: _Ctx, raw: dict[str, Any]) -> None:
+    """A value still marked ``"TODO…"`` (a skeleton written by ``classes``) is refused, naming it."""
+
+    def walk(value: Any, keys: list[str]) -> None:
+        if isinstance(value, str) and value.strip().upper().startswith("TODO"):
+            if keys[0] == "workloads":
+                w = raw["workloads"][int(keys[1])]
+                name = f"{w['name']!r}" if isinstance(w, dict) and "name" in w else f"#{int(keys[1]) + 1}"
+                where = f"[[workloads]] {name} {'.'.join(keys[2:])}"
+            else:
+                where = f"[{keys[0]}] {'.'.join(keys[1:])}" if len(keys) > 1 else keys[0]
+            raise ctx.fail(where, f"still {value.strip()!r}; fill it in before running")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for k, v in items:
+            walk(v, [*keys, str(k)])
+
+    for key, value in raw.items():
+        walk(value, [key])
 
 
 def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
