@@ -138,8 +138,7 @@ def read_azure_trace(path: str | Path) -> Trace:
     path = Path(path)
     df = _read_csv(path)
     _require(path, df, AZURE_COLUMNS)
-    seconds = parse_timestamps(path, df, "TIMESTAMP")
-    seconds = seconds - seconds.min()
+    seconds, _ = parse_timestamps(path, df, "TIMESTAMP")
     inp = _tokens(path, df, "ContextTokens")
     out = _tokens(path, df, "GeneratedTokens")
     return _make(path, seconds, inp, out)
@@ -221,9 +220,12 @@ def read_mooncake_columns(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarra
             np.asarray(out, dtype=np.int64))
 
 
-def parse_timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
-    """Column ``col`` as seconds ``(n,)`` float64: date-times (any fractional digits, an optional
-    UTC offset) as seconds since the epoch, plain numbers as they are."""
+def parse_timestamps(path: Path, df: pd.DataFrame, col: str) -> tuple[np.ndarray, float]:
+    """Column ``col`` as ``(seconds since its earliest value (n,) float64, that earliest value)``.
+
+    Date-times (any fractional digits, an optional UTC offset) are differenced in
+    integer nanoseconds, so 100 ns stamps keep their order; the origin is then in
+    seconds since the epoch. Plain numbers are seconds."""
     raw = df[col].str.strip()
     numeric = pd.to_numeric(raw, errors="coerce")
     if not numeric.isna().any():
@@ -231,7 +233,7 @@ def parse_timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(vals))
         if bad.size:
             raise InputError(f"{path}: line {int(bad[0]) + 2}, column {col!r}: not a number: {raw.iloc[int(bad[0])]!r}")
-        return vals
+        return vals - vals.min(), float(vals.min())
     # ISO8601 parsing takes any number of fractional digits (the 2023 trace has 7) and a
     # UTC offset (the 2024 trace); naive times are read as UTC, which keeps their offsets.
     stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
@@ -240,7 +242,7 @@ def parse_timestamps(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
         i = int(bad[0])
         raise InputError(f"{path}: line {i + 2}, column {col!r}: not a timestamp: {df[col].iloc[i]!r}")
     ns = stamps.dt.tz_convert(None).to_numpy("datetime64[ns]").astype(np.int64)
-    return ns / 1e9
+    return (ns - ns.min()) / 1e9, float(ns.min()) / 1e9
 
 
 def token_counts(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
@@ -270,7 +272,9 @@ def write_azure_trace(path: str | Path, arrival_s: np.ndarray, input_tokens: np.
     for t, i, o in zip(ticks, input_tokens, output_tokens, strict=True):
         stamp = base + np.timedelta64(int(t) * 100, "ns")
         whole = pd.Timestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"{whole}.{int(t) % 10_000_000:07d},{int(i)},{int(o)}")
+        # The fraction of the stamp itself (``start`` may have one of its own).
+        frac = (int(stamp.astype(np.int64)) % 1_000_000_000) // 100
+        lines.append(f"{whole}.{frac:07d},{int(i)},{int(o)}")
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

@@ -13,8 +13,13 @@ The method, so that a user can read it back:
    K is the smallest one within :data:`SILHOUETTE_TOLERANCE` of the largest
    silhouette (fewer classes when more do not separate the requests clearly
    better; the silhouettes of neighbouring Ks on halves of a trace differ by
-   about that much). When no K reaches :data:`SILHOUETTE_STRUCTURE` (Kaufman &
-   Rousseeuw's "no substantial structure" threshold) the service is one class.
+   about that much), among the Ks that show structure: a silhouette of at
+   least :data:`SILHOUETTE_STRUCTURE` (Kaufman & Rousseeuw's "no substantial
+   structure" threshold) and at least :data:`REFERENCE_MARGIN` above the same
+   K's silhouette on a Gaussian sample of the service's mean and covariance
+   (k-means splits even one Gaussian blob, at a silhouette near 0.35; the
+   reference plays the part of the gap statistic's null, Tibshirani et al.
+   2001). With no such K the service is one class.
 4. A request belongs to the class with the nearest centre (in log tokens).
    Classes are numbered by their centre's prompt length, then output length.
 
@@ -57,6 +62,7 @@ FIT_SAMPLE = 50_000  # requests a k-means fit sees (the rest are assigned to its
 SILHOUETTE_SAMPLE = 2_000
 SILHOUETTE_STRUCTURE = 0.25
 SILHOUETTE_TOLERANCE = 0.05
+REFERENCE_MARGIN = 0.05
 MIN_CLASS_REQUESTS = 30
 INTERACTIVE_MAX_OUTPUT = 512  # median output tokens at or below which a class is interactive-short
 SEED = 0
@@ -185,10 +191,14 @@ def choose_k(x: np.ndarray, *, seed: int = SEED, k_max: int = K_MAX,
     """``(K, {K: silhouette}, {K: fit})`` by the rule of the module docstring; ``x`` ``(n, 2)``."""
     fit_rows = x[_sample(len(x), FIT_SAMPLE, seed)]
     sil_rows = _sample(len(x), SILHOUETTE_SAMPLE, seed + 1)
+    cov = np.cov(x.T) + 1e-9 * np.eye(x.shape[1])
+    ref = np.random.default_rng(seed + 2).multivariate_normal(x.mean(axis=0), cov, size=len(sil_rows))
     scores: dict[int, float] = {}
     fits: dict[int, KMeans] = {}
+    good: dict[int, float] = {}
+    n_distinct = len(np.unique(fit_rows, axis=0))
     for k in range(2, k_max + 1):
-        if k * min_requests > len(x) or len(np.unique(fit_rows, axis=0)) < k:
+        if k * min_requests > len(x) or n_distinct < k:
             break
         fit = kmeans(fit_rows, k, seed=seed)
         lab, _ = _nearest(x, fit.centres)
@@ -196,7 +206,9 @@ def choose_k(x: np.ndarray, *, seed: int = SEED, k_max: int = K_MAX,
             continue
         fits[k] = fit
         scores[k] = silhouette(x[sil_rows], lab[sil_rows])
-    good = {k: s for k, s in scores.items() if s >= SILHOUETTE_STRUCTURE}
+        ref_lab, _ = _nearest(ref, kmeans(ref, k, seed=seed).centres)
+        if scores[k] >= SILHOUETTE_STRUCTURE and scores[k] >= silhouette(ref, ref_lab) + REFERENCE_MARGIN:
+            good[k] = scores[k]
     if not good:
         return 1, scores, fits
     best = max(good.values())
@@ -208,7 +220,7 @@ def window_rates(t: np.ndarray, start: float, span: float, window_s: float) -> n
     ``span`` (the last, partial window dropped); ``t`` ``(n,)`` arrival times."""
     m = int(math.floor(span / window_s + 1e-9))
     edges = start + window_s * np.arange(m + 1)
-    counts, _ = np.histogram(t, bins=edges)
+    counts = np.diff(np.searchsorted(np.sort(t), edges, side="left"))  # half-open windows
     return counts / window_s
 
 

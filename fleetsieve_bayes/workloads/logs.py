@@ -49,12 +49,13 @@ class RequestLog(NamedTuple):
     """Requests of one or more log files. Arrays have shape ``(n,)``, in arrival order per service.
 
     Attributes:
-        arrival_s: float64 seconds on the file's own clock (epoch seconds for date-times).
+        arrival_s: float64 seconds since the first request of the request's file.
         input_tokens: int64 prompt lengths.
         output_tokens: int64 output lengths.
         service: int64 index into ``services``.
         services: service names.
         sources: the file each service came from.
+        origins: per service, its file's first time (epoch seconds for date-times, else 0).
         dropped: requests dropped while reading (failed rows of a BurstGPT log).
     """
 
@@ -64,6 +65,7 @@ class RequestLog(NamedTuple):
     service: np.ndarray
     services: tuple[str, ...]
     sources: tuple[str, ...]
+    origins: tuple[float, ...]
     dropped: int
 
     @property
@@ -130,9 +132,8 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if path.stat().st_size == 0:
             raise InputError(f"{path}: empty trace (no requests)")
         ts_ms, inp, out = read_mooncake_columns(path)
-        ts = ts_ms / 1000.0
-        _in_order(path, ts, 1)
-        return _log(ts, inp, out, None, name, path, 0)
+        _in_order(path, ts_ms, 1)
+        return _log((ts_ms - ts_ms.min()) / 1000.0, inp, out, None, name, path, 0, 0.0)
     if path.is_file() and path.stat().st_size == 0:
         raise InputError(f"{path}: empty trace (no header, no requests)")
     try:
@@ -146,15 +147,15 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if missing:
             raise InputError(f"{path}: not an Azure trace: no column(s) {', '.join(missing)} "
                              f"(header: {','.join(df.columns)})")
-        ts = parse_timestamps(path, df, "TIMESTAMP")
+        ts, origin = parse_timestamps(path, df, "TIMESTAMP")
         inp, out = token_counts(path, df, "ContextTokens"), token_counts(path, df, "GeneratedTokens")
         _in_order(path, ts, 2)
-        return _log(ts, inp, out, None, name, path, 0)
+        return _log(ts, inp, out, None, name, path, 0, origin)
     if fmt == "burstgpt":
         for c in ("Timestamp", "Request tokens", "Response tokens"):
             if c not in df.columns:
                 raise InputError(f"{path}: not a BurstGPT trace: no column {c!r} (header: {','.join(df.columns)})")
-        ts = parse_timestamps(path, df, "Timestamp")
+        ts, origin = parse_timestamps(path, df, "Timestamp")
         inp, out = token_counts(path, df, "Request tokens"), token_counts(path, df, "Response tokens")
         _in_order(path, ts, 2)
         keep = out > 0
@@ -162,7 +163,7 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if not keep.any():
             raise InputError(f"{path}: no successful request (every 'Response tokens' is 0)")
         return _log(ts[keep], inp[keep], out[keep], None if labels is None else labels[keep], name, path,
-                    int((~keep).sum()))
+                    int((~keep).sum()), origin)
     # columns
     cols = dict(columns or {})
     unknown = sorted(set(cols) - set(COLUMN_KEYS))
@@ -174,7 +175,7 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if cols[key] not in df.columns:
             what = "token counts" if key != "ts" else "timestamps"
             raise InputError(f"{path}: no column {cols[key]!r} for {key} ({what}); header: {','.join(df.columns)}")
-    ts = parse_timestamps(path, df, cols["ts"])
+    ts, origin = parse_timestamps(path, df, cols["ts"])
     inp, out = token_counts(path, df, cols["prompt"]), token_counts(path, df, cols["output"])
     _in_order(path, ts, 2)
     labels = None
@@ -182,11 +183,11 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if cols["service"] not in df.columns:
             raise InputError(f"{path}: no column {cols['service']!r} for service; header: {','.join(df.columns)}")
         labels = df[cols["service"]].str.strip().to_numpy()
-    return _log(ts, inp, out, labels, name, path, 0)
+    return _log(ts, inp, out, labels, name, path, 0, origin)
 
 
 def _log(ts: np.ndarray, inp: np.ndarray, out: np.ndarray, labels: np.ndarray | None, name: str,
-         path: Path, dropped: int) -> RequestLog:
+         path: Path, dropped: int, origin: float) -> RequestLog:
     _empty(path, len(ts))
     if labels is None:
         services: tuple[str, ...] = (name,)
@@ -196,7 +197,7 @@ def _log(ts: np.ndarray, inp: np.ndarray, out: np.ndarray, labels: np.ndarray | 
         services = tuple(str(u) or "unlabelled" for u in uniq)
         svc = svc.astype(np.int64)
     return RequestLog(ts.astype(np.float64), inp.astype(np.int64), out.astype(np.int64), svc, services,
-                      tuple(str(path) for _ in services), dropped)
+                      tuple(str(path) for _ in services), tuple(origin for _ in services), dropped)
 
 
 def read_logs(paths: Sequence[str | Path], fmt: str = "auto", *,
@@ -226,7 +227,8 @@ def read_logs(paths: Sequence[str | Path], fmt: str = "auto", *,
         np.concatenate([lg.arrival_s for lg in logs]),
         np.concatenate([lg.input_tokens for lg in logs]),
         np.concatenate([lg.output_tokens for lg in logs]),
-        np.concatenate(parts), tuple(services), tuple(sources), sum(lg.dropped for lg in logs),
+        np.concatenate(parts), tuple(services), tuple(sources), tuple(o for lg in logs for o in lg.origins),
+        sum(lg.dropped for lg in logs),
     )
 
 

@@ -101,7 +101,7 @@ def summary(log: RequestLog, cls: Classification) -> dict[str, Any]:
 
 def _start_stamp(t0: float) -> str:
     if t0 > _EPOCH_2000:
-        return pd.Timestamp(t0, unit="s").strftime("%Y-%m-%d %H:%M:%S.%f")
+        return pd.Timestamp(round(t0 * 1e6), unit="us").strftime("%Y-%m-%d %H:%M:%S.%f")
     return "2023-11-16 18:00:00"
 
 
@@ -239,8 +239,9 @@ def write_outputs(log: RequestLog, cls: Classification, out: Path, *, plots: boo
     summ = summary(log, cls)
     for c, entry in zip(cls.classes, summ["classes"], strict=True):
         start = cls.window_start[c.service]
+        origin = log.origins[log.services.index(c.service)]
         write_azure_trace(out / entry["trace"], log.arrival_s[c.index] - start, log.input_tokens[c.index],
-                          log.output_tokens[c.index], start=_start_stamp(start))
+                          log.output_tokens[c.index], start=_start_stamp(origin + start))
     (out / "traces" / "SOURCES.md").write_text(
         "# Sources\n\nEach trace here holds the requests of one workload class, taken unchanged from:\n\n"
         + "".join(f"- `{s}`\n" for s in summ["sources"])
