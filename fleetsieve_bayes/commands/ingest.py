@@ -1,8 +1,10 @@
 """``fleetsieve-bayes ingest``: benchmark results → measurement-table rows.
 
 Reads ``vllm bench serve --save-result`` JSON files (also ``--append-result``
-files and the older ``benchmark_serving.py`` results) and GuideLLM
-``benchmarks.json`` files and writes their cells as table rows, so that
+files and the older ``benchmark_serving.py`` results), GuideLLM
+``benchmarks.json``, AIPerf ``profile_export_aiperf.json``, inference-perf
+``stage_<i>_lifecycle_metrics.json``, SGLang ``bench_serving`` JSONL and
+llm-d-benchmark report (``.yaml``) files and writes their cells as table rows, so that
 existing measurements can seed a campaign. Labels (workload, TP, load) come
 from the command line or the result's metadata. The conversions (which key,
 which unit, what "offered" means for a closed-loop run) are in
@@ -27,7 +29,7 @@ from fleetsieve_bayes.table import COLUMNS, read_table, validate_table, write_ta
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("ingest", help="turn vllm bench / GuideLLM results into table rows",
+    p = subparsers.add_parser("ingest", help="turn vllm bench / GuideLLM / AIPerf / inference-perf / SGLang / llm-d results into table rows",
                               description=__doc__)
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("--workload", default=None, help="workload label (default: the result's metadata)")
@@ -45,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for f in args.files:
         rows.extend(ingest_file(f, workload=args.workload, tp=args.tp, loads=loads))
+    for r in rows:  # what a reader read differently from the file's own numbers, and why
+        note = r.pop("note", "")
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     new = pd.DataFrame(rows, columns=[*COLUMNS, "failure"])
     validate_table(new, source="ingested rows")
     if args.out is not None:
