@@ -268,14 +268,18 @@ def write_azure_trace(path: str | Path, arrival_s: np.ndarray, input_tokens: np.
     base = np.datetime64(pd.Timestamp(start).to_datetime64(), "ns")
     # Round to 100 ns, the resolution of seven fractional digits.
     ticks = np.round(np.asarray(arrival_s, dtype=np.float64) * 1e7).astype(np.int64)
-    lines = [",".join(AZURE_COLUMNS)]
-    for t, i, o in zip(ticks, input_tokens, output_tokens, strict=True):
-        stamp = base + np.timedelta64(int(t) * 100, "ns")
-        whole = pd.Timestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
-        # The fraction of the stamp itself (``start`` may have one of its own).
-        frac = (int(stamp.astype(np.int64)) % 1_000_000_000) // 100
-        lines.append(f"{whole}.{frac:07d},{int(i)},{int(o)}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    inp = np.asarray(input_tokens).astype(np.int64)
+    out = np.asarray(output_tokens).astype(np.int64)
+    if not len(ticks) == len(inp) == len(out):
+        raise ValueError("arrival_s, input_tokens and output_tokens must have one length")
+    stamps = base + ticks * np.timedelta64(100, "ns")
+    # 'YYYY-MM-DDTHH:MM:SS.fffffffff' → 'YYYY-MM-DD HH:MM:SS.fffffff' (the stamp's own
+    # fraction, so a ``start`` with a fraction of its own is kept).
+    text = np.char.replace(np.datetime_as_string(stamps, unit="ns"), "T", " ")
+    text = np.char.add(np.char.ljust(text, 29).astype("<U27"), ",")
+    rows = np.char.add(np.char.add(np.char.add(text, inp.astype(str)), ","), out.astype(str))
+    body = "\n".join(rows.tolist())
+    Path(path).write_text(",".join(AZURE_COLUMNS) + "\n" + (body + "\n" if body else ""), encoding="utf-8")
 
 
 def schedule(
