@@ -58,6 +58,7 @@ __all__ = [
 K_MAX = 6
 N_INIT = 4
 MAX_ITER = 100
+CENTRE_TOL = 1e-4  # ln tokens: iterations stop when no centre moves by 0.01 %
 FIT_SAMPLE = 20_000  # requests a k-means fit sees (the rest are assigned to its centres)
 SILHOUETTE_SAMPLE = 2_000
 SILHOUETTE_STRUCTURE = 0.25
@@ -116,6 +117,11 @@ def _nearest(x: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return lab, np.maximum(d[np.arange(len(x)), lab], 0.0)
 
 
+def _labels(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Nearest centre of each point ``(n,)`` (|x|² is the same for every centre, so left out)."""
+    return np.argmin((centres * centres).sum(axis=1)[None, :] - 2.0 * (x @ centres.T), axis=1)
+
+
 def _sort_centres(c: np.ndarray) -> np.ndarray:
     return c[np.lexsort((c[:, 1], c[:, 0]))]
 
@@ -139,17 +145,16 @@ def kmeans(x: np.ndarray, k: int, *, seed: int = SEED, n_init: int = N_INIT) -> 
             i = int(rng.choice(n, p=d2 / tot)) if tot > 0 else int(rng.integers(n))
             c[j] = x[i]
             d2 = np.minimum(d2, ((x - c[j]) ** 2).sum(axis=1))
-        prev = None
         for _it in range(MAX_ITER):
-            lab, _ = _nearest(x, c)
-            if prev is not None and np.array_equal(lab, prev):
-                break
-            prev = lab
+            lab = _labels(x, c)
             counts = np.bincount(lab, minlength=k)
             filled = counts > 0
+            old = c.copy()
             for dim in range(x.shape[1]):
                 sums = np.bincount(lab, weights=x[:, dim], minlength=k)
                 c[filled, dim] = sums[filled] / counts[filled]
+            if np.abs(c - old).max() < CENTRE_TOL:
+                break
         _, d = _nearest(x, c)
         fit = KMeans(_sort_centres(c.copy()), float(d.mean()))
         if best is None or fit.inertia < best.inertia - 1e-12:
@@ -160,17 +165,25 @@ def kmeans(x: np.ndarray, k: int, *, seed: int = SEED, n_init: int = N_INIT) -> 
 
 def assign(inp: np.ndarray, out: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """Class of each request ``(n,)``: the nearest of ``centres`` ``(k, 2)`` (ln tokens)."""
-    return _nearest(_points(inp, out), centres)[0]
+    return _labels(_points(inp, out), centres)
 
 
-def silhouette(x: np.ndarray, labels: np.ndarray) -> float:
-    """Mean silhouette of ``x`` ``(m, 2)`` under ``labels`` ``(m,)`` (0 for a singleton's point)."""
-    k = int(labels.max()) + 1
-    if k < 2:
-        return 0.0
+def distances(x: np.ndarray) -> np.ndarray:
+    """Euclidean distance matrix ``(m, m)`` of the points ``x`` ``(m, 2)``."""
     sq = (x * x).sum(axis=1)
     d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0))
     np.fill_diagonal(d, 0.0)
+    return d
+
+
+def silhouette(x: np.ndarray, labels: np.ndarray, d: np.ndarray | None = None) -> float:
+    """Mean silhouette of ``x`` ``(m, 2)`` under ``labels`` ``(m,)`` (0 for a singleton's point);
+    ``d`` the points' :func:`distances`, when already at hand."""
+    k = int(labels.max()) + 1
+    if k < 2:
+        return 0.0
+    if d is None:
+        d = distances(x)
     counts = np.bincount(labels, minlength=k).astype(np.float64)
     sums = d @ (labels[:, None] == np.arange(k)[None, :]).astype(np.float64)  # (m, k)
     own = counts[labels] - 1
@@ -196,6 +209,7 @@ def choose_k(x: np.ndarray, *, seed: int = SEED, k_max: int = K_MAX,
     sil_rows = _sample(len(x), SILHOUETTE_SAMPLE, seed + 1)
     cov = np.cov(x.T) + 1e-9 * np.eye(x.shape[1])
     ref = np.random.default_rng(seed + 2).multivariate_normal(x.mean(axis=0), cov, size=len(sil_rows))
+    d_sil, d_ref = distances(x[sil_rows]), distances(ref)
     scores: dict[int, float] = {}
     fits: dict[int, KMeans] = {}
     good: dict[int, float] = {}
@@ -204,13 +218,13 @@ def choose_k(x: np.ndarray, *, seed: int = SEED, k_max: int = K_MAX,
         if k * min_requests > len(x) or n_distinct < k:
             break
         fit = kmeans(fit_rows, k, seed=seed)
-        lab, _ = _nearest(x, fit.centres)
+        lab = _labels(x, fit.centres)
         if np.bincount(lab, minlength=k).min() < min_requests:
             continue
         fits[k] = fit
-        scores[k] = silhouette(x[sil_rows], lab[sil_rows])
-        ref_lab, _ = _nearest(ref, kmeans(ref, k, seed=seed).centres)
-        if scores[k] >= SILHOUETTE_STRUCTURE and scores[k] >= silhouette(ref, ref_lab) + REFERENCE_MARGIN:
+        scores[k] = silhouette(x[sil_rows], lab[sil_rows], d_sil)
+        ref_lab = _labels(ref, kmeans(ref, k, seed=seed).centres)
+        if scores[k] >= SILHOUETTE_STRUCTURE and scores[k] >= silhouette(ref, ref_lab, d_ref) + REFERENCE_MARGIN:
             good[k] = scores[k]
     if not good:
         return 1, scores, fits
@@ -295,7 +309,7 @@ def classify(log: RequestLog, *, k: int | None = None, window_s: float = 60.0, p
             centres = kmeans(x[_sample(len(x), FIT_SAMPLE, seed)], k, seed=seed).centres if k > 1 \
                 else x.mean(axis=0, keepdims=True)
         k_per[name] = kk
-        lab, _ = _nearest(x, centres)
+        lab = _labels(x, centres)
         counts = np.bincount(lab, minlength=kk)
         for j in range(kk):
             if counts[j] < min_requests:

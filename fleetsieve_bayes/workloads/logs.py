@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -136,30 +136,25 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         return _log((ts_ms - ts_ms.min()) / 1000.0, inp, out, None, name, path, 0, 0.0)
     if path.is_file() and path.stat().st_size == 0:
         raise InputError(f"{path}: empty trace (no header, no requests)")
-    try:
-        df = read_csv_frame(path)
-    except InputError as exc:
-        if "at least 2 requests" in str(exc):
-            raise InputError(f"{path}: empty trace (fewer than 2 requests)") from None
-        raise
+    df = _Frame(path)
     if fmt == "azure":
         missing = [c for c in AZURE_COLUMNS if c not in df.columns]
         if missing:
             raise InputError(f"{path}: not an Azure trace: no column(s) {', '.join(missing)} "
                              f"(header: {','.join(df.columns)})")
-        ts, origin = parse_timestamps(path, df, "TIMESTAMP")
-        inp, out = token_counts(path, df, "ContextTokens"), token_counts(path, df, "GeneratedTokens")
+        ts, origin = df.times("TIMESTAMP")
+        inp, out = df.tokens("ContextTokens"), df.tokens("GeneratedTokens")
         _in_order(path, ts, 2)
         return _log(ts, inp, out, None, name, path, 0, origin)
     if fmt == "burstgpt":
         for c in ("Timestamp", "Request tokens", "Response tokens"):
             if c not in df.columns:
                 raise InputError(f"{path}: not a BurstGPT trace: no column {c!r} (header: {','.join(df.columns)})")
-        ts, origin = parse_timestamps(path, df, "Timestamp")
-        inp, out = token_counts(path, df, "Request tokens"), token_counts(path, df, "Response tokens")
+        ts, origin = df.times("Timestamp")
+        inp, out = df.tokens("Request tokens"), df.tokens("Response tokens")
         _in_order(path, ts, 2)
         keep = out > 0
-        labels = df["Model"].str.strip().to_numpy() if "Model" in df.columns else None
+        labels = df.labels("Model") if "Model" in df.columns else None
         if not keep.any():
             raise InputError(f"{path}: no successful request (every 'Response tokens' is 0)")
         return _log(ts[keep], inp[keep], out[keep], None if labels is None else labels[keep], name, path,
@@ -175,15 +170,71 @@ def read_log(path: str | Path, fmt: str = "auto", *, columns: Mapping[str, str] 
         if cols[key] not in df.columns:
             what = "token counts" if key != "ts" else "timestamps"
             raise InputError(f"{path}: no column {cols[key]!r} for {key} ({what}); header: {','.join(df.columns)}")
-    ts, origin = parse_timestamps(path, df, cols["ts"])
-    inp, out = token_counts(path, df, cols["prompt"]), token_counts(path, df, cols["output"])
+    ts, origin = df.times(cols["ts"])
+    inp, out = df.tokens(cols["prompt"]), df.tokens(cols["output"])
     _in_order(path, ts, 2)
     labels = None
     if "service" in cols:
         if cols["service"] not in df.columns:
             raise InputError(f"{path}: no column {cols['service']!r} for service; header: {','.join(df.columns)}")
-        labels = df[cols["service"]].str.strip().to_numpy()
+        labels = df.labels(cols["service"])
     return _log(ts, inp, out, labels, name, path, 0, origin)
+
+
+class _Frame:
+    """A CSV log's columns: numbers parsed natively (Arrow) when every cell of a column is a
+    clean number; otherwise, for that column only, the strict reader of
+    :mod:`fleetsieve_bayes.backends.traces`, whose message names the first bad line."""
+
+    def __init__(self, path: Path) -> None:
+        import pandas as pd
+
+        self.path = path
+        self._strict: Any = None
+        try:
+            fast = pd.read_csv(path, engine="pyarrow")
+            fast.columns = [str(c).strip() for c in fast.columns]
+            self.fast = fast if len(fast) >= 2 else None
+        except Exception:  # noqa: BLE001 - any failure: the strict reader reports it
+            self.fast = None
+        if self.fast is None:
+            self.strict()  # raises the one-line message (empty, unparsable, < 2 requests)
+        self.columns = list(self.fast.columns if self.fast is not None else self.strict().columns)
+
+    def strict(self) -> Any:
+        if self._strict is None:
+            try:
+                self._strict = read_csv_frame(self.path)
+            except InputError as exc:
+                if "at least 2 requests" in str(exc):
+                    raise InputError(f"{self.path}: empty trace (fewer than 2 requests)") from None
+                raise
+        return self._strict
+
+    def _numeric(self, col: str) -> np.ndarray | None:
+        if self.fast is None or col not in self.fast.columns:
+            return None
+        kind = self.fast[col].dtype.kind
+        if kind not in "iuf":
+            return None
+        v = self.fast[col].to_numpy(np.float64)
+        return v if np.isfinite(v).all() and (v >= 0).all() else None
+
+    def tokens(self, col: str) -> np.ndarray:
+        v = self._numeric(col)
+        if v is not None and (v == np.round(v)).all():
+            return v.astype(np.int64)
+        return token_counts(self.path, self.strict(), col)
+
+    def times(self, col: str) -> tuple[np.ndarray, float]:
+        v = self._numeric(col)
+        if v is not None:
+            return v - v.min(), float(v.min())
+        return parse_timestamps(self.path, self.strict(), col)
+
+    def labels(self, col: str) -> np.ndarray:
+        src = self.fast if self.fast is not None and col in self.fast.columns else self.strict()
+        return src[col].astype(str).str.strip().to_numpy()
 
 
 def _log(ts: np.ndarray, inp: np.ndarray, out: np.ndarray, labels: np.ndarray | None, name: str,
