@@ -90,7 +90,8 @@ def test_inference_perf_stage_files() -> None:
 
 
 def test_inference_perf_client_behind_schedule_offers_what_it_sent() -> None:
-    [row] = ingest_file(FIX / "inference_perf_vllm_stage_6_lifecycle_metrics.json", workload="w", tp=1)
+    [row] = ingest_file(FIX / "inference_perf_vllm_stage_6_lifecycle_metrics.json", workload="w", tp=1,
+                        details=True)
     assert row["load"] == "183.38rps"
     assert row["offered_rps"] == pytest.approx(106.54759673128557)
     assert "below the requested 183.4 req/s" in row["note"]
@@ -160,7 +161,7 @@ def _legacy(**kw) -> dict:
 def test_legacy_all_completed_open_loop_reads_the_offered_rate(tmp_path, capsys) -> None:
     p = tmp_path / "legacy.json"
     p.write_text(json.dumps(_legacy()))
-    [row] = ingest_file(p, workload="w", tp=1)
+    [row] = ingest_file(p, workload="w", tp=1, details=True)
     assert row["throughput_rps"] == 10.0 and row["offered_rps"] == 10.0  # not 300 / 36 = 8.33
     assert "completed / duration, 8.333 req/s, counts the drain" in row["note"]
     assert math.isnan(row["completion_p99_s"])
@@ -172,7 +173,7 @@ def test_legacy_all_completed_open_loop_reads_the_offered_rate(tmp_path, capsys)
 def test_legacy_with_failures_keeps_completed_over_duration(tmp_path) -> None:
     p = tmp_path / "legacy.json"
     p.write_text(json.dumps(_legacy(completed=290)))
-    [row] = ingest_file(p, workload="w", tp=1)
+    [row] = ingest_file(p, workload="w", tp=1, details=True)
     assert row["throughput_rps"] == pytest.approx(290 / 36) and "note" not in row
 
 
@@ -224,3 +225,24 @@ def test_no_ingested_row_breaks_the_table_rule(tmp_path, fmt, ok, err, dur, rate
         return
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "note"} for r in rows], columns=[*COLUMNS, "failure"])
     validate_table(df, source="hypothesis")  # raises on any broken row
+
+
+# --- a result against a class's trace: other lengths are another workload -----------------
+
+
+def test_trace_lengths_refuse_another_workload(tmp_path, capsys) -> None:
+    from fleetsieve_bayes.backends.traces import write_azure_trace
+
+    trace = tmp_path / "class.csv"
+    write_azure_trace(trace, [0.0, 1.0, 2.0], [2000, 2100, 2044], [250, 260, 258])  # means 2048, 256
+    aiperf = FIX / "dynamo_aic_medium_profile_export_aiperf.json"  # ISL 2048, OSL 256
+    assert main(["ingest", str(aiperf), "--workload", "w", "--tp", "1", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.csv"
+    write_azure_trace(other, [0.0, 1.0], [1000, 1000], [256, 256])
+    assert main(["ingest", str(aiperf), "--workload", "w", "--tp", "1", "--trace", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "mean prompt 2048 tokens against 1000" in err and "another workload" in err and "\n" not in err
+    [row] = ingest_file(FIX / "inference_perf_vllm_stage_0_lifecycle_metrics.json", workload="w", tp=1,
+                        details=True)
+    assert row["lengths"] == pytest.approx((204.1, 63.15))

@@ -103,13 +103,26 @@ def read_json_objects(path: Path) -> list[Any]:
 
 
 def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None = None,
-                loads: Sequence[str] = ()) -> list[dict[str, Any]]:
+                loads: Sequence[str] = (), details: bool = False) -> list[dict[str, Any]]:
     """Rows of one result file (format detected from its content).
 
     Args:
         loads: load labels, one per cell of the file in order; empty to take
             them from metadata / the strategy / the request rate.
+        details: keep, besides the table columns, ``note`` (what a reader read
+            differently from the file's own numbers, and why) and ``lengths``
+            (the run's mean prompt and output tokens) where a reader sets them.
     """
+    rows = _ingest_file(Path(path), workload=workload, tp=tp, loads=loads)
+    if not details:
+        for r in rows:
+            r.pop("note", None)
+            r.pop("lengths", None)
+    return rows
+
+
+def _ingest_file(path: Path, *, workload: str | None, tp: int | None,
+                 loads: Sequence[str]) -> list[dict[str, Any]]:
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         from fleetsieve_bayes.backends.ingest_llmd import read_llmd_report, rows_from_llmd
@@ -328,6 +341,10 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
                 f"{completed / duration:.4g} req/s, counts the drain)")
     row = _row(labels, offered, throughput, ttft_s, comp_s, success, duration)
     out = _finish(src, row, completed)
+    if completed > 0 and data.get("total_input_tokens") and data.get("total_output_tokens"):
+        from fleetsieve_bayes.backends.ingest_common import with_lengths
+
+        with_lengths(out, data["total_input_tokens"] / completed, data["total_output_tokens"] / completed)
     if note:
         out["note"] = note
     return out

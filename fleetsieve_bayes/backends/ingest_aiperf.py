@@ -34,7 +34,14 @@ import math
 from typing import Any
 
 from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
-from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, seconds, served
+from fleetsieve_bayes.backends.ingest_common import (
+    dig,
+    p99_of,
+    positive,
+    seconds,
+    served,
+    with_lengths,
+)
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["is_aiperf", "rows_from_aiperf"]
@@ -108,5 +115,7 @@ def rows_from_aiperf(data: dict[str, Any], src: str, *, workload: str | None = N
         offered, label = achieved, (f"C{conc:g}" if conc is not None else "max")
     labels = _labels(src, {"load": label}, workload, tp, load)
     thr = served(src, ok / duration, offered, success, duration, "request_count / benchmark_duration")
-    row = _row(labels, offered, thr, ttft, comp, success, duration)
-    return [_finish(src, row, ok)]
+    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    isl, _ = _metric(data, "input_sequence_length")
+    osl, _ = _metric(data, "output_sequence_length")
+    return [with_lengths(row, dig(isl, "avg"), dig(osl, "avg"))]

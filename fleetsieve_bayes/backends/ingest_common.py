@@ -7,7 +7,7 @@ from typing import Any
 
 from fleetsieve_bayes.errors import InputError
 
-__all__ = ["seconds", "dig", "p99_of", "positive", "served"]
+__all__ = ["seconds", "dig", "p99_of", "positive", "served", "with_lengths", "LENGTH_TOLERANCE"]
 
 _TO_S = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "millisecond": 1e-3,
          "milliseconds": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -63,3 +63,17 @@ def served(src: str, throughput: float, offered: float, success: float, duration
         raise InputError(f"{src}: field {field!r}: {throughput:.4g} req/s served but {offered:.4g} req/s offered; "
                          "the file contradicts itself and is not converted")
     return min(throughput, offered * success)
+
+
+# A result's mean prompt or output length more than this factor away from a class
+# trace's is another workload (the table's cells are per class), so it is refused.
+LENGTH_TOLERANCE = 1.25
+
+
+def with_lengths(row: dict[str, Any], prompt: Any, output: Any) -> dict[str, Any]:
+    """Attach the run's mean ``(prompt, output)`` tokens (``row["lengths"]``) when the file has them."""
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+             for v in (prompt, output))
+    if ok:
+        row["lengths"] = (float(prompt), float(output))
+    return row

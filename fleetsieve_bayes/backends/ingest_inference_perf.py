@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
-from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served
+from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served, with_lengths
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import THROUGHPUT_SLACK
 
@@ -98,4 +98,4 @@ def rows_from_inference_perf(data: dict[str, Any], src: str, *, workload: str | 
     row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
     if note:
         row["note"] = note
-    return [row]
+    return [with_lengths(row, dig(data, "successes", "prompt_len", "mean"), dig(data, "successes", "output_len", "mean"))]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
-from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served
+from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served, with_lengths
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["read_llmd_report", "rows_from_llmd"]
@@ -141,7 +141,9 @@ def _v01(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     success = ok / counted
     labels = _labels(src, {"load": f"{rate:g}rps" if rate else "closed"}, workload, t, load)
     thr = served(src, thr, offered, success, duration, "metrics.throughput.requests_per_sec")
-    return _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    req = m.get("requests") or {}
+    return with_lengths(row, dig(req, "input_length", "mean"), dig(req, "output_length", "mean"))
 
 
 def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, load: str | None) -> dict[str, Any]:
@@ -184,4 +186,9 @@ def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     success = ok / counted
     thr = served(src, thr, offered, success, duration, "throughput.request_rate.mean")
     labels = _labels(src, {"load": label}, workload, t, load)
-    return _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    if dig(data, "scenario", "load", "native", "config", "server", "ignore_eos") is False:
+        row["note"] = (f"{src}: ignore_eos is false: outputs stopped at EOS, so their lengths are the "
+                       "model's, not the requested ones")
+    req = agg.get("requests") or {}
+    return with_lengths(row, dig(req, "input_length", "mean"), dig(req, "output_length", "mean"))

@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from fleetsieve_bayes.backends.ingest import _finish, _labels, _number, _row
-from fleetsieve_bayes.backends.ingest_common import served
+from fleetsieve_bayes.backends.ingest_common import served, with_lengths
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["is_sglang", "rows_from_sglang"]
@@ -72,4 +72,8 @@ def rows_from_sglang(data: dict[str, Any], src: str, *, workload: str | None = N
     labels = _labels(src, {"load": label}, workload, tp, load)
     row = _row(labels, offered, served(src, achieved, offered, 1.0, duration, "completed / duration"), ttft, comp, 1.0,
                duration)
-    return [_finish(src, row, completed)]
+    row = _finish(src, row, completed)
+    if completed > 0:
+        with_lengths(row, (data.get("total_input_tokens") or 0) / completed,
+                     (data.get("total_output_tokens") or 0) / completed)
+    return [row]
