@@ -75,7 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     results: list[dict[str, Any]] = []
-    print(f"cores available: {cores}; plots: {args.plots}\n")
+    print(f"cores available: {cores}; load average {os.getloadavg()[0]:.1f}; plots: {args.plots}\n")
     print("| requests | classes | read (s) | classify (s) | write (s) | total (s) | CPU (s) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +88,8 @@ def main() -> None:
             print(f"| {n} | {best['classes']} | {best['read_s']:.2f} | {best['classify_s']:.2f} | "
                   f"{best['write_s']:.2f} | {best['total_s']:.2f} | {best['cpu_s']:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"cores": cores, "plots": args.plots, "python": platform.python_version(),
+    args.out.write_text(json.dumps({"cores": cores, "load_average_1min": os.getloadavg()[0], "plots": args.plots,
+                                    "python": platform.python_version(),
                                     "machine": platform.machine(), "results": results}, indent=2) + "\n")
     print(f"\nwrote {args.out}")
 

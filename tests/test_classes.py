@@ -292,3 +292,21 @@ def test_mooncake_trace_replays(tmp_path):
     bad.write_text('{"timestamp": 1, "input_length": 5}\n{"timestamp": 2, "input_length": 5, "output_length": 1}\n')
     with pytest.raises(InputError, match=r"bad.jsonl: line 1, field 'output_length'"):
         read_log(bad)
+
+
+def test_a_small_service_of_a_column_is_named(tmp_path, capsys):
+    lines = ["ts,model,p,o"] + [f"{i},big,{100 + i % 7},{20 + i % 5}" for i in range(60)] + [
+        f"{60 + i},tiny,100,20" for i in range(5)]
+    p = tmp_path / "svc.csv"
+    p.write_text("\n".join(lines) + "\n")
+    err = _cli_error(capsys, ["classes", str(p), "--out", str(tmp_path / "o"), "--window", "10s",
+                              "--columns", "ts=ts,prompt=p,output=o,service=model"])
+    assert "svc.csv: service 'tiny': 5 requests, fewer than the 30" in err
+
+
+def test_todo_marker_only_as_a_marker(tmp_path):
+    from fleetsieve_bayes.campaign.config import _Ctx, _refuse_todo
+
+    _refuse_todo(_Ctx(tmp_path / "c.toml"), {"name": "todo-list", "measurement": {"model": "TODOS/m"}})
+    with pytest.raises(InputError, match=r"c.toml: \[measurement\] env.X: still 'TODO: a key'"):
+        _refuse_todo(_Ctx(tmp_path / "c.toml"), {"measurement": {"env": {"X": "TODO: a key"}}})

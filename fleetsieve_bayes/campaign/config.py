@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,7 +340,7 @@ def _refuse_todo(ctx: _Ctx, raw: dict[str, Any]) -> None:
     """A value still marked ``"TODO…"`` (a skeleton written by ``classes``) is refused, naming it."""
 
     def walk(value: Any, keys: list[str]) -> None:
-        if isinstance(value, str) and value.strip().upper().startswith("TODO"):
+        if isinstance(value, str) and re.match(r"TODO(:|\s|$)", value.strip()):
             if keys[0] == "workloads":
                 w = raw["workloads"][int(keys[1])]
                 name = f"{w['name']!r}" if isinstance(w, dict) and "name" in w else f"#{int(keys[1]) + 1}"

@@ -281,7 +281,8 @@ def classify(log: RequestLog, *, k: int | None = None, window_s: float = 60.0, p
     starts: dict[str, float] = {}
     for s, (name, src) in enumerate(zip(log.services, log.sources, strict=True)):
         rows = np.flatnonzero(log.service == s)
-        where = f"{src}" + (f": service {name!r}" if len(log.services) > 1 and src.count(name) == 0 else "")
+        shared = sum(1 for other in log.sources if other == src) > 1  # a service column
+        where = f"{src}: service {name!r}" if shared else src
         if len(rows) < min_requests:
             raise InputError(f"{where}: {len(rows)} requests, fewer than the {min_requests} a class needs "
                              "for its demand and tails")
