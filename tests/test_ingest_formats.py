@@ -246,3 +246,15 @@ def test_trace_lengths_refuse_another_workload(tmp_path, capsys) -> None:
     [row] = ingest_file(FIX / "inference_perf_vllm_stage_0_lifecycle_metrics.json", workload="w", tp=1,
                         details=True)
     assert row["lengths"] == pytest.approx((204.1, 63.15))
+
+
+def test_aiperf_metrics_nested_layout(tmp_path) -> None:
+    data = json.loads((FIX / "dynamo_online_idle_profile_export_aiperf.json").read_text())
+    names = ("request_count", "error_request_count", "benchmark_duration", "time_to_first_token",
+             "request_latency", "input_sequence_length", "output_sequence_length")
+    nested = {"aiperf_version": "0.12.0", "input_config": data["input_config"],
+              "metrics": {k: data[k] for k in names}}
+    p = tmp_path / "nested.json"
+    p.write_text(json.dumps(nested))
+    assert ingest_file(p, workload="w", tp=2) == ingest_file(FIX / "dynamo_online_idle_profile_export_aiperf.json",
+                                                             workload="w", tp=2)

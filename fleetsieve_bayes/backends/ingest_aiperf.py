@@ -1,8 +1,9 @@
 """AIPerf ``profile_export_aiperf.json`` → one measurement-table row.
 
-Two layouts: metric objects at the top level (``time_to_first_token``,
-``request_latency``, … each ``{unit, avg, p50, p90, p99, …}``), or, in older
-AIPerf releases, under ``records`` with short tags (``ttft``).
+Three layouts: metric objects at the top level (``time_to_first_token``,
+``request_latency``, … each ``{unit, avg, p50, p90, p99, …}``), the same under
+``metrics``, or, in older AIPerf releases, under ``records`` with short tags
+(``ttft``).
 
 =======================  ===================================================================
 table column             from the file
@@ -50,14 +51,16 @@ _TAGS = {"time_to_first_token": "ttft"}
 
 
 def is_aiperf(obj: Any) -> bool:
-    return isinstance(obj, dict) and "input_config" in obj and (
-        "records" in obj or "time_to_first_token" in obj or "request_latency" in obj)
+    return isinstance(obj, dict) and ("input_config" in obj or "aiperf_version" in obj) and any(
+        k in obj for k in ("records", "metrics", "time_to_first_token", "request_latency", "request_count"))
 
 
 def _metric(data: dict[str, Any], name: str) -> tuple[Any, str]:
-    if "records" in data and isinstance(data["records"], dict):
+    if isinstance(data.get("records"), dict):
         tag = _TAGS.get(name, name)
         return data["records"].get(tag), f"records.{tag}"
+    if isinstance(data.get("metrics"), dict) and name not in data:
+        return data["metrics"].get(name), f"metrics.{name}"
     return data.get(name), name
 
 
