@@ -212,12 +212,31 @@ def _sgl(ok, err, dur, rate, conc, p99, thr) -> dict:
             "request_rate": rate if rate is not None else "inf", "max_concurrency": conc, "p99_ttft_ms": p99}
 
 
+def _llmd(ok, err, dur, rate, conc, p99, thr) -> dict:
+    engine = {"standardized": {"kind": "inference_engine", "replicas": 1,
+                               "accelerator": {"parallelism": {"tp": 2}}}}
+    agg = {"requests": {"total": ok + err, "failures": err},
+           "latency": {"time_to_first_token": {"units": "ms", "p99": p99}},
+           "throughput": {"request_rate": {"units": "queries/s", "mean": thr}}}
+    std = {"rate_qps": rate, "concurrency": conc if conc is not None else float("inf")}
+    return {"version": "0.2", "run": {"time": {"duration": f"PT{dur}S"}},
+            "scenario": {"stack": [engine], "load": {"standardized": std}},
+            "results": {"request_performance": {"aggregate": agg}}}
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from([_aiperf, _ip, _sgl]), ok=_count, err=_count, dur=_pos,
+@given(fmt=st.sampled_from([_aiperf, _ip, _sgl, _llmd]), ok=_count, err=_count, dur=_pos,
        rate=st.none() | _pos, conc=st.none() | st.integers(1, 512), p99=_num, thr=_num)
 def test_no_ingested_row_breaks_the_table_rule(tmp_path, fmt, ok, err, dur, rate, conc, p99, thr) -> None:
-    p = tmp_path / "r.json"
-    p.write_text(json.dumps(fmt(ok, err, dur, rate, conc, p99, thr)))
+    obj = fmt(ok, err, dur, rate, conc, p99, thr)
+    if fmt is _llmd:
+        import yaml
+
+        p = tmp_path / "r.yaml"
+        p.write_text(yaml.safe_dump(obj))
+    else:
+        p = tmp_path / "r.json"
+        p.write_text(json.dumps(obj))
     try:
         rows = ingest_file(p, workload="w", tp=1)
     except InputError as exc:
