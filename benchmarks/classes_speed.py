@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
