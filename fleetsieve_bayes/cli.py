@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
 
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
+_COMMANDS = (
+    "run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report", "plan", "verify",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
