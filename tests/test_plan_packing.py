@@ -15,7 +15,7 @@ def brute_force_fits(tps: list[int], nodes: int, g: int) -> bool:
     """Every assignment of replicas to nodes (GPU identity inside a node does not matter)."""
     for assign in itertools.product(range(nodes), repeat=len(tps)):
         used = [0] * nodes
-        for t, n in zip(tps, assign):
+        for t, n in zip(tps, assign, strict=True):
             used[n] += t
         if max(used, default=0) <= g:
             return True
@@ -68,9 +68,9 @@ def test_divisibility() -> None:
 
 
 def test_ffd_counterexample_needs_exact_method() -> None:
-    # 3+3 on one 6-GPU node and 2+2+2 on the other: first-fit decreasing would
-    # also find it, but 4+2 / 3+3 / ... shapes where greedy fails must be solved exactly.
-    tps = [4, 3, 3, 2]  # 4+2 on one node, 3+3 on the other
+    # TPs 4, 3, 3, 2 on 2 × 6 GPUs are not divisible, so the MILP decides; the
+    # only packing is 4+2 on one node and 3+3 on the other.
+    tps = [4, 3, 3, 2]
     got = pack([("a", t) for t in tps], 2, 6)
     assert got is not None and got.method == "milp"
     assert sorted(got.node_used()) == [6, 6]

@@ -57,7 +57,7 @@ def is_divisible(tps: Sequence[int], gpus_per_node: int) -> bool:
     sizes = sorted(set(int(t) for t in tps))
     if not sizes:
         return True
-    chain = all(b % a == 0 for a, b in zip(sizes, sizes[1:]))
+    chain = all(b % a == 0 for a, b in zip(sizes, sizes[1:], strict=False))
     return chain and gpus_per_node % sizes[-1] == 0
 
 
@@ -145,7 +145,7 @@ def pack(replicas: Sequence[tuple[str, int]], nodes: int, gpus_per_node: int) ->
         return None
     seen: Counter[str] = Counter()
     placements = []
-    for (w, t), (n, off) in zip(replicas, where):
+    for (w, t), (n, off) in zip(replicas, where, strict=True):
         placements.append(Placement(w, seen[w], int(t), n, tuple(range(off, off + int(t)))))
         seen[w] += 1
     return Packing(nodes, gpus_per_node, tuple(placements), method)
