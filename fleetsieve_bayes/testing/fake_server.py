@@ -68,6 +68,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--die-after", type=int, default=0, help="exit abruptly when request N+1 arrives (0: never)")
     p.add_argument("--spawn-worker", action="store_true", help="start a child process in the same group")
     p.add_argument("--ignore-sigterm", action="store_true")
+    # /metrics with vLLM's names and buckets (testing/fake_metrics.py), and its failure injection.
+    p.add_argument("--metrics-missing", default="", help="comma-separated vLLM metric names to leave out")
+    p.add_argument("--metrics-legacy-names", action="store_true",
+                   help="expose vllm:gpu_cache_usage_perc (before its rename to kv_cache_usage_perc)")
+    p.add_argument("--metrics-reset-after", type=int, default=0,
+                   help="zero every counter once N requests have finished (an engine restart)")
+    p.add_argument("--not-vllm-metrics", action="store_true", help="serve a /metrics without vllm:* series")
     args, _unknown = p.parse_known_args(argv)  # tolerate vLLM-style extra args
     return args
 
@@ -82,6 +89,13 @@ class _State:
         self.received = 0
         self.completed = 0
         self.running = 0
+        from fleetsieve_bayes.testing.fake_metrics import FakeMetrics
+
+        self.metrics = FakeMetrics(
+            args.model, missing=[m for m in args.metrics_missing.split(",") if m],
+            legacy_names=args.metrics_legacy_names, reset_after=args.metrics_reset_after,
+            kv_slots=self.n_slots,
+        )
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -111,11 +125,10 @@ def make_app(args: argparse.Namespace) -> web.Application:
         return web.json_response({"object": "list", "data": [entry]})
 
     async def metrics(_: web.Request) -> web.Response:
-        text = (
-            f"vllm:num_requests_running {state.running}\n"
-            f"vllm:request_success_total {state.completed}\n"
-        )
-        return web.Response(text=text)
+        if args.not_vllm_metrics:
+            return web.Response(text=f"# TYPE http_requests_total counter\nhttp_requests_total {state.received}\n")
+        return web.Response(text=state.metrics.render(state.running),
+                            content_type="text/plain", charset="utf-8")
 
     async def completions(request: web.Request) -> web.StreamResponse:
         state.received += 1
@@ -141,7 +154,10 @@ def make_app(args: argparse.Namespace) -> web.Application:
         stream = bool(body.get("stream", False))
         loop = asyncio.get_running_loop()
         created = int(time.time())
+        arrived = loop.time()
+        state.metrics.waiting += 1
         async with state.slots:
+            state.metrics.waiting -= 1
             state.running += 1
             try:
                 start = loop.time() + args.prefill_delay_per_token * n_in
@@ -151,6 +167,8 @@ def make_app(args: argparse.Namespace) -> web.Application:
                     await resp.prepare(request)
                 for k in range(1, max_tokens + 1):
                     await _sleep_until(start + k * state.step)
+                    if k == 1:
+                        first_at = loop.time()
                     if stream:
                         chunk = {
                             "id": f"cmpl-{state.received}",
@@ -164,6 +182,7 @@ def make_app(args: argparse.Namespace) -> web.Application:
                 usage = {"prompt_tokens": n_in, "completion_tokens": max_tokens,
                          "total_tokens": n_in + max_tokens}
                 state.completed += 1
+                state.metrics.finish(first_at - arrived, loop.time() - arrived)
                 if not stream:
                     return web.json_response({
                         "id": f"cmpl-{state.received}", "object": "text_completion",
