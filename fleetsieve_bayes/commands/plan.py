@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None,
                    help="model the replicas serve (default: the campaign's [measurement] model)")
     p.add_argument("--image", default="vllm/vllm-openai:latest", help="container image of the manifests")
+    p.add_argument("--hosts", default=None,
+                   help="comma-separated host name of each node (default node-0, node-1, …)")
     p.add_argument("--namespace", default=None, help="Kubernetes namespace of the manifests")
     p.add_argument("--allow-uncertified", action="store_true",
                    help="plan an uncertified or infeasible campaign's allocation, marked as such everywhere")
@@ -40,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
     if not formats:
         raise InputError("--format: name at least one of launch, k8s")
     plan = build_plan(args.directory, args.nodes, args.gpus_per_node, allow_uncertified=args.allow_uncertified,
-                      model=args.model, image=args.image, namespace=args.namespace)
+                      model=args.model, image=args.image, namespace=args.namespace,
+                      hosts=None if args.hosts is None else [h.strip() for h in args.hosts.split(",")])
     written = write_plan(plan, args.out, formats)
     mark = "" if plan["certified"] else "  [UNCERTIFIED]"
     print(f"plan: {args.out} ({plan['status']}{mark}): {plan['gpus_used']} of "

@@ -164,6 +164,7 @@ def build_plan(
     model: str | None = None,
     image: str = "vllm/vllm-openai:latest",
     namespace: str | None = None,
+    hosts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The deployment plan of a campaign directory (the ``plan.json`` object).
 
@@ -177,6 +178,8 @@ def build_plan(
             ``[measurement] model``, else the prior card's name).
         image: container image of the manifests.
         namespace: Kubernetes namespace of the manifests (none: the default).
+        hosts: host name of each node, for ``launch/prometheus.yml`` and the
+            replicas' URLs (default ``node-0``, ``node-1``, …).
 
     Raises:
         InputError: not a campaign directory; uncertified without
@@ -185,6 +188,9 @@ def build_plan(
     """
     if nodes < 1 or gpus_per_node < 1:
         raise InputError(f"--nodes and --gpus-per-node must be >= 1, got {nodes} and {gpus_per_node}")
+    hosts = list(hosts) if hosts else [f"node-{n}" for n in range(nodes)]
+    if len(hosts) != nodes:
+        raise InputError(f"--hosts: {len(hosts)} host name(s) for {nodes} node(s)")
     view = load_campaign_dir(directory)
     status = view.status
     certified = status == "certified-feasible" and view.result is not None
@@ -242,7 +248,7 @@ def build_plan(
             "bounds": cell.get("bounds", {}),
             "autoscaler_target": _target(kind, conc, offered),
         })
-    placements = _placements(packing, server)
+    placements = _placements(packing, server, hosts)
     result_path = view.directory / "result.json"
     h = view.header
     plan = {
@@ -263,6 +269,7 @@ def build_plan(
         "credible_level": h.credible_level,
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,
+        "hosts": hosts,
         "gpus_used": total,
         "packing_method": packing.method,
         "server": server,
@@ -280,7 +287,7 @@ def _target(kind: str, conc: float | None, offered: float | None) -> dict[str, A
     return {"metric": "rate(vllm:request_success_total)", "per_replica": offered, "unit": "requests/s"}
 
 
-def _placements(packing: Packing, server: dict[str, Any]) -> list[dict[str, Any]]:
+def _placements(packing: Packing, server: dict[str, Any], hosts: Sequence[str]) -> list[dict[str, Any]]:
     port_next = [BASE_PORT] * packing.nodes
     out = []
     for p in sorted(packing.placements, key=lambda p: (p.node, p.gpus[0])):
@@ -289,7 +296,7 @@ def _placements(packing: Packing, server: dict[str, Any]) -> list[dict[str, Any]
         argv = replica_command(server["command"], server["extra_args"], model=server["model"], tp=p.tp, port=port)
         out.append({
             "workload": p.workload, "index": p.index, "tp": p.tp, "node": p.node, "gpus": list(p.gpus),
-            "port": port, "env": {**server["env"], "CUDA_VISIBLE_DEVICES": ",".join(map(str, p.gpus))},
+            "port": port, "metrics_url": f"http://{hosts[p.node]}:{port}/metrics", "env": {**server["env"], "CUDA_VISIBLE_DEVICES": ",".join(map(str, p.gpus))},
             "argv": argv,
         })
     return out
@@ -324,6 +331,28 @@ def _launch_script(plan: dict[str, Any], node: int) -> str:
     return "\n".join(x for x in lines if x is not None)
 
 
+def _prometheus_config(plan: dict[str, Any], scrape_interval_s: float = 5.0) -> str:
+    """A Prometheus config scraping every replica, labelled ``class`` (what verify selects on)."""
+    lines = [
+        "# Prometheus scrape configuration of the launch plan, written by `fleetsieve-bayes plan`.",
+        "# `fleetsieve-bayes verify PLAN --prometheus URL` selects each class by its `class` label.",
+        "global:",
+        f"  scrape_interval: {scrape_interval_s:g}s",
+        "scrape_configs:",
+    ]
+    for c in plan["classes"]:
+        targets = [p["metrics_url"].split("/")[2] for p in plan["placements"] if p["workload"] == c["workload"]]
+        lines += [
+            f"  - job_name: {json.dumps('vllm-' + c['workload'])}",
+            "    metrics_path: /metrics",
+            "    static_configs:",
+            f"      - targets: {json.dumps(targets)}",
+            "        labels:",
+            f"          class: {json.dumps(c['workload'])}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def write_plan(plan: dict[str, Any], out: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
     """Write ``plan.json`` and the artefacts of ``formats`` under ``out``; returns the files written.
 
@@ -345,6 +374,9 @@ def write_plan(plan: dict[str, Any], out: str | Path, formats: Sequence[str] = F
             atomic_write_text(p, _launch_script(plan, n))
             p.chmod(0o755)
             written.append(p)
+        p = d / "launch" / "prometheus.yml"
+        atomic_write_text(p, _prometheus_config(plan))
+        written.append(p)
     if "k8s" in formats:
         from fleetsieve_bayes.deploy.k8s import manifests, render_yaml, validate_manifests
 
