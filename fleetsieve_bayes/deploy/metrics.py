@@ -255,7 +255,14 @@ def _series_sum(samples: dict[tuple[str, Labels], float], name: str, **match: st
 
 
 def _check_monotone(a: Scrape, b: Scrape, names: Iterable[str]) -> None:
-    """A counter or bucket that went down between the scrapes: the replica restarted."""
+    """A counter or bucket that went down, or a new process start time: the replica restarted."""
+    start_a = a.samples.get(("process_start_time_seconds", ()))
+    start_b = b.samples.get(("process_start_time_seconds", ()))
+    if start_a is not None and start_b is not None and start_b != start_a:
+        raise EnvironmentProblem(
+            f"{b.url}: the server restarted mid-window (process_start_time_seconds changed), so its "
+            "counters were reset; verify again over a window without a restart"
+        )
     watched = tuple(names)
     for key, v in a.samples.items():
         n = key[0]

@@ -6,12 +6,13 @@ carries ``model_name`` and ``engine`` labels as vLLM's do. Failure injection
 for tests of ``verify``: ``missing`` names metrics left out, ``legacy_names``
 exposes the pre-rename gauge ``vllm:gpu_cache_usage_perc``, and
 ``reset_after`` zeroes every counter and histogram once that many requests
-have finished (a restarted engine).
+have finished and moves ``process_start_time_seconds`` (a restarted engine).
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable
 
 __all__ = ["TTFT_BUCKETS", "E2E_BUCKETS", "FakeMetrics"]
@@ -64,6 +65,7 @@ class FakeMetrics:
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
         self.finished_total = 0
         self.waiting = 0
+        self.started_at = time.time()
 
     def finish(self, ttft_s: float, e2e_s: float, reason: str = "length") -> None:
         """Record a finished request (server-side times from its arrival)."""
@@ -75,6 +77,7 @@ class FakeMetrics:
             self.ttft.reset()
             self.e2e.reset()
             self.success = dict.fromkeys(self.success, 0)
+            self.started_at = time.time() + 1.0  # a new process (prometheus_client's collector)
 
     def render(self, running: int) -> str:
         labels = f'engine="0",model_name="{self.model}"'
@@ -87,6 +90,7 @@ class FakeMetrics:
             out.append(f"# TYPE {name} {kind}")
             out.extend(lines)
 
+        emit("process_start_time_seconds", "gauge", [f"process_start_time_seconds {self.started_at}"])
         emit("vllm:num_requests_running", "gauge", [f"vllm:num_requests_running{{{labels}}} {float(running)}"])
         emit("vllm:num_requests_waiting", "gauge", [f"vllm:num_requests_waiting{{{labels}}} {float(self.waiting)}"])
         kv = "vllm:gpu_cache_usage_perc" if self.legacy_names else "vllm:kv_cache_usage_perc"
