@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
         if "{workload}" not in args.selector:
             raise InputError("--selector: must contain {workload}")
         selectors = {c["workload"]: args.selector.replace("{workload}", c["workload"]) for c in plan["classes"]}
-        readings = read_prometheus(args.prometheus, selectors, window, timeout=args.timeout)
+        readings = read_prometheus(args.prometheus, selectors, window, timeout=args.timeout, skip_absent=True)
         source = {"kind": "prometheus", "url": args.prometheus, "selectors": selectors, "window_s": window}
     report = verify_report(plan, readings, source)
     text = json.dumps(report, indent=2, allow_nan=False)

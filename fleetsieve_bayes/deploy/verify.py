@@ -223,11 +223,14 @@ def read_prometheus(
     *,
     timeout: float = 10.0,
     at: float | None = None,
+    skip_absent: bool = False,
 ) -> dict[str, WindowReading]:
     """A reading per class from a Prometheus server, over the ``window_s`` ending at ``at`` (now).
 
     Args:
         selectors: class → PromQL label matchers without braces, e.g. ``class="chat"``.
+        skip_absent: leave out a class with no ``vllm:`` series (else an error);
+            it is an error all the same when no class has any.
 
     Raises:
         EnvironmentProblem: unreachable; a counter reset or a target down in the window.
@@ -241,6 +244,8 @@ def read_prometheus(
 
         present = [r["metric"].get("__name__", "") for r in q('group by (__name__) ({__name__=~"vllm:.+",SEL})')]
         if not present:
+            if skip_absent:
+                continue
             raise InputError(f"{base}: no vllm:* series for class {cls} ({{{sel}}}) in Prometheus")
         names, missing = resolve_names(present)
         if missing:
@@ -249,6 +254,7 @@ def read_prometheus(
         if down:
             raise EnvironmentProblem(f"{base}: class {cls}: target(s) {', '.join(down)} down (a replica died?)")
         resets = _scalar(q(f"sum(resets({names[SUCCESS]}{{SEL}}[{w}]))"))
+        resets += _scalar(q(f"sum(changes(process_start_time_seconds{{SEL}}[{w}]))"))
         if resets > 0:
             raise EnvironmentProblem(
                 f"{base}: class {cls}: {names[SUCCESS]} reset in the last {w} (a replica restarted?); "
@@ -265,7 +271,8 @@ def read_prometheus(
         succ = names[SUCCESS]
         reasons = "|".join(sorted(SUCCESS_REASONS))
         finished = _scalar(q(f"sum(increase({succ}{{SEL}}[{w}]))"))
-        served = _scalar(q(f'sum(increase({succ}{{SEL,finished_reason=~"{reasons}"}}[{w}]))'))
+        # Each series is extrapolated on its own, so the part can exceed the whole by a hair.
+        served = min(_scalar(q(f'sum(increase({succ}{{SEL,finished_reason=~"{reasons}"}}[{w}]))')), finished)
         inflight = 0.0
         for g in (RUNNING, WAITING):
             if g in names:
@@ -287,6 +294,8 @@ def read_prometheus(
             kv_cache_usage=kv,
             names=names,
         )
+    if not out:
+        raise InputError(f"{base}: no vllm:* series for any class ({', '.join('{' + s + '}' for s in selectors.values())})")
     return out
 
 
