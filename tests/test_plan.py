@@ -201,3 +201,26 @@ def test_read_plan_errors(tmp_path: Path, planned: tuple[Path, dict[str, Any]]) 
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     with pytest.raises(InputError, match=r"classes\[0\]\.predicted"):
         read_plan(tmp_path)
+
+
+def test_report_shows_the_packing_and_live_windows(campaign: Path, planned: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    from fleetsieve_bayes.deploy.metrics import QuantileBound, WindowReading
+    from fleetsieve_bayes.deploy.verify import verify_report
+    from fleetsieve_bayes.reporting.report import write_report
+
+    out, plan = planned
+    live = {"chat": WindowReading(300.0, 2, 1000, 1000, 3.3, 3.3, 1.0, QuantileBound(2.5, 5.0, 3.0, 1000),
+                                  QuantileBound(10.0, 15.0, 12.0, 1000), 0.4, {})}
+    report = verify_report(plan, live, {"kind": "metrics", "window_s": 300.0})
+    (tmp_path / "v.json").write_text(json.dumps(report))
+    path, rep = write_report(campaign, tmp_path / "r.html", plan=out, verify=tmp_path / "v.json")
+    text = path.read_text()
+    assert "<h2>Deployment</h2>" in text and 'id="fig-packing"' in text and 'id="fig-live"' in text
+    placed = rep.figures["fig-packing"].data["placements"]
+    assert sorted(placed.groupby("node")["tp"].sum().tolist()) == [8, 8]
+    win = rep.figures["fig-live"].data["windows"]
+    chat_ttft = win[(win["workload"] == "chat") & (win["metric"] == "ttft_p99_s")].iloc[0]
+    assert (chat_ttft["live_lo"], chat_ttft["live_hi"], chat_ttft["slo"]) == (2.5, 5.0, 2.0)
+    assert chat_ttft["verdict"] == "violates"
+    with pytest.raises(InputError, match="--verify needs --plan"):
+        write_report(campaign, tmp_path / "r2.html", verify=tmp_path / "v.json")

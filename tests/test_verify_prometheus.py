@@ -99,14 +99,15 @@ def test_prometheus_reading_is_within_one_bucket_of_the_direct_one(tmp_path: Pat
 def test_prometheus_counter_reset_and_missing_class(tmp_path: Path) -> None:
     from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
-    with running_fake_server(*FLAGS, "--metrics-reset-after", "10", model="m") as chat:
-        with running_prometheus({"chat": [chat.split("//")[1]]}, scrape_interval_s=1.0) as prom:
-            _wait_up(prom, 1)
-            time.sleep(1.5)
-            threading.Thread(target=_traffic, args=(chat, 40, 20.0)).start()
-            time.sleep(6.0)
-            with pytest.raises(EnvironmentProblem, match="reset"):
-                read_prometheus(prom, {"chat": 'class="chat"'}, 20.0)
-            with pytest.raises(InputError, match="no vllm:\\* series for class code"):
-                read_prometheus(prom, {"code": 'class="code"'}, 20.0)
-            time.sleep(2.5)  # the traffic thread's requests end
+    with (running_fake_server(*FLAGS, "--metrics-reset-after", "10", model="m") as chat,
+          running_prometheus({"chat": [chat.split("//")[1]]}, scrape_interval_s=1.0) as prom):
+        _wait_up(prom, 1)
+        time.sleep(1.5)
+        traffic = threading.Thread(target=_traffic, args=(chat, 40, 20.0))
+        traffic.start()
+        time.sleep(6.0)
+        with pytest.raises(EnvironmentProblem, match="reset"):
+            read_prometheus(prom, {"chat": 'class="chat"'}, 20.0)
+        with pytest.raises(InputError, match="no vllm:\\* series for any class"):
+            read_prometheus(prom, {"code": 'class="code"'}, 20.0)
+        traffic.join()
