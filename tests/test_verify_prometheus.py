@@ -108,6 +108,6 @@ def test_prometheus_counter_reset_and_missing_class(tmp_path: Path) -> None:
         time.sleep(6.0)
         with pytest.raises(EnvironmentProblem, match="reset"):
             read_prometheus(prom, {"chat": 'class="chat"'}, 20.0)
-        with pytest.raises(InputError, match="no vllm:\\* series for any class"):
+        with pytest.raises(InputError, match="no vllm:\\* series for class code"):
             read_prometheus(prom, {"code": 'class="code"'}, 20.0)
         traffic.join()
