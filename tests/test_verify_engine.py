@@ -4,9 +4,11 @@ Marked ``engine`` (see tests/test_engine.py for the environment it needs; it
 fails, never skips, without it). One server start-up: the project's load
 generator drives traffic at it while ``verify`` differences two scrapes of its
 ``/metrics`` and a Prometheus server scrapes it every second. The p99 bounds
-read from vLLM's buckets must contain the p99 that ``measure``'s summary
-computes from the client's own records of the same requests, and the
-Prometheus reading must lie within one bucket of the direct one.
+read from vLLM's buckets are compared with the p99s that ``measure``'s
+summary computes from the client's own records of the same requests (the
+completion p99 must lie inside its bucket; the client's TTFT p99 is above the
+server's by the HTTP front end's overhead, printed), and the Prometheus
+reading must lie within one bucket of the direct one.
 """
 
 from __future__ import annotations
@@ -77,8 +79,15 @@ def test_verify_reads_the_real_engine(vllm_python: str, tiny_model: Path, tmp_pa
               f"[{via.completion_p99.lo:g}, {via.completion_p99.hi:g}] (histogram_quantile "
               f"{via.completion_p99.interpolated:.4f})")
     assert row["n_ok"] == n and direct.finished == n and direct.served == n
-    assert direct.ttft_p99.lo <= row["ttft_p99_s"] <= direct.ttft_p99.hi
+    # vLLM times a request from its arrival at the engine (after the HTTP server has parsed it)
+    # to the iteration that emitted the token; the client's clock also runs through the HTTP
+    # server, the stream and its own event loop. The client's p99 is never below the server's
+    # bucket, and the completion p99 (hundreds of ms, coarse buckets) lies inside it; the TTFT
+    # p99 (tens of ms, buckets 20 ms wide) lies above it by the front end's overhead.
+    assert row["ttft_p99_s"] >= direct.ttft_p99.lo
     assert direct.completion_p99.lo <= row["completion_p99_s"] <= direct.completion_p99.hi
+    with capsys.disabled():
+        print(f"client TTFT p99 − /metrics bucket top: {row['ttft_p99_s'] - direct.ttft_p99.hi:+.4f} s")
     assert "vllm:kv_cache_usage_perc" in direct.names  # vLLM 0.32's name for the KV gauge
     for edges, a, b in ((TTFT_BUCKETS, direct.ttft_p99, via.ttft_p99),
                         (E2E_BUCKETS, direct.completion_p99, via.completion_p99)):
