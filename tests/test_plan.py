@@ -224,3 +224,18 @@ def test_report_shows_the_packing_and_live_windows(campaign: Path, planned: tupl
     assert chat_ttft["verdict"] == "violates"
     with pytest.raises(InputError, match="--verify needs --plan"):
         write_report(campaign, tmp_path / "r2.html", verify=tmp_path / "v.json")
+
+
+@pytest.mark.slow
+def test_plan_of_the_shipped_campaign(tmp_path: Path, repo: Path) -> None:
+    """The shipped H100 campaign (NUTS, ~2 min): its certified fleet packed onto 2 × 8 GPUs, manifests valid."""
+    out = tmp_path / "run"
+    assert cli_main(["run", str(repo / "examples" / "h100_31b_fp8" / "campaign.toml"), "--out", str(out), "--quiet"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "certified-feasible"
+    assert cli_main(["plan", str(out), "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path / "plan")]) == 0
+    plan = read_plan(tmp_path / "plan")
+    got = {c["workload"]: {"tp": c["tp"], "load": c["load"], "replicas": c["replicas"]} for c in plan["classes"]}
+    assert got == {w: a for w, a in result["allocation"].items() if a["replicas"]}
+    assert len(plan["placements"]) == sum(a["replicas"] for a in result["allocation"].values())
+    validate_manifests([d for f in sorted((tmp_path / "plan" / "k8s").glob("*.yaml")) for d in _docs(f)])

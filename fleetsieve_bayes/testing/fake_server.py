@@ -75,6 +75,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-reset-after", type=int, default=0,
                    help="zero every counter once N requests have finished (an engine restart)")
     p.add_argument("--not-vllm-metrics", action="store_true", help="serve a /metrics without vllm:* series")
+    p.add_argument("--abort-every", type=int, default=0,
+                   help="every N-th request ends without [DONE], counted finished_reason=abort (0: never)")
     args, _unknown = p.parse_known_args(argv)  # tolerate vLLM-style extra args
     return args
 
@@ -132,6 +134,7 @@ def make_app(args: argparse.Namespace) -> web.Application:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         state.received += 1
+        aborts = bool(args.abort_every) and state.received % args.abort_every == 0
         if args.die_after and state.received > args.die_after:
             os._exit(3)  # abrupt: in-flight streams break, like an engine crash
         try:
@@ -181,6 +184,13 @@ def make_app(args: argparse.Namespace) -> web.Application:
                         await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 usage = {"prompt_tokens": n_in, "completion_tokens": max_tokens,
                          "total_tokens": n_in + max_tokens}
+                if aborts:  # the engine aborted it: the client gets no clean end
+                    state.metrics.finish(first_at - arrived, loop.time() - arrived, reason="abort")
+                    if not stream:
+                        return _error(500, "request aborted by the engine")
+                    await resp.write(b'data: {"error": {"message": "request aborted by the engine"}}\n\n')
+                    await resp.write_eof()
+                    return resp
                 state.completed += 1
                 state.metrics.finish(first_at - arrived, loop.time() - arrived)
                 if not stream:
