@@ -24,7 +24,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,6 +71,12 @@ from fleetsieve_bayes.decision.certificate import (
     UNDECIDED,
 )
 from fleetsieve_bayes.decision.design import STRATEGY_NAMES, initial_design
+from fleetsieve_bayes.deploy.production import (
+    PRODUCTION_PHASE,
+    pool_production,
+    production_inputs,
+    production_summary,
+)
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 from fleetsieve_bayes.jax_cache import enable_compilation_cache
 from fleetsieve_bayes.table import COLUMNS, METRICS, startup_gpu_seconds, write_table
@@ -187,6 +193,8 @@ def measured_state(grid: CellGrid, records: list[Any]) -> tuple[np.ndarray, np.n
         key = tuple(rec.cell)
         if key not in index:
             raise InputError(f"journal: measured cell {rec.cell.label} is not a candidate of this campaign")
+        if rec.phase == PRODUCTION_PHASE:
+            continue  # pooled below (fleetsieve_bayes/deploy/production.py)
         c = index[key]
         if measured[c]:
             continue  # never measured twice by us; tolerate a duplicate record
@@ -199,6 +207,7 @@ def measured_state(grid: CellGrid, records: list[Any]) -> tuple[np.ndarray, np.n
         same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & ~measured
         observed[same] = observed[c]
         measured |= same
+    measured, observed = pool_production(index, records, measured, observed)
     return measured, observed, order
 
 
@@ -318,7 +327,7 @@ def _arm_kill_in_measurement() -> None:
 
 
 def _write_measurements(out: Path, journal: Journal) -> None:
-    rows = [r.row for r in journal.measurements]
+    rows = [r.row for r in journal.measurements if r.phase != PRODUCTION_PHASE]
     if not rows:
         return
     tmp = out / ".measurements.csv.tmp"
@@ -346,6 +355,7 @@ class _Inputs(NamedTuple):
     inputs: dict[str, Any]
     seed_rows: list[tuple[Cell, dict[str, Any], str]]  # (cell, row, source) from seed tables
     reuse: Path | None
+    production: tuple[Path, ...] = ()  # run --production: verify reports
 
 
 def _field_error(campaign: Campaign, field: str, exc: InputError) -> InputError:
@@ -455,6 +465,7 @@ def run_campaign(
     on_event: Event | None = None,
     backend: Backend | None = None,
     reuse_measurements: Path | None = None,
+    production: Sequence[Path] = (),
 ) -> CampaignOutcome:
     """Run or resume ``campaign`` in directory ``out`` and write ``out/result.json``.
 
@@ -466,6 +477,8 @@ def run_campaign(
         reuse_measurements: a finished or stopped campaign directory whose
             measurements seed this (new) decision; only demands, SLOs, floors,
             the budget and the stopping rule may differ from its campaign.
+        production: ``verify --json`` reports whose classes enter a new
+            campaign as production observations of their planned cells.
 
     Raises:
         InputError: bad campaign, a journal from another campaign (naming what
@@ -475,6 +488,7 @@ def run_campaign(
     on_event = on_event or _noop
     out = Path(out)
     inputs = _resolve(campaign, strategy, seed, None if reuse_measurements is None else Path(reuse_measurements))
+    inputs = inputs._replace(production=tuple(Path(p) for p in production))
     if inputs.reuse is not None and inputs.reuse.resolve() == out.resolve():
         raise InputError(f"--reuse-measurements {inputs.reuse}: that is --out itself; re-plan into a new --out")
     created, lock_created = _prepare_out(out)
@@ -572,11 +586,12 @@ def _reused_rows(inputs: _Inputs, grid: CellGrid) -> tuple[list[tuple[Cell, dict
     why = reuse_refusal(view.header.fingerprint, inputs.fingerprint, view.header.inputs, inputs.inputs)
     if why is not None:
         raise InputError(f"--reuse-measurements {src}: cannot re-plan from that campaign: {why}")
-    if view.measurements:
-        validate_table(pd.DataFrame([r.row for r in view.measurements]), source=f"{src / JOURNAL_NAME}")
+    profiled = [r for r in view.measurements if r.phase != PRODUCTION_PHASE]
+    if profiled:
+        validate_table(pd.DataFrame([r.row for r in profiled]), source=f"{src / JOURNAL_NAME}")
     index = grid.index()
     rows = []
-    for r in view.measurements:
+    for r in profiled:
         if tuple(r.cell) not in index:
             raise InputError(f"--reuse-measurements {src}: cell {r.cell.label} is not a candidate of this campaign")
         rows.append((r.cell, r.row, f"reused from {src.resolve()}"))
@@ -617,7 +632,15 @@ def _begin(inputs: _Inputs, out: Path, journal: Journal, grid: CellGrid, on_even
         have = sum(1 for r in journal.measurements if (r.source or "").startswith("reused from"))
         if have < want:  # killed while copying them: finish the copy
             reused, _ = _reused_rows(inputs._replace(reuse=Path(header.reused_from["directory"])), grid)
-    measured = {r.cell for r in journal.measurements}
+    if header is None and inputs.production:
+        for cell, row, source in production_inputs(inputs.production, set(grid.index())):
+            journal.append(
+                MeasurementRecord(
+                    seq=len(journal.measurements), round=0, phase=PRODUCTION_PHASE, cell=cell, row=dict(row),
+                    gpu_seconds=0.0, started_at=time.time(), finished_at=time.time(), wall_s=0.0, source=source,
+                )
+            )
+    measured = {r.cell for r in journal.measurements if r.phase != PRODUCTION_PHASE}
     for cell, row, source in [*reused, *inputs.seed_rows]:
         if cell in measured:
             continue
@@ -910,7 +933,7 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
         # Server start-up of cells that ran (a failed start-up is its own
         # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
         "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),
-        "measured": [r.cell.to_json() for r in meas],
+        "measured": [r.cell.to_json() for r in meas if r.phase != PRODUCTION_PHASE],
         "allocation": alloc,
         "timings": {
             "total_s": float(sum(p["total_s"] for p in per_round) + sum(r.wall_s for r in meas)),
@@ -934,9 +957,21 @@ def _result_json(inputs: _Inputs, grid: CellGrid, journal: Journal, final: Round
         "risk": inputs.campaign.risk,
         "epsilon": inputs.campaign.epsilon,
         "candidates": grid.n_cells,
-        "seeded": [r.cell.to_json() for r in meas if r.seeded],
+        "seeded": [r.cell.to_json() for r in meas if r.seeded and r.phase != PRODUCTION_PHASE],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
+        "production": _production_json(grid, journal, alloc, inputs),
     }
+
+
+def _production_json(grid: CellGrid, journal: Journal, alloc: dict[str, Any] | None, inputs: _Inputs) -> dict[str, Any] | None:
+    """result.json's ``production`` (null without production windows)."""
+    if not any(r.phase == PRODUCTION_PHASE for r in journal.measurements):
+        return None
+    measured, observed, _ = measured_state(grid, journal.measurements)
+    pooled = {grid.key(c): observed[c] for c in range(grid.n_cells) if measured[c]}
+    slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
+                     "completion_p99_s": w.slo.completion_p99_s} for w in inputs.campaign.workloads}
+    return production_summary(journal.measurements, alloc, slos, pooled)
 
 
 def _joint_json(joint: dict[str, Any] | None) -> dict[str, Any]:

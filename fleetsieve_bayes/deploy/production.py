@@ -38,6 +38,10 @@ __all__ = [
     "read_verify",
     "production_rows",
     "pooled_observation",
+    "production_inputs",
+    "pool_production",
+    "production_summary",
+    "describe_change",
 ]
 
 PRODUCTION_PHASE = "production"
@@ -137,3 +141,94 @@ def pooled_observation(rows: Sequence[tuple[np.ndarray, str]]) -> np.ndarray:
     mean = (z * weight).sum(axis=0) / np.where(total > 0, total, 1.0)
     out = np.concatenate([np.exp(mean[:3]), 1.0 / (1.0 + np.exp(-mean[3:4]))])
     return np.where(total > 0, out, np.nan)
+
+
+def production_inputs(paths: Sequence[str | Path], candidates: set[tuple[str, int, str]]) -> list[tuple[Any, dict[str, Any], str]]:
+    """``(Cell, row, source)`` of every ``--production`` report, checked against the campaign's cells.
+
+    Raises:
+        InputError: an unreadable report, or a class whose planned cell is not
+            a candidate of this campaign (named).
+    """
+    from fleetsieve_bayes.campaign.journal import Cell
+
+    out = []
+    for path in paths:
+        for cell, row, source in production_rows(read_verify(path), f"production window {Path(path).resolve()}"):
+            key = (cell["workload"], cell["tp"], cell["load"])
+            if key not in candidates:
+                raise InputError(f"--production {path}: class {cell['workload']}'s cell "
+                                 f"TP{cell['tp']}@{cell['load']} is not a candidate of this campaign")
+            out.append((Cell(*key), row, source))
+    return out
+
+
+def pool_production(index: dict[tuple[str, int, str], int], records: Sequence[Any], measured: np.ndarray,
+                    observed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``measured (n_cells,)`` and ``observed (n_cells, 4)`` with the production records pooled in.
+
+    Each cell with production records gets :func:`pooled_observation` of its
+    first profiling row (if any) and its production windows; a cell observed
+    only in production counts as measured with the pooled windows.
+    """
+    measured = measured.copy()
+    observed = observed.copy()
+    windows: dict[int, list[np.ndarray]] = {}
+    for rec in records:
+        if getattr(rec, "phase", None) != PRODUCTION_PHASE:
+            continue
+        c = index[tuple(rec.cell)]
+        windows.setdefault(c, []).append(
+            np.array([np.nan if rec.row.get(m) is None else float(rec.row[m]) for m in _METRICS]))
+    for c, ws in windows.items():
+        rows = ([(observed[c], "design")] if measured[c] else []) + [(w, PRODUCTION_PHASE) for w in ws]
+        observed[c] = pooled_observation(rows)
+        measured[c] = True
+    return measured, observed
+
+
+def production_summary(records: Sequence[Any], allocation: dict[str, Any] | None,
+                       slos: dict[str, dict[str, Any]], observed: dict[tuple[str, int, str], np.ndarray]) -> dict[str, Any]:
+    """result.json's ``production``: the windows entered, and the planned cells the re-plan changed.
+
+    Args:
+        observed: cell key → its pooled observation ``(4,)``.
+    """
+    prod = [r for r in records if getattr(r, "phase", None) == PRODUCTION_PHASE]
+    changed = []
+    for key in dict.fromkeys(tuple(r.cell) for r in prod):
+        w, tp, load = key
+        a = (allocation or {}).get(w) or {}
+        now = (a.get("tp"), a.get("load")) if a.get("replicas") else (None, None)
+        if now == (tp, load):
+            continue
+        pooled = observed.get(key)
+        misses = []
+        slo = slos.get(w) or {}
+        if pooled is not None:
+            if slo.get("success_min") is not None and pooled[3] < slo["success_min"]:
+                misses.append(f"success {pooled[3]:.4f} < {slo['success_min']:g}")
+            if slo.get("ttft_p99_s") is not None and pooled[1] > slo["ttft_p99_s"]:
+                misses.append(f"TTFT p99 {pooled[1]:.3g} s > {slo['ttft_p99_s']:g} s")
+            if slo.get("completion_p99_s") is not None and np.isfinite(pooled[2]) and pooled[2] > slo["completion_p99_s"]:
+                misses.append(f"completion p99 {pooled[2]:.3g} s > {slo['completion_p99_s']:g} s")
+        changed.append({
+            "workload": w, "planned": {"tp": tp, "load": load},
+            "now": None if now[0] is None else {"tp": now[0], "load": now[1], "replicas": a.get("replicas")},
+            "pooled": None if pooled is None else dict(zip(_METRICS, (float(x) for x in pooled), strict=True)),
+            "misses": misses,
+        })
+    return {"windows": len(prod), "cells": [dict(zip(("workload", "tp", "load"), k, strict=True))
+                                            for k in dict.fromkeys(tuple(r.cell) for r in prod)],
+            "changed": changed}
+
+
+def describe_change(entry: dict[str, Any]) -> str:
+    """One line naming a class whose planned cell the production windows changed."""
+    p = entry["planned"]
+    now = entry["now"]
+    to = "no replicas" if now is None else f"TP{now['tp']}@{now['load']} ×{now['replicas']}"
+    if entry["misses"]:
+        return (f"{entry['workload']}: production windows put TP{p['tp']}@{p['load']} outside its SLO "
+                f"({'; '.join(entry['misses'])}); change it to {to}")
+    return f"{entry['workload']}: after the production windows the re-plan moves TP{p['tp']}@{p['load']} to {to}"
