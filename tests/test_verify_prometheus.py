@@ -84,6 +84,12 @@ def test_prometheus_reading_is_within_one_bucket_of_the_direct_one(tmp_path: Pat
                            "--window", f"{window:.0f}s", "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
+    with capsys.disabled():
+        print(f"\ndirect: finished {direct.finished:g}, TTFT p99 in [{direct.ttft_p99.lo:g}, {direct.ttft_p99.hi:g}], "
+              f"e2e p99 in [{direct.completion_p99.lo:g}, {direct.completion_p99.hi:g}]; Prometheus ({window:.1f} s): "
+              f"finished {via.finished:.2f}, TTFT p99 in [{via.ttft_p99.lo:g}, {via.ttft_p99.hi:g}] "
+              f"(histogram_quantile {via.ttft_p99.interpolated:.4f}), e2e p99 in [{via.completion_p99.lo:g}, "
+              f"{via.completion_p99.hi:g}] (histogram_quantile {via.completion_p99.interpolated:.4f})")
     assert report["source"]["kind"] == "prometheus"
     assert [c["workload"] for c in report["classes"]] == ["chat"] and report["unread_classes"] == ["code"]
     assert direct.finished == 60 and direct.served == 60
