@@ -65,6 +65,8 @@ def render(report: dict[str, Any]) -> str:
                      f"{_fmt(pred[1], 4)}]: {s.get('vs_predicted', '—')}")
         for r in c["reasons"]:
             lines.append(f"    - {r}")
+    lines.append("  (p99s are vLLM's server-side timings, from the engine's arrival: a client's TTFT is longer "
+                 "by the HTTP front end's overhead)")
     if report["unread_classes"]:
         lines.append(f"  not read: {', '.join(report['unread_classes'])}")
     return "\n".join(lines)

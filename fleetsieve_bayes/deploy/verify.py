@@ -435,4 +435,6 @@ def verify_report(plan: dict[str, Any], readings: dict[str, WindowReading], sour
         "unread_classes": missing,
         "verdict": worst,
         "required_metrics": list(REQUIRED),
+        # vLLM's histograms start at the engine's arrival, after the HTTP front end.
+        "timing": "server-side",
     })
