@@ -157,7 +157,7 @@ def test_cli_json_over_a_short_window(plan_dir: Path, tmp_path: Path, capsys: py
         (("--not-vllm-metrics",), 2, "not a vLLM /metrics"),
         (("--metrics-missing", "vllm:time_to_first_token_seconds,vllm:num_requests_running"), 2,
          "lacks vllm:time_to_first_token_seconds, vllm:num_requests_running"),
-        (("--metrics-reset-after", "5"), 1, "mid-window"),
+        (("--metrics-reset-after", "3"), 1, "restarted mid-window"),
         (("--die-after", "3"), 1, "stopped answering mid-window"),
     ],
 )
@@ -166,7 +166,9 @@ def test_cli_failures_are_one_line(plan_dir: Path, flags: tuple[str, ...], rc: i
     with running_fake_server(*FLAGS, *flags, model="m") as url:
         t = threading.Thread(target=lambda: _traffic(url, 20, 20.0) if "--die-after" not in flags else _die(url))
         t.start()
-        got = cli_main(_verify(plan_dir, "--metrics", f"chat={url}/metrics", "--window", "2s"))
+        # The reset comes when the third request finishes (~1.9 s in): the window ends well after it.
+        window = "4s" if "--metrics-reset-after" in flags else "2s"
+        got = cli_main(_verify(plan_dir, "--metrics", f"chat={url}/metrics", "--window", window))
         t.join()
     err = capsys.readouterr().err.strip()
     assert got == rc and len(err.splitlines()) == 1 and match in err, err
