@@ -86,8 +86,12 @@ def test_verify_reads_the_real_engine(vllm_python: str, tiny_model: Path, tmp_pa
     # p99 (tens of ms, buckets 20 ms wide) lies above it by the front end's overhead.
     assert row["ttft_p99_s"] >= direct.ttft_p99.lo
     assert direct.completion_p99.lo <= row["completion_p99_s"] <= direct.completion_p99.hi
+    # The HTTP server's own histogram of whole completion requests includes the front end.
+    assert direct.http_p99 is not None
+    assert direct.http_p99.lo <= row["completion_p99_s"] <= direct.http_p99.hi
     with capsys.disabled():
-        print(f"client TTFT p99 − /metrics bucket top: {row['ttft_p99_s'] - direct.ttft_p99.hi:+.4f} s")
+        print(f"client TTFT p99 − /metrics bucket top: {row['ttft_p99_s'] - direct.ttft_p99.hi:+.4f} s; "
+              f"HTTP request p99 in [{direct.http_p99.lo:g}, {direct.http_p99.hi:g}]")
     assert "vllm:kv_cache_usage_perc" in direct.names  # vLLM 0.32's name for the KV gauge
     for edges, a, b in ((TTFT_BUCKETS, direct.ttft_p99, via.ttft_p99),
                         (E2E_BUCKETS, direct.completion_p99, via.completion_p99)):

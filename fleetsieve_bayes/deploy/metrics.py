@@ -112,6 +112,9 @@ class WindowReading(NamedTuple):
     completion_p99: QuantileBound
     kv_cache_usage: float | None  # mean over replicas at the second scrape
     names: dict[str, str]  # canonical → the name this server exposes
+    # The HTTP server's own duration of completion requests (front end included;
+    # prometheus-fastapi-instrumentator's histogram), None when not exposed.
+    http_p99: QuantileBound | None = None
 
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?\s*$")
@@ -185,8 +188,15 @@ def resolve_names(names: Iterable[str]) -> tuple[dict[str, str], list[str]]:
     return found, missing
 
 
-def histogram(samples: dict[tuple[str, Labels], float], name: str) -> tuple[list[float], list[float]]:
-    """Upper bounds and cumulative counts of histogram ``name``, summed over its series.
+HTTP_DURATION = "http_request_duration_seconds"
+# The handlers of completion requests in vLLM's OpenAI-compatible server.
+COMPLETION_HANDLERS = frozenset({"/v1/completions", "/v1/chat/completions"})
+
+
+def histogram(samples: dict[tuple[str, Labels], float], name: str,
+              handlers: frozenset[str] | None = None) -> tuple[list[float], list[float]]:
+    """Upper bounds and cumulative counts of histogram ``name``, summed over its series
+    (only those whose ``handler`` label is in ``handlers``, when given).
 
     Returns:
         ``(le, counts)``, both ``(n_buckets,)``, ``le`` ascending and ending in ``inf``.
@@ -195,8 +205,9 @@ def histogram(samples: dict[tuple[str, Labels], float], name: str) -> tuple[list
     for (n, labels), v in samples.items():
         if n != f"{name}_bucket":
             continue
-        le = dict(labels).get("le")
-        if le is None:
+        lab = dict(labels)
+        le = lab.get("le")
+        if le is None or (handlers is not None and lab.get("handler") not in handlers):
             continue
         b = _value(le)
         acc[b] = acc.get(b, 0.0) + v
@@ -296,11 +307,11 @@ def reading(first: Sequence[Scrape], second: Sequence[Scrape], q: float = 0.99) 
         _check_monotone(a, b, [names[TTFT], names[E2E], names[SUCCESS]])
     window = max(b.t for b in second) - min(a.t for a in first)
 
-    def diff_hist(name: str) -> tuple[list[float], list[float]]:
+    def diff_hist(name: str, handlers: frozenset[str] | None = None) -> tuple[list[float], list[float]]:
         total: dict[float, float] = {}
         for a, b in zip(first, second, strict=True):
-            la, ca = histogram(a.samples, name)
-            lb, cb = histogram(b.samples, name)
+            la, ca = histogram(a.samples, name, handlers)
+            lb, cb = histogram(b.samples, name, handlers)
             da = dict(zip(la, ca, strict=True))
             for le_, c in zip(lb, cb, strict=True):
                 total[le_] = total.get(le_, 0.0) + c - da.get(le_, 0.0)
@@ -308,6 +319,9 @@ def reading(first: Sequence[Scrape], second: Sequence[Scrape], q: float = 0.99) 
         return les, [total[x] for x in les]
 
     ttft = quantile_bounds(*diff_hist(names[TTFT]), q=q)
+    http = None
+    if all(histogram(s.samples, HTTP_DURATION, COMPLETION_HANDLERS)[0] for s in (*first, *second)):
+        http = quantile_bounds(*diff_hist(HTTP_DURATION, COMPLETION_HANDLERS), q=q)
     e2e = quantile_bounds(*diff_hist(names[E2E]), q=q)
     finished = served = inflight = 0.0
     for a, b in zip(first, second, strict=True):
@@ -334,4 +348,5 @@ def reading(first: Sequence[Scrape], second: Sequence[Scrape], q: float = 0.99) 
         completion_p99=e2e,
         kv_cache_usage=kv,
         names=names,
+        http_p99=http,
     )

@@ -380,6 +380,11 @@ def judge(c: dict[str, Any], r: WindowReading) -> dict[str, Any]:
             else:
                 s_entry["vs_predicted"] = "overlaps"
     metrics["success_rate"] = s_entry
+    if r.http_p99 is not None and r.http_p99.count > 0:
+        # Client-facing: the HTTP server's whole-request duration, front end included (informational).
+        h = r.http_p99
+        metrics["http_request_p99_s"] = {"lo": _num(h.lo), "hi": _num(h.hi), "interpolated": _num(h.interpolated),
+                                         "count": h.count}
     tp_pred = (pred.get("throughput_rps") or {}).get("interval")
     metrics["throughput_rps"] = {"served_per_replica": r.served_rps / reps, "predicted": tp_pred}
     if r.finished <= 0:
