@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
     report = verify_report(plan, readings, source)
     text = json.dumps(report, indent=2, allow_nan=False)
     if args.out is not None:
-        from fleetsieve_bayes.campaign.journal import atomic_write_text
+        from fleetsieve_bayes.atomic import atomic_write_text
 
         atomic_write_text(args.out, text + "\n")
     print(text if args.json else render(report), file=sys.stdout)

@@ -359,7 +359,7 @@ def write_plan(plan: dict[str, Any], out: str | Path, formats: Sequence[str] = F
     Raises:
         InputError: an unknown format; manifests that fail the Kubernetes schemas.
     """
-    from fleetsieve_bayes.campaign.journal import atomic_write_text
+    from fleetsieve_bayes.atomic import atomic_write_text
 
     bad = [f for f in formats if f not in FORMATS]
     if bad:
