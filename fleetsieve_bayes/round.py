@@ -50,6 +50,7 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.decision.strategies import RoundState, Strategy
+from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE, pool_production
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.seeds import round_jax_key, round_rng, round_seed
 from fleetsieve_bayes.settings import DecisionSettings
@@ -268,6 +269,8 @@ def measured_state(grid: CellGrid, records: Sequence[Any]) -> tuple[np.ndarray, 
         key = tuple(rec.cell)
         if key not in index:
             raise InputError(f"journal: measured cell {rec.cell.label} is not a candidate of this campaign")
+        if rec.phase == PRODUCTION_PHASE:
+            continue  # pooled below (fleetsieve_bayes/deploy/production.py)
         c = index[key]
         if measured[c]:
             continue  # never measured twice by us; tolerate a duplicate record
@@ -280,6 +283,7 @@ def measured_state(grid: CellGrid, records: Sequence[Any]) -> tuple[np.ndarray, 
         same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & ~measured
         observed[same] = observed[c]
         measured |= same
+    measured, observed = pool_production(index, records, measured, observed)
     return measured, observed, order
 
 

@@ -74,7 +74,7 @@ class CampaignResult(NamedTuple):
 
 def write_measurements(out: Path, journal: Journal) -> None:
     """``measurements.csv``: the rows measured so far (nothing before the first)."""
-    rows = [r.row for r in journal.measurements]
+    rows = [r.row for r in journal.measurements if r.phase != "production"]  # production: no table row
     if not rows:
         return
     tmp = out / ".measurements.csv.tmp"
@@ -120,7 +120,7 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         # Server start-up of cells that ran (a failed start-up is its own
         # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
         "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),
-        "measured": [r.cell.to_json() for r in meas],
+        "measured": [r.cell.to_json() for r in meas if r.phase != "production"],
         "allocation": alloc,
         "timings": {
             "total_s": float(sum(p["total_s"] for p in per_round) + sum(r.wall_s for r in meas)),
@@ -144,9 +144,24 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "risk": setup.campaign.risk,
         "epsilon": setup.campaign.epsilon,
         "candidates": grid.n_cells,
-        "seeded": [r.cell.to_json() for r in meas if r.seeded],
+        "seeded": [r.cell.to_json() for r in meas if r.seeded and r.phase != "production"],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
+        "production": _production_json(setup, grid, journal, alloc),
     }
+
+
+def _production_json(setup: Any, grid: CellGrid, journal: Journal, alloc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """result.json's ``production`` (null without production windows; docs/contracts.md)."""
+    from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE, production_summary
+    from fleetsieve_bayes.round import measured_state
+
+    if not any(r.phase == PRODUCTION_PHASE for r in journal.measurements):
+        return None
+    measured, observed, _ = measured_state(grid, journal.measurements)
+    pooled = {grid.key(c): observed[c] for c in range(grid.n_cells) if measured[c]}
+    slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
+                     "completion_p99_s": w.slo.completion_p99_s} for w in setup.campaign.workloads}
+    return production_summary(journal.measurements, alloc, slos, pooled)
 
 
 def write_result(out: Path, result: dict[str, Any], *, allow_nan: bool = False) -> None:

@@ -16,6 +16,7 @@ that sets ``[measurement] pool_gpus`` or ``executor = "ray"`` runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def run_campaign(
     backend: Backend | None = None,
     reuse_measurements: Path | None = None,
     hooks: RunHooks | None = None,
+    production: Sequence[Path | str] = (),
 ) -> CampaignResult:
     """Run or resume ``campaign`` in directory ``out`` and write ``out/result.json``.
 
@@ -62,6 +64,8 @@ def run_campaign(
             measurements seed this (new) decision; only demands, SLOs, floors,
             the budget and the stopping rule may differ from its campaign.
         hooks: points to watch or wrap the run (:mod:`fleetsieve_bayes.campaign.hooks`).
+        production: ``verify --json`` reports whose classes enter a new
+            campaign as production observations of their planned cells.
 
     Raises:
         InputError: bad campaign, a journal from another campaign (naming what
@@ -75,6 +79,7 @@ def run_campaign(
     if backend is None:  # the backend this run builds: its own keys first, before any input is read
         validate_backend(campaign)
     setup = resolve(campaign, strategy, seed, reuse, prior=prior, preset=preset)
+    setup = setup._replace(production=tuple(Path(p) for p in production))
     if setup.reuse is not None and setup.reuse.resolve() == out.resolve():
         raise InputError(f"--reuse-measurements {setup.reuse}: that is --out itself; re-plan into a new --out")
     created, lock_created = prepare_out(out)

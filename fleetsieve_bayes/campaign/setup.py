@@ -72,6 +72,7 @@ class CampaignSetup(NamedTuple):
     inputs: dict[str, Any]
     seed_rows: list[SeedRow]
     reuse: Path | None
+    production: tuple[Path, ...] = ()  # run --production: verify reports
 
 
 def _field_error(campaign: Campaign, field: str, exc: InputError) -> InputError:
@@ -274,11 +275,12 @@ def _reused_rows(setup: CampaignSetup, grid: CellGrid) -> tuple[list[SeedRow], d
     why = reuse_refusal(view.header.fingerprint, setup.fingerprint, view.header.inputs, setup.inputs)
     if why is not None:
         raise InputError(f"--reuse-measurements {src}: cannot re-plan from that campaign: {why}")
-    if view.measurements:
-        validate_table(pd.DataFrame([r.row for r in view.measurements]), source=f"{src / JOURNAL_NAME}")
+    profiled = [r for r in view.measurements if r.phase != "production"]  # production windows stay behind
+    if profiled:
+        validate_table(pd.DataFrame([r.row for r in profiled]), source=f"{src / JOURNAL_NAME}")
     index = grid.index()
     rows = []
-    for r in view.measurements:
+    for r in profiled:
         if tuple(r.cell) not in index:
             raise InputError(f"--reuse-measurements {src}: cell {r.cell.label} is not a candidate of this campaign")
         rows.append((r.cell, r.row, f"reused from {src.resolve()}"))
@@ -321,7 +323,17 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
         have = sum(1 for r in journal.measurements if (r.source or "").startswith("reused from"))
         if have < want:  # killed while copying them: finish the copy
             reused, _ = _reused_rows(setup._replace(reuse=Path(header.reused_from["directory"])), grid)
-    measured = {r.cell for r in journal.measurements}
+    if header is None and setup.production:
+        from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE, production_inputs
+
+        for cell, row, source in production_inputs(setup.production, set(grid.index())):
+            journal.append(
+                MeasurementRecord(
+                    seq=len(journal.measurements), round=0, phase=PRODUCTION_PHASE, cell=cell, row=dict(row),
+                    gpu_seconds=0.0, started_at=time.time(), finished_at=time.time(), wall_s=0.0, source=source,
+                )
+            )
+    measured = {r.cell for r in journal.measurements if r.phase != "production"}
     for cell, row, source in [*reused, *setup.seed_rows]:
         if cell in measured:
             continue
