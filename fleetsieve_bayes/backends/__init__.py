@@ -18,6 +18,17 @@ from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "BACKENDS",
+    "backend_spec",
+    "validate_backend",
+    "make_backend",
+    "ReplayBackend",
+    "VllmBackend",
+]
+
 
 class Backend(NamedTuple):
     """How a campaign obtains measurements.
@@ -114,3 +125,18 @@ def make_backend(campaign: Campaign, out_dir: Path) -> Backend:
     spec = backend_spec(campaign)
     spec.validate(campaign)
     return spec.make(campaign, out_dir)
+
+
+def ReplayBackend(campaign: Campaign) -> Backend:  # noqa: N802 (reads as the object it builds)
+    """The replay backend of a campaign whose ``[measurement]`` names a ``table``: measuring
+    a cell returns its row of that table (``delay_s`` / ``time_scale`` slow it down)."""
+    spec = _replay_spec()
+    spec.validate(campaign)
+    return spec.make(campaign, Path("."))
+
+
+def VllmBackend(campaign: Campaign, out_dir: Path) -> Backend:  # noqa: N802
+    """The vLLM backend of a campaign (servers started per cell; logs under ``out_dir``)."""
+    spec = _vllm_spec()
+    spec.validate(campaign)
+    return spec.make(campaign, Path(out_dir))
