@@ -3,6 +3,7 @@ one round at a time (the tiny campaign by default; the shipped grid is slow)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -46,3 +47,22 @@ def test_example_on_the_shipped_grid(tmp_path: Path) -> None:
     whole, by_hand = _run()
     assert whole == "certified-feasible 10800.0 GPU-s; chat on TP 4"
     assert by_hand == "certified-feasible 10800.0 GPU-s; {'chat': 2, 'code': 2}"
+
+
+def test_objects_resolve_like_their_names(tmp_path: Path) -> None:
+    """A strategy, prior card and preset given as objects are the same decision inputs as
+    their names (same fingerprint, so a directory started with one resumes with the other)."""
+    from fleetsieve_bayes.campaign.setup import resolve
+
+    campaign = fsb.load_campaign(write_tiny(tmp_path / "c"))
+    by_name = resolve(campaign, "fleetsieve", 3)
+    by_object = resolve(
+        campaign, fsb.strategies.Fleetsieve(), 3,
+        prior=fsb.load_card(campaign.family), preset=fsb.load_preset(campaign.inference),
+    )
+    assert by_object.fingerprint == by_name.fingerprint
+    assert by_object.strategy_name == "fleetsieve"
+    edited = dataclasses.replace(by_name.card, knee_logit_sd=by_name.card.knee_logit_sd * 2)
+    assert resolve(campaign, "fleetsieve", 3, prior=edited).fingerprint["prior_card"] != by_name.fingerprint["prior_card"]
+    with pytest.raises(fsb.InputError, match="unknown strategy 'nope'"):
+        resolve(campaign, "nope", 3)

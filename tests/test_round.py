@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,7 @@ def test_step_and_record_are_the_one_at_a_time_campaign(tmp_path: Path) -> None:
         state, out = fsb.step(state, settings)
         if out.chosen is not None:
             state = fsb.measure(state, out.chosen)
+    assert json.loads((tmp_path / "out" / "result.json").read_text()) == reference.to_json()
     cells = [r.cell.to_json() for r in state.records]
     assert cells == reference.result["measured"]
     assert state.status == reference.status
