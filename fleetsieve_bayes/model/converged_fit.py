@@ -127,7 +127,8 @@ def fit_certifying(
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
 ) -> CertifyingFit:
-    """Fit the certifying posterior and check it against ``criteria``.
+    """Fit the certifying posterior and check it against ``criteria``: a :class:`CertifyingFit`
+    whose ``posterior.latent`` has ``chains × samples × (1 + extensions)`` draws.
 
     Args:
         grid, observed, measured_mask, failed, server_failed: as :func:`fleetsieve_bayes.model.inference.fit`.
@@ -144,10 +145,6 @@ def fit_certifying(
         time_budget_s: no further extension starts after this many seconds
             (default None: the number of draws alone decides, so a resumed
             campaign reproduces the same posterior).
-
-    Returns:
-        A :class:`CertifyingFit`; ``posterior.latent`` has
-        ``chains × samples × (1 + extensions)`` draws.
     """
     t0 = time.perf_counter()
     card = card if isinstance(card, PriorCard) else load_card(card)
@@ -210,11 +207,21 @@ def fit_certifying(
             # chain's own geometry — the same cap on rounds, judged afresh.
             preset = preset._replace(adaptation="windowed")
             fallback, stretch, fits = True, attempts, []
-    post = _inference._assemble(samples, stats, data, seed, method="nuts", state=None)
+    post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
+    diag = _report(diag, samples, stats, preset, attempts=attempts, restarted=restarted, fallback=fallback,
+                   wall_s=time.perf_counter() - t0, converged=ok)
+    return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _report(
+    diag: dict[str, Any], samples: dict[str, np.ndarray], stats: dict[str, np.ndarray], preset: Any, *,
+    attempts: int, restarted: int, fallback: bool, wall_s: float, converged: bool,
+) -> dict[str, Any]:
+    """The diagnostics a certifying fit reports: the decision's, the parameters', and how it got there."""
     params = convergence_diagnostics(
         {k: v for k, v in samples.items() if k not in ("latent", "capacity")}, stats["diverging"]
     )
-    diag = {
+    return {
         **diag,
         "r_hat_max_parameters": params["r_hat_max"],
         "ess_bulk_min_parameters": params["ess_bulk_min"],
@@ -225,10 +232,9 @@ def fit_certifying(
         "adaptation": preset.adaptation,
         "windowed_fallback": fallback,
         "target_accept": float(preset.target_accept),
-        "wall_s": time.perf_counter() - t0,
-        "converged": bool(ok),
+        "wall_s": wall_s,
+        "converged": bool(converged),
     }
-    return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
 
 
 def _hopeless(

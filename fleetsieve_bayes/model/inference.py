@@ -70,6 +70,7 @@ __all__ = [
     "NutsTrace",
     "SviKernel",
     "fit",
+    "assemble",
     "mass_from_draws",
     "restart_chains",
     "bind_model",
@@ -531,7 +532,7 @@ def _fit_nuts(
         "lp": -trace.potential_energy,
     }
     last_states = [jax.device_get(r[0]) for r in results]
-    return _assemble(
+    return assemble(
         samples, stats, data, seed, method="nuts", state={"key": objs.key, "states": last_states}
     )
 
@@ -654,7 +655,7 @@ def _fit_svi(
     }
     stats = {"diverging": np.zeros((2, half), dtype=bool)}
     loss_trace = np.concatenate([np.asarray(x) for x in losses])
-    post = _assemble(
+    post = assemble(
         samples,
         stats,
         data,
@@ -666,7 +667,7 @@ def _fit_svi(
     return post
 
 
-def _assemble(
+def assemble(
     samples: dict[str, Any],
     stats: dict[str, np.ndarray],
     data: ModelData,
