@@ -67,9 +67,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.backends.failures import NO_SUCCESS
+from fleetsieve_bayes.backends.ingest_rows import (
+    finish_row,
+    ingest_row,
+    itl_sums,
+    json_number,
+    json_numbers,
+    optional_json_number,
+    p99_or_inf,
+    row_labels,
+)
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.table import THROUGHPUT_SLACK, WINDOW_EDGE_REQUESTS, max_throughput_rps
 
 __all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects"]
 
@@ -173,114 +181,6 @@ def _other_format(path: Path, objs: list[Any], *, workload: str | None, tp: int 
     return None
 
 
-# --- field readers: JSON numbers only, one line naming the field otherwise ------------------
-
-
-def _number(src: str, value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        what = "null" if value is None else f"{type(value).__name__} {value!r}"
-        raise InputError(f"{src}: field {field!r}: expected a number, got {what}")
-    x = float(value)
-    if math.isnan(x) or x < 0:
-        raise InputError(f"{src}: field {field!r}: expected a non-negative number, got {value!r}")
-    return x
-
-
-def _opt(src: str, data: dict[str, Any], key: str) -> float | None:
-    """A non-negative number, or None when the key is absent or null."""
-    v = data.get(key)
-    return None if v is None else _number(src, v, key)
-
-
-def _numbers(src: str, data: dict[str, Any], key: str) -> np.ndarray | None:
-    """A per-request list of numbers ``(n,)``, or None when absent."""
-    v = data.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise InputError(f"{src}: field {key!r}: expected a list of numbers, got {type(v).__name__}")
-    return np.array([_number(src, x, f"{key}[{i}]") for i, x in enumerate(v)], dtype=np.float64)
-
-
-def _itl_sums(src: str, data: dict[str, Any]) -> np.ndarray | None:
-    v = data.get("itls")
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise InputError(f"{src}: field 'itls': expected a list of lists, got {type(v).__name__}")
-    out = []
-    for i, x in enumerate(v):
-        if not isinstance(x, list):
-            raise InputError(f"{src}: field 'itls[{i}]': expected a list of numbers, got {type(x).__name__}")
-        out.append(sum(_number(src, y, f"itls[{i}]") for y in x))
-    return np.asarray(out, dtype=np.float64)
-
-
-def _tp(src: str, t: Any) -> int:
-    """A TP label: ``2``, ``2.0`` or ``"2.0"`` (``--metadata`` values are strings) → 2."""
-    try:
-        f = float(str(t).strip())
-    except ValueError:
-        raise InputError(f"{src}: tp label {t!r} is not an integer") from None
-    if not math.isfinite(f) or f != int(f):
-        raise InputError(f"{src}: tp label {t!r} is not an integer")
-    if f < 1:
-        raise InputError(f"{src}: tp label must be >= 1, got {t!r}")
-    return int(f)
-
-
-def _labels(src: str, meta: dict[str, Any], workload: str | None, tp: int | None,
-            load: str | None) -> tuple[str, int, str]:
-    w = workload if workload is not None else meta.get("workload")
-    t = tp if tp is not None else meta.get("tp", meta.get("tensor_parallel_size"))
-    ld = load if load is not None else meta.get("load")
-    for name, v in (("workload", w), ("tp", t), ("load", ld)):
-        if v is None or str(v).strip() == "":
-            raise InputError(f"{src}: no {name} label (give --{name} or put {name}=… in the result's metadata)")
-    return str(w), _tp(src, t), str(ld)
-
-
-def _p99(x: np.ndarray) -> float:
-    return float(np.percentile(x, 99)) if x.size else math.inf
-
-
-def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
-    """Refuse a row no measurement can produce (rather than write it)."""
-    s, thr, off = row["success_rate"], row["throughput_rps"], row["offered_rps"]
-    if not 0.0 <= s <= 1.0:
-        raise InputError(f"{src}: success rate {s:g} outside [0, 1] (more completed than sent?)")
-    if not (off > 0 and math.isfinite(off)):
-        raise InputError(f"{src}: offered rate {off:g} req/s is not a positive number")
-    if thr > max_throughput_rps(off, float(row["duration_s"])):
-        raise InputError(f"{src}: throughput {thr:.4g} req/s exceeds the offered {off:.4g} req/s "
-                         f"by more than {100 * (THROUGHPUT_SLACK - 1):.0f} % (+{WINDOW_EDGE_REQUESTS} "
-                         "requests over the run)")
-    return row
-
-
-def _row(labels: tuple[str, int, str], offered: float, throughput: float, ttft_s: float, comp_s: float,
-         success: float, duration: float) -> dict[str, Any]:
-    """A measurement-table row of an ingested result (every source's row has this one shape)."""
-    w, t, ld = labels
-    return {
-        "workload": w, "tp": t, "load": ld,
-        "offered_rps": offered,
-        "throughput_rps": throughput,
-        "ttft_p99_s": ttft_s,
-        "completion_p99_s": comp_s,
-        "success_rate": success,
-        "duration_s": duration,
-        "failure": "",
-    }
-
-
-def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
-    if n_ok <= 0:
-        row.update(throughput_rps=0.0, ttft_p99_s=math.inf, completion_p99_s=math.inf, success_rate=0.0,
-                   failure=NO_SUCCESS)
-    return _check_row(src, row)
-
-
 # --- vLLM ----------------------------------------------------------------------------------
 
 
@@ -303,10 +203,10 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
     if data.get("ramp_up_strategy") is not None:
         raise InputError(f"{src}: a ramp-up run (ramp_up_strategy={data['ramp_up_strategy']!r}) has no single "
                          f"offered rate; measure each rate separately")
-    duration = _number(src, data.get("duration"), "duration")
+    duration = json_number(src, data.get("duration"), "duration")
     if duration <= 0:
         raise InputError(f"{src}: field 'duration': must be positive, got {duration:g}")
-    completed = _number(src, data.get("completed"), "completed")
+    completed = json_number(src, data.get("completed"), "completed")
     n_sent, errors = _vllm_sent(src, data, completed)
     success = completed / n_sent
     req = _vllm_requests(src, data, errors)
@@ -327,7 +227,7 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
 
     meta = dict(data)
     meta.setdefault("load", default_load)
-    labels = _labels(src, meta, workload, tp, load)
+    labels = row_labels(src, meta, workload, tp, load)
     throughput = min(completed / sending, offered * success)
     open_loop = _is_open_loop(data)
     note = ""
@@ -339,8 +239,8 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
         note = (f"{src}: no per-request times; every one of {completed:g} requests of the open-loop run "
                 f"completed, so throughput = the offered {offered:g} req/s (completed / duration, "
                 f"{completed / duration:.4g} req/s, counts the drain)")
-    row = _row(labels, offered, throughput, ttft_s, comp_s, success, duration)
-    out = _finish(src, row, completed)
+    row = ingest_row(labels, offered, throughput, ttft_s, comp_s, success, duration)
+    out = finish_row(src, row, completed)
     if completed > 0 and data.get("total_input_tokens") and data.get("total_output_tokens"):
         from fleetsieve_bayes.backends.ingest_common import with_lengths
 
@@ -359,7 +259,7 @@ def _is_open_loop(data: dict[str, Any]) -> bool:
 def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float, list[Any] | None]:
     """``(requests sent, per-request errors)``: sent is completed + failed, else one per
     error entry (an empty error is a success), else the prompts."""
-    failed = _opt(src, data, "failed")
+    failed = optional_json_number(src, data, "failed")
     errors = data.get("errors")
     if errors is not None and not isinstance(errors, list):
         raise InputError(f"{src}: field 'errors': expected a list, got {type(errors).__name__}")
@@ -368,7 +268,7 @@ def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float,
     elif errors is not None:
         n_sent = float(len(errors))
     else:
-        n_sent = _opt(src, data, "num_prompts") or completed
+        n_sent = optional_json_number(src, data, "num_prompts") or completed
     if n_sent <= 0:
         raise InputError(f"{src}: no requests (completed + failed is 0)")
     return n_sent, errors
@@ -376,10 +276,10 @@ def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float,
 
 def _vllm_requests(src: str, data: dict[str, Any], errors: list[Any] | None) -> _VllmRequests:
     """The per-request arrays, all of one length, and which requests succeeded."""
-    ttfts = _numbers(src, data, "ttfts")
-    lats = _numbers(src, data, "latencies")
-    itl_sum = _itl_sums(src, data)
-    starts = _numbers(src, data, "start_times")
+    ttfts = json_numbers(src, data, "ttfts")
+    lats = json_numbers(src, data, "latencies")
+    itl_sum = itl_sums(src, data)
+    starts = json_numbers(src, data, "start_times")
     n_req = next((len(a) for a in (ttfts, lats, itl_sum, starts) if a is not None), None)
     for name, arr in (("ttfts", ttfts), ("latencies", lats), ("itls", itl_sum), ("start_times", starts)):
         if arr is not None and len(arr) != n_req:
@@ -399,11 +299,11 @@ def _vllm_requests(src: str, data: dict[str, Any], errors: list[Any] | None) -> 
 
 def _vllm_ttft(src: str, data: dict[str, Any], req: _VllmRequests, completed: float) -> float:
     """p99 TTFT in seconds: the file's own p99, else from the successful requests' TTFTs."""
-    p99_ttft = _opt(src, data, "p99_ttft_ms")
+    p99_ttft = optional_json_number(src, data, "p99_ttft_ms")
     if p99_ttft is not None:
         return p99_ttft / 1000.0
     if req.ttfts is not None:
-        return _p99(req.successful(req.ttfts))
+        return p99_or_inf(req.successful(req.ttfts))
     if completed > 0:
         raise InputError(f"{src}: missing field 'p99_ttft_ms' (and no per-request 'ttfts'); run vllm bench serve "
                          f"with --percentile-metrics including ttft")
@@ -412,14 +312,14 @@ def _vllm_ttft(src: str, data: dict[str, Any], req: _VllmRequests, completed: fl
 
 def _vllm_completion(src: str, data: dict[str, Any], e2e: np.ndarray | None) -> float:
     """p99 end-to-end seconds: the file's p99 (e2el, else latency), else from ``e2e``; NaN when unobserved."""
-    p99_e2el = _opt(src, data, "p99_e2el_ms")
-    p99_latency = _opt(src, data, "p99_latency_ms")
+    p99_e2el = optional_json_number(src, data, "p99_e2el_ms")
+    p99_latency = optional_json_number(src, data, "p99_latency_ms")
     if p99_e2el is not None:
         return p99_e2el / 1000.0
     if p99_latency is not None:
         return p99_latency / 1000.0
     if e2e is not None:
-        return _p99(e2e)
+        return p99_or_inf(e2e)
     return math.nan  # unobserved: this file has no completion timing
 
 
@@ -429,10 +329,10 @@ def _vllm_offered(src: str, data: dict[str, Any], achieved: float) -> tuple[floa
     if rate_raw is None or (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity")):
         rate = math.inf
     else:
-        rate = _number(src, rate_raw, "request_rate")
+        rate = json_number(src, rate_raw, "request_rate")
     conc = data.get("max_concurrency")
     if conc is not None:
-        conc = _number(src, conc, "max_concurrency")
+        conc = json_number(src, conc, "max_concurrency")
     if math.isfinite(rate) and rate > 0 and conc is None:
         offered = rate  # open loop
     elif math.isfinite(rate) and rate > 0:
@@ -463,7 +363,7 @@ def _count(src: str, totals: dict[str, Any], key: str) -> float:
     v = totals.get(key, 0)
     if isinstance(v, dict):  # some writers nest {"count": n}
         v = v.get("count")
-    return _number(src, v, f"request_totals.{key}")
+    return json_number(src, v, f"request_totals.{key}")
 
 
 def _strategy(b: dict[str, Any]) -> dict[str, Any]:
@@ -476,7 +376,7 @@ def _strategy(b: dict[str, Any]) -> dict[str, Any]:
 def _guidellm_p99(where: str, metrics: dict[str, Any], key: str) -> float:
     """``metrics.<key>.successful.percentiles.p99`` as a number (null or a string: one line)."""
     v = _get(where, metrics, key, "successful", "percentiles", "p99")
-    return _number(where, v, f"metrics.{key}.successful.percentiles.p99")
+    return json_number(where, v, f"metrics.{key}.successful.percentiles.p99")
 
 
 def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None = None,
@@ -509,10 +409,10 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
 
         duration = b.get("duration")
         if duration is None and "start_time" in b and "end_time" in b:
-            duration = _number(where, b["end_time"], "end_time") - _number(where, b["start_time"], "start_time")
+            duration = json_number(where, b["end_time"], "end_time") - json_number(where, b["start_time"], "start_time")
         if duration is None:
             raise InputError(f"{where}: missing field 'duration'")
-        duration = _number(where, duration, "duration")
+        duration = json_number(where, duration, "duration")
         if duration <= 0:
             raise InputError(f"{where}: field 'duration': must be positive, got {duration:g}")
 
@@ -536,7 +436,7 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
             num = rate if open_loop else strat.get("streams", strat.get("max_concurrency"))
             label = f"{kind or 'bench'}@{num:g}" if isinstance(num, (int, float)) and not isinstance(num, bool) \
                 else (kind or f"bench{i}")
-        labels = _labels(where, {}, workload, tp, label)
-        row = _row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
-        rows.append(_finish(where, row, ok))
+        labels = row_labels(where, {}, workload, tp, label)
+        row = ingest_row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
+        rows.append(finish_row(where, row, ok))
     return rows

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
 from fleetsieve_bayes.backends.ingest_common import (
     dig,
     p99_of,
@@ -43,6 +42,7 @@ from fleetsieve_bayes.backends.ingest_common import (
     served,
     with_lengths,
 )
+from fleetsieve_bayes.backends.ingest_rows import finish_row, ingest_row, row_labels
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["is_aiperf", "rows_from_aiperf"]
@@ -116,9 +116,9 @@ def rows_from_aiperf(data: dict[str, Any], src: str, *, workload: str | None = N
         offered, label = min(rate, achieved), f"{rate:g}rps-C{conc:g}"
     else:
         offered, label = achieved, (f"C{conc:g}" if conc is not None else "max")
-    labels = _labels(src, {"load": label}, workload, tp, load)
+    labels = row_labels(src, {"load": label}, workload, tp, load)
     thr = served(src, ok / duration, offered, success, duration, "request_count / benchmark_duration")
-    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    row = finish_row(src, ingest_row(labels, offered, thr, ttft, comp, success, duration), ok)
     isl, _ = _metric(data, "input_sequence_length")
     osl, _ = _metric(data, "output_sequence_length")
     return [with_lengths(row, dig(isl, "avg"), dig(osl, "avg"))]

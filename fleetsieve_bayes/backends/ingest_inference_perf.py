@@ -33,8 +33,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
 from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served, with_lengths
+from fleetsieve_bayes.backends.ingest_rows import finish_row, ingest_row, row_labels
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import THROUGHPUT_SLACK
 
@@ -93,9 +93,9 @@ def rows_from_inference_perf(data: dict[str, Any], src: str, *, workload: str | 
     else:
         ttft = comp = math.inf
         thr = 0.0
-    labels = _labels(src, {"load": label}, workload, tp, load)
+    labels = row_labels(src, {"load": label}, workload, tp, load)
     thr = served(src, thr, offered, success, duration, "successes.throughput.requests_per_sec")
-    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    row = finish_row(src, ingest_row(labels, offered, thr, ttft, comp, success, duration), ok)
     if note:
         row["note"] = note
     return [with_lengths(row, dig(data, "successes", "prompt_len", "mean"), dig(data, "successes", "output_len", "mean"))]

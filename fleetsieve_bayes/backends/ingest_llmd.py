@@ -34,8 +34,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.backends.ingest import _finish, _labels, _row
 from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served, with_lengths
+from fleetsieve_bayes.backends.ingest_rows import finish_row, ingest_row, row_labels
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["read_llmd_report", "rows_from_llmd"]
@@ -139,9 +139,9 @@ def _v01(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     offered = rate if rate is not None else counted / duration
     thr = positive(src, dig(m, "throughput", "requests_per_sec"), "metrics.throughput.requests_per_sec")
     success = ok / counted
-    labels = _labels(src, {"load": f"{rate:g}rps" if rate else "closed"}, workload, t, load)
+    labels = row_labels(src, {"load": f"{rate:g}rps" if rate else "closed"}, workload, t, load)
     thr = served(src, thr, offered, success, duration, "metrics.throughput.requests_per_sec")
-    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    row = finish_row(src, ingest_row(labels, offered, thr, ttft, comp, success, duration), ok)
     req = m.get("requests") or {}
     return with_lengths(row, dig(req, "input_length", "mean"), dig(req, "output_length", "mean"))
 
@@ -185,8 +185,8 @@ def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
         thr = ok / duration
     success = ok / counted
     thr = served(src, thr, offered, success, duration, "throughput.request_rate.mean")
-    labels = _labels(src, {"load": label}, workload, t, load)
-    row = _finish(src, _row(labels, offered, thr, ttft, comp, success, duration), ok)
+    labels = row_labels(src, {"load": label}, workload, t, load)
+    row = finish_row(src, ingest_row(labels, offered, thr, ttft, comp, success, duration), ok)
     if dig(data, "scenario", "load", "native", "config", "server", "ignore_eos") is False:
         row["note"] = (f"{src}: ignore_eos is false: outputs stopped at EOS, so their lengths are the "
                        "model's, not the requested ones")

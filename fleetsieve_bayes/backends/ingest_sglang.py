@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fleetsieve_bayes.backends.ingest import _finish, _labels, _number, _row
 from fleetsieve_bayes.backends.ingest_common import served, with_lengths
+from fleetsieve_bayes.backends.ingest_rows import finish_row, ingest_row, json_number, row_labels
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["is_sglang", "rows_from_sglang"]
@@ -42,8 +42,8 @@ def is_sglang(obj: Any) -> bool:
 def rows_from_sglang(data: dict[str, Any], src: str, *, workload: str | None = None, tp: int | None = None,
                      load: str | None = None) -> list[dict[str, Any]]:
     """The row of one bench_serving result line (module docstring)."""
-    completed = _number(src, data.get("completed"), "completed")
-    duration = _number(src, data.get("duration"), "duration")
+    completed = json_number(src, data.get("completed"), "completed")
+    duration = json_number(src, data.get("duration"), "duration")
     if duration <= 0:
         raise InputError(f"{src}: field 'duration': must be positive, got {duration:g}")
     if completed > 0 and data.get("p99_ttft_ms") is None:
@@ -53,10 +53,10 @@ def rows_from_sglang(data: dict[str, Any], src: str, *, workload: str | None = N
     rate_raw = data.get("request_rate")
     rate = math.inf if rate_raw is None or (isinstance(rate_raw, float) and math.isinf(rate_raw)) \
         or (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity")) \
-        else _number(src, rate_raw, "request_rate")
+        else json_number(src, rate_raw, "request_rate")
     conc = data.get("max_concurrency")
     if conc is not None:
-        conc = _number(src, conc, "max_concurrency")
+        conc = json_number(src, conc, "max_concurrency")
     achieved = completed / duration
     if math.isfinite(rate) and rate > 0 and conc is None:
         offered, label = rate, f"{rate:g}rps"
@@ -66,13 +66,13 @@ def rows_from_sglang(data: dict[str, Any], src: str, *, workload: str | None = N
         offered, label = achieved, (f"C{conc:g}" if conc is not None else "max")
     if offered <= 0:
         raise InputError(f"{src}: no request completed in a closed-loop run: no offered rate to read")
-    ttft = _number(src, data["p99_ttft_ms"], "p99_ttft_ms") / 1000.0 if completed > 0 else math.inf
+    ttft = json_number(src, data["p99_ttft_ms"], "p99_ttft_ms") / 1000.0 if completed > 0 else math.inf
     p99_e2e = data.get("p99_e2e_latency_ms")
-    comp = _number(src, p99_e2e, "p99_e2e_latency_ms") / 1000.0 if p99_e2e is not None else math.nan
-    labels = _labels(src, {"load": label}, workload, tp, load)
-    row = _row(labels, offered, served(src, achieved, offered, 1.0, duration, "completed / duration"), ttft, comp, 1.0,
+    comp = json_number(src, p99_e2e, "p99_e2e_latency_ms") / 1000.0 if p99_e2e is not None else math.nan
+    labels = row_labels(src, {"load": label}, workload, tp, load)
+    row = ingest_row(labels, offered, served(src, achieved, offered, 1.0, duration, "completed / duration"), ttft, comp, 1.0,
                duration)
-    row = _finish(src, row, completed)
+    row = finish_row(src, row, completed)
     if completed > 0:
         with_lengths(row, (data.get("total_input_tokens") or 0) / completed,
                      (data.get("total_output_tokens") or 0) / completed)

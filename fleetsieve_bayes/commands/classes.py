@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
     cls = classify(log, k=args.k, window_s=window, peak_pct=peak, seed=args.seed)
     summ = write_outputs(log, cls, args.out, plots=not args.no_plots)
     if args.json:
-        from fleetsieve_bayes.workloads.output import _jsonable
+        from fleetsieve_bayes.workloads.output import jsonable
 
-        print(json.dumps(_jsonable(summ)))
+        print(json.dumps(jsonable(summ)))
     else:
         print(f"{len(summ['classes'])} classes from {log.n} requests ({len(log.services)} service(s)) -> {args.out}")
         for c in summ["classes"]:

@@ -97,7 +97,7 @@ def _meta(plan: dict[str, Any], name: str, c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _argv(plan: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    from fleetsieve_bayes.deploy.plan import replica_command
+    from fleetsieve_bayes.deploy.launch import replica_command
 
     s = plan["server"]
     argv = replica_command(s["command"], s["extra_args"], model=s["model"], tp=int(c["tp"]), port=CONTAINER_PORT)

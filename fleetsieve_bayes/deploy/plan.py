@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.campaign.directory import CampaignView, finite_or_none, load_campaign_dir
+from fleetsieve_bayes.deploy.launch import replica_command
 from fleetsieve_bayes.deploy.packing import Packing, first_unfit, pack
 from fleetsieve_bayes.errors import InputError
 
@@ -75,20 +76,6 @@ def load_kind(label: str, backend: str) -> tuple[str, float | None]:
     if m and backend != "vllm":
         return "concurrency", float(m.group(1))
     return "rate", None
-
-
-def replica_command(template: Sequence[str], extra_args: Sequence[str], *, model: str, tp: int, port: int) -> list[str]:
-    """The argument list of one replica: ``template`` filled, then ``extra_args``.
-
-    Raises:
-        InputError: the template names a placeholder other than ``{model}``, ``{tp}``, ``{port}``.
-    """
-    from fleetsieve_bayes.backends.server import render_command
-
-    try:
-        return render_command(list(template), model=model, tp=tp, port=port) + list(extra_args)
-    except ValueError as exc:
-        raise InputError(f"[measurement] command: {exc}") from None
 
 
 def _server_template(view: CampaignView, model: str | None) -> dict[str, Any]:
@@ -155,6 +142,67 @@ def _file_digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
+def _pack_classes(
+    classes_in: list[tuple[str, int, int]], nodes: int, gpus_per_node: int
+) -> tuple[Packing, int]:
+    """The exact packing of ``(workload, tp, replicas)`` onto the nodes, and the GPUs it uses.
+
+    Raises:
+        InputError: a class whose replicas do not fit (named, one line).
+    """
+    for w, tp, _ in classes_in:
+        if tp > gpus_per_node:
+            raise InputError(f"class {w}: a TP{tp} replica does not fit a node of {gpus_per_node} GPUs")
+    total = sum(tp * n for _, tp, n in classes_in)
+    replicas = [(w, tp) for w, tp, n in classes_in for _ in range(n)]
+    packing = pack(replicas, nodes, gpus_per_node)
+    if packing is None:
+        bad = first_unfit(classes_in, nodes, gpus_per_node) or classes_in[-1][0]
+        tp_n = next((tp, n) for w, tp, n in classes_in if w == bad)
+        raise InputError(
+            f"class {bad}: its {tp_n[1]} TP{tp_n[0]} replica(s) do not fit {nodes} node(s) × "
+            f"{gpus_per_node} GPUs after the classes before it (the fleet needs {total} GPUs)"
+        )
+    return packing, total
+
+
+def _class_entries(
+    view: CampaignView,
+    alloc: dict[str, Any],
+    classes_in: list[tuple[str, int, int]],
+    server: dict[str, Any],
+    preds: dict[tuple[str, int, str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Each class's operating point in ``plan.json``: its cell, replicas, SLO, predictions and target."""
+    slos = view.slos
+    classes = []
+    for w, tp, n in classes_in:
+        load = str(alloc[w]["load"])
+        kind, conc = load_kind(load, server["backend"])
+        cell = preds.get((w, tp, load), {"measured": False, "bounds": {}, "predicted": {}})
+        row = next((r.row for r in view.measurements if (r.cell.workload, r.cell.tp, r.cell.load) == (w, tp, load)), None)
+        offered = None if row is None else float(row["offered_rps"])
+        classes.append({
+            "workload": w,
+            "tp": tp,
+            "load": load,
+            "load_kind": kind,
+            "concurrency_per_replica": conc,
+            "offered_rps_per_replica": offered,
+            "replicas": n,
+            "gpus": tp * n,
+            "demand_rps": view.demand.get(w),
+            "slo": slos.get(w, {}),
+            "measured": bool(cell.get("measured")),
+            "measured_row": row,
+            "predicted": cell.get("predicted", {}),
+            "predicted_source": cell.get("predicted_source"),
+            "bounds": cell.get("bounds", {}),
+            "autoscaler_target": _target(kind, conc, offered),
+        })
+    return classes
+
+
 def build_plan(
     directory: str | Path,
     nodes: int,
@@ -208,46 +256,9 @@ def build_plan(
     server = _server_template(view, model)
     preds = _predictions(view)
     classes_in = [(w, int(a["tp"]), int(a.get("replicas") or 0)) for w, a in alloc.items() if int(a.get("replicas") or 0)]
-    for w, tp, _ in classes_in:
-        if tp > gpus_per_node:
-            raise InputError(f"class {w}: a TP{tp} replica does not fit a node of {gpus_per_node} GPUs")
-    total = sum(tp * n for _, tp, n in classes_in)
-    replicas = [(w, tp) for w, tp, n in classes_in for _ in range(n)]
-    packing = pack(replicas, nodes, gpus_per_node)
-    if packing is None:
-        bad = first_unfit(classes_in, nodes, gpus_per_node) or classes_in[-1][0]
-        tp_n = next((tp, n) for w, tp, n in classes_in if w == bad)
-        raise InputError(
-            f"class {bad}: its {tp_n[1]} TP{tp_n[0]} replica(s) do not fit {nodes} node(s) × "
-            f"{gpus_per_node} GPUs after the classes before it (the fleet needs {total} GPUs)"
-        )
+    packing, total = _pack_classes(classes_in, nodes, gpus_per_node)
 
-    slos = view.slos
-    classes = []
-    for w, tp, n in classes_in:
-        load = str(alloc[w]["load"])
-        kind, conc = load_kind(load, server["backend"])
-        cell = preds.get((w, tp, load), {"measured": False, "bounds": {}, "predicted": {}})
-        row = next((r.row for r in view.measurements if (r.cell.workload, r.cell.tp, r.cell.load) == (w, tp, load)), None)
-        offered = None if row is None else float(row["offered_rps"])
-        classes.append({
-            "workload": w,
-            "tp": tp,
-            "load": load,
-            "load_kind": kind,
-            "concurrency_per_replica": conc,
-            "offered_rps_per_replica": offered,
-            "replicas": n,
-            "gpus": tp * n,
-            "demand_rps": view.demand.get(w),
-            "slo": slos.get(w, {}),
-            "measured": bool(cell.get("measured")),
-            "measured_row": row,
-            "predicted": cell.get("predicted", {}),
-            "predicted_source": cell.get("predicted_source"),
-            "bounds": cell.get("bounds", {}),
-            "autoscaler_target": _target(kind, conc, offered),
-        })
+    classes = _class_entries(view, alloc, classes_in, server, preds)
     placements = _placements(packing, server, hosts)
     result_path = view.directory / "result.json"
     h = view.header

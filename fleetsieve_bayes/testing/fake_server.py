@@ -112,6 +112,24 @@ async def _sleep_until(t: float) -> None:
         await asyncio.sleep(delay)
 
 
+def _check_request(args: argparse.Namespace, body: dict[str, Any]) -> tuple[int, int] | web.Response:
+    """A completion request's ``(prompt tokens, max_tokens)``, or the error vLLM answers it with."""
+    if body.get("model") != args.model:
+        return _error(404, f"The model `{body.get('model')}` does not exist.")
+    prompt = body.get("prompt", "")
+    n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+    max_tokens = int(body.get("max_tokens") or 16)
+    if max_tokens < 1:
+        return _error(400, "max_tokens must be at least 1")
+    if args.vocab_size and isinstance(prompt, list):
+        bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < args.vocab_size]
+        if bad:
+            return _error(400, f"Token id {bad[0]} is out of vocabulary")
+    if args.max_model_len and n_in + max_tokens > args.max_model_len:
+        return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
+    return n_in, max_tokens
+
+
 def make_app(args: argparse.Namespace) -> web.Application:
     state = _State(args)
 
@@ -141,19 +159,10 @@ def make_app(args: argparse.Namespace) -> web.Application:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "body is not JSON")
-        if body.get("model") != args.model:
-            return _error(404, f"The model `{body.get('model')}` does not exist.")
-        prompt = body.get("prompt", "")
-        n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
-        max_tokens = int(body.get("max_tokens") or 16)
-        if max_tokens < 1:
-            return _error(400, "max_tokens must be at least 1")
-        if args.vocab_size and isinstance(prompt, list):
-            bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < args.vocab_size]
-            if bad:
-                return _error(400, f"Token id {bad[0]} is out of vocabulary")
-        if args.max_model_len and n_in + max_tokens > args.max_model_len:
-            return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
+        checked = _check_request(args, body)
+        if isinstance(checked, web.Response):
+            return checked
+        n_in, max_tokens = checked
         stream = bool(body.get("stream", False))
         loop = asyncio.get_running_loop()
         created = int(time.time())

@@ -252,15 +252,15 @@ def write_outputs(log: RequestLog, cls: Classification, out: Path, *, plots: boo
                      "report": "report.html" if plots else None}
     if plots:
         (out / "report.html").write_text(_html(summ, figures), encoding="utf-8")
-    (out / "classes.json").write_text(json.dumps(_jsonable(summ), indent=2) + "\n", encoding="utf-8")
+    (out / "classes.json").write_text(json.dumps(jsonable(summ), indent=2) + "\n", encoding="utf-8")
     return summ
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
+        return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
