@@ -30,9 +30,10 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
 ``gpu_memory_utilization`` fraction of GPU memory vLLM may use (default 0.9)
 ``max_input_tokens``      clip trace prompt lengths (e.g. to the context length)
 ``max_output_tokens``     clip trace output lengths
-``request_error_tolerance`` fraction of non-timeout request errors above
-                          which the cell is a ``request-errors`` failure
-                          (default 0.01)
+``request_error_tolerance`` deprecated, accepted and ignored: a window in
+                          which some requests failed is a success
+                          measurement (success = succeeded / sent); only a
+                          window in which nothing was served is a failure
 ``seed``                  seed of the prompts and the row (default 0)
 ``reuse_server``          keep the server running for the next cell when it
                           needs the same server (same TP; command, arguments
@@ -137,7 +138,6 @@ class VllmSettings(NamedTuple):
     gpu_memory_utilization: float
     max_input_tokens: int | None
     max_output_tokens: int | None
-    request_error_tolerance: float
     seed: int
     reuse_server: bool = True
 
@@ -207,6 +207,8 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     if trace_format not in ("auto", "azure", "burstgpt"):
         raise o.fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
 
+    # Deprecated (no effect; see the module docstring), still accepted and checked.
+    o.number("request_error_tolerance", None, lo_open=False, hi=1.0)
     model_size = o.number("model_size_gb", None)
     gpu_mem = o.number("gpu_memory_gb", None)
     number, integer = o.number, o.integer
@@ -232,7 +234,6 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         gpu_memory_utilization=number("gpu_memory_utilization", 0.9, hi=1.0),  # type: ignore[arg-type]
         max_input_tokens=integer("max_input_tokens", None, 1),
         max_output_tokens=integer("max_output_tokens", None, 1),
-        request_error_tolerance=number("request_error_tolerance", 0.01, lo_open=False, hi=1.0),  # type: ignore[arg-type]
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
         reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
     )
@@ -493,8 +494,7 @@ def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s
     assert handle is not None
     spec = CellSpec(workload=w, tp=tp, load=load, scale=scale, warmup_s=s.warmup_s,
                     duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
-                    max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens,
-                    request_error_tolerance=s.request_error_tolerance)
+                    max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens)
     raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
     try:
         result = measure_cell(
