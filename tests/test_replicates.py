@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,13 @@ from tiny_campaign import GRID, write_tiny
 from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
 from fleetsieve_bayes.backends import make_backend, no_window_limit
 from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.journal import (
+    JOURNAL_NAME,
+    Cell,
+    MeasurementRecord,
+    open_journal,
+    read_records,
+)
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import (
     COLUMNS,
@@ -176,3 +184,33 @@ def test_replay_gives_the_kth_row_for_the_kth_window_and_refuses_one_more(tmp_pa
 
 def test_a_backend_without_a_limit_says_none() -> None:
     assert no_window_limit(3) is None
+
+
+def _record(replicate: int = 0) -> MeasurementRecord:
+    row = {"workload": "chat", "tp": 4, "load": "C96", "offered_rps": 9.6, "throughput_rps": 8.1,
+           "ttft_p99_s": 2.4, "completion_p99_s": 31.0, "success_rate": 0.943, "duration_s": 300.0}
+    return MeasurementRecord(seq=replicate, round=1, phase="acquire", cell=Cell("chat", 4, "C96"), row=row,
+                             gpu_seconds=1200.0, replicate=replicate)
+
+
+def test_journal_keeps_every_window_with_its_replicate(tmp_path: Path) -> None:
+    j = open_journal(tmp_path)
+    for k in range(3):
+        j.append(_record(k))
+    j.close()
+    back = open_journal(tmp_path)
+    assert [m.replicate for m in back.measurements] == [0, 1, 2]
+    assert [m.repeat for m in back.measurements] == [False, True, True]
+    back.close()
+    line = json.loads((tmp_path / JOURNAL_NAME).read_text().splitlines()[1])
+    assert line["replicate"] == 1
+
+
+def test_an_old_measurement_record_reads_as_replicate_zero(tmp_path: Path) -> None:
+    raw = _record(0).to_json()
+    del raw["replicate"]
+    assert MeasurementRecord.from_json(raw).replicate == 0
+    raw["replicate"] = -1
+    (tmp_path / JOURNAL_NAME).write_text(json.dumps(raw) + "\n")
+    with pytest.raises(InputError, match=r"line 1: measurement record: field 'replicate' must be an integer >= 0"):
+        read_records(tmp_path / JOURNAL_NAME)

@@ -18,7 +18,9 @@ with ``to_json``/``from_json``:
 - :class:`MeasurementRecord`: ``seq``, ``round``, ``phase`` (``seed`` |
   ``design`` | ``acquire``), ``cell``, ``row`` (the table row),
   ``gpu_seconds``, ``started_at``/``finished_at`` (Unix seconds), ``wall_s``,
-  and ``source`` (where a seeded row came from; ``null`` when measured here).
+  ``source`` (where a seeded row came from; ``null`` when measured here) and
+  ``replicate`` (the window's index among the cell's windows: 0 for its first,
+  1, … for deliberate repeats; absent in older journals, read as 0).
 - :class:`RoundRecord`: the decision state of one round (certificate, gap, both
   allocations and objectives, chosen cell or final allocation, timings).
 
@@ -237,10 +239,17 @@ class MeasurementRecord(NamedTuple):
     finished_at: float = 0.0
     wall_s: float = 0.0
     source: str | None = None  # seeded rows: "seed table FILE" / "reused from DIR"
+    # The window's index among the cell's windows: 0 first, 1, … for deliberate repeats.
+    replicate: int = 0
 
     @property
     def seeded(self) -> bool:
         return self.source is not None
+
+    @property
+    def repeat(self) -> bool:
+        """A deliberate repeat: a window of a cell after its first."""
+        return self.replicate > 0
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "measurement", **self._asdict(), "cell": self.cell.to_json()}
@@ -266,7 +275,15 @@ class MeasurementRecord(NamedTuple):
             finished_at=f.float_("finished_at", 0.0),
             wall_s=f.float_("wall_s", 0.0),
             source=f.str_("source", None),
+            replicate=_replicate(f),
         )
+
+
+def _replicate(f: _Fields) -> int:
+    r = f.int_("replicate", 0)
+    if r < 0:
+        raise f.fail("replicate", f"must be an integer >= 0, got {r!r}")
+    return r
 
 
 class Side(NamedTuple):
