@@ -72,6 +72,8 @@ class CellSpec(NamedTuple):
     seed: int = 0
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+    # Trace seconds the window starts at (a repeated window: traces.window_offset_s).
+    trace_offset_s: float = 0.0
 
 
 class CellResult(NamedTuple):
@@ -199,7 +201,7 @@ def measure_cell(
     served = served or served_model_info(endpoint, model)
     horizon = spec.warmup_s + spec.duration_s
     plan = schedule(trace, spec.scale, horizon, max_input_tokens=spec.max_input_tokens,
-                    max_output_tokens=spec.max_output_tokens)
+                    max_output_tokens=spec.max_output_tokens, offset_s=spec.trace_offset_s)
     plan = fit_to_context(plan, served.max_model_len, trace.source)
     try:
         ids = token_range(served.vocab_size)

@@ -53,6 +53,13 @@ a cell skipped by the memory guard. Raw per-request records go to
 ``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
 server logs to ``OUT/logs/``.
 
+A repeated window of a cell (``measure(cell, replicate=k)``, k ≥ 1) is a new
+window on the warm server where one with the cell's TP is running: it
+replays the trace from :func:`~.traces.window_offset_s` (k windows' worth of
+trace time further on) with the prompt seed :func:`~.traces.replicate_seed`,
+which the row records as ``seed``; its ``offered_rps`` is that stretch's.
+Its records and log are named ``…_<load>_r<k>_<timestamp>``.
+
 ``model`` is handed to the server verbatim, except that a path relative to
 the campaign file that exists there is made absolute. Each measured cell goes
 through :func:`fleetsieve_bayes.backends.cell.measure_cell` (the same path as
@@ -100,7 +107,13 @@ from fleetsieve_bayes.backends.server import (
     stop_server,
     wait_ready,
 )
-from fleetsieve_bayes.backends.traces import Trace, read_trace, window_rate
+from fleetsieve_bayes.backends.traces import (
+    Trace,
+    read_trace,
+    replicate_seed,
+    window_offset_s,
+    window_rate,
+)
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError, MeasurementError
 
@@ -440,19 +453,22 @@ def _reusable(s: VllmSettings, live: _LiveServer, tp: int) -> bool:
             and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
 
-def _measure(cells: _VllmCells, live: _LiveServer, c: int) -> dict[str, Any]:
-    """One cell: the guard's row, a start-up failure's row, or the measured row."""
+def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -> dict[str, Any]:
+    """One window of a cell: the guard's row, a start-up failure's row, or the measured row."""
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise ValueError(f"replicate must be an integer >= 0, got {replicate!r}")
     guarded = _preflight(cells, c)
     if guarded is not None:
         return guarded
     w, tp, load = cells.grid.key(c)
-    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
+    rep = f"_r{replicate}" if replicate else ""
+    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
     startup_s = 0.0
     if not _reusable(cells.s, live, tp):
         startup_s, failed = _launch(cells, live, c, stem)
         if failed is not None:
             return failed
-    return _run_cell(cells, live, c, stem, startup_s)
+    return _run_cell(cells, live, c, stem, startup_s, replicate)
 
 
 def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[float, dict[str, Any] | None]:
@@ -485,23 +501,28 @@ def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[fl
     return startup_s, None
 
 
-def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float) -> dict[str, Any]:
-    """Replay the cell's trace against the live server; records go to ``raw/``."""
+def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float,
+              replicate: int = 0) -> dict[str, Any]:
+    """Replay the cell's trace (replicate ``replicate``'s stretch) against the live server;
+    records go to ``raw/``."""
     s = cells.s
     w, tp, load = cells.grid.key(c)
     scale = cells.scales[c]
     handle = live.handle
     assert handle is not None
+    offset = window_offset_s(cells.traces[w], scale, s.warmup_s + s.duration_s, replicate)
     spec = CellSpec(workload=w, tp=tp, load=load, scale=scale, warmup_s=s.warmup_s,
-                    duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
-                    max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens)
+                    duration_s=s.duration_s, request_timeout_s=s.request_timeout_s,
+                    seed=replicate_seed(s.seed, replicate), max_input_tokens=s.max_input_tokens,
+                    max_output_tokens=s.max_output_tokens, trace_offset_s=offset)
     raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
     try:
         result = measure_cell(
             handle.url, s.served_model_name, cells.traces[w], spec, served=live.served,
             alive=lambda: handle.proc.poll() is None, records_path=raw_path,
             record_extras={"workload": w, "tp": tp, "load": load, "scale": scale,
-                           "warmup_s": s.warmup_s, "window_s": s.duration_s},
+                           "warmup_s": s.warmup_s, "window_s": s.duration_s,
+                           "replicate": replicate, "trace_offset_s": offset},
         )
     except BaseException:
         _stop_live(s, live)

@@ -15,6 +15,11 @@ succeeded / sent, throughput and tails from the requests that succeeded, and
 the count of failed requests with the server's first error goes to stderr. A
 window in which the server served nothing is printed with a ``failure`` label.
 ``--error-tolerance`` is deprecated and has no effect.
+
+``--replicate K`` measures the cell's K-th repeated window the way a campaign
+repeats one: the trace from K windows' worth of trace time further on, with
+the prompt seed derived from ``--seed`` and K (the row's ``seed``); the row
+then also has ``replicate``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.server import probe
-from fleetsieve_bayes.backends.traces import read_trace
+from fleetsieve_bayes.backends.traces import read_trace, replicate_seed, window_offset_s
 from fleetsieve_bayes.errors import InputError
 
 
@@ -47,6 +52,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tp", type=int, default=1, help="TP label of the row")
     p.add_argument("--load", default=None, help="load label of the row (default: x<scale>)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replicate", type=int, default=None,
+                   help="measure repeated window K of the cell (another stretch of the trace, other prompts)")
     p.add_argument("--max-input-tokens", type=int, default=None)
     p.add_argument("--max-output-tokens", type=int, default=None)
     p.add_argument("--vocab-size", type=int, default=None,
@@ -72,6 +79,8 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--vocab-size: must be an integer >= 8, got {args.vocab_size}")
     if args.error_tolerance is not None and not (0.0 <= args.error_tolerance <= 1.0):
         raise InputError(f"--error-tolerance: must be in [0, 1], got {args.error_tolerance!r}")
+    if args.replicate is not None and args.replicate < 0:
+        raise InputError(f"--replicate: must be an integer >= 0, got {args.replicate}")
     if args.tp < 1:
         raise InputError(f"--tp: must be a positive integer, got {args.tp}")
     if args.records is not None and args.records.exists():
@@ -105,14 +114,18 @@ def run(args: argparse.Namespace) -> int:
     trace = read_trace(args.trace, args.trace_format)
     if not health_ok(args.endpoint):
         raise InputError(f"--endpoint {args.endpoint}: server is not healthy (GET /health did not answer 200)")
+    rep = args.replicate or 0
     spec = CellSpec(workload=args.workload or args.trace.stem, tp=args.tp, load=args.load or f"x{args.scale:g}",
                     scale=args.scale, warmup_s=args.warmup, duration_s=args.duration,
-                    request_timeout_s=args.request_timeout, seed=args.seed,
-                    max_input_tokens=args.max_input_tokens, max_output_tokens=args.max_output_tokens)
+                    request_timeout_s=args.request_timeout, seed=replicate_seed(args.seed, rep),
+                    max_input_tokens=args.max_input_tokens, max_output_tokens=args.max_output_tokens,
+                    trace_offset_s=window_offset_s(trace, args.scale, args.warmup + args.duration, rep))
     served = served_model_info(args.endpoint, args.model, vocab_size=args.vocab_size)
     result = measure_cell(args.endpoint, args.model, trace, spec, served=served, records_path=args.records)
     row = dict(result.row)
     detail = row.pop("detail", "")
+    if args.replicate is not None:
+        row["replicate"] = rep
     if row["failure"]:
         # A failed cell is an observation (the row is printed); say why on stderr.
         print(f"measure: cell failed ({row['failure']}): {detail}", file=sys.stderr)
