@@ -22,6 +22,7 @@ from fleetsieve_bayes.campaign.journal import (
     open_journal,
     read_records,
 )
+from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import (
     COLUMNS,
@@ -214,3 +215,49 @@ def test_an_old_measurement_record_reads_as_replicate_zero(tmp_path: Path) -> No
     (tmp_path / JOURNAL_NAME).write_text(json.dumps(raw) + "\n")
     with pytest.raises(InputError, match=r"line 1: measurement record: field 'replicate' must be an integer >= 0"):
         read_records(tmp_path / JOURNAL_NAME)
+
+
+VLLM_RESULT = {
+    "date": "20250101-000000", "backend": "vllm", "model_id": "m", "num_prompts": 100,
+    "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None, "duration": 25.0,
+    "completed": 98, "p99_ttft_ms": 850.0, "p99_e2el_ms": 12500.0, "workload": "chat", "tp": "4", "load": "C32",
+}
+
+
+def _result(tmp_path: Path, name: str, **changes: object) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({**VLLM_RESULT, **changes}))
+    return p
+
+
+def test_ingest_several_results_of_one_cell_gives_replicate_rows(tmp_path: Path, capsys) -> None:
+    a = _result(tmp_path, "a.json")
+    b = _result(tmp_path, "b.json", completed=93, p99_ttft_ms=1900.0)
+    other = _result(tmp_path, "c.json", load="C16", request_rate=2.0, completed=50)
+    out = tmp_path / "seed.csv"
+    assert main(["ingest", str(other), str(a), "--out", str(out)]) == 0
+    assert "replicate" not in read_table(out).columns  # one window per cell: the old shape
+    assert main(["ingest", str(b), "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["replicate"] for r in printed] == [1]
+    df = read_table(out)
+    assert list(zip(df["load"], df["replicate"], df["success_rate"], strict=True)) == [
+        ("C16", 0, 0.5), ("C32", 0, 0.98), ("C32", 1, 0.93)]
+    # Two files for one cell in one command: windows in command-line order.
+    both = tmp_path / "both.parquet"
+    assert main(["ingest", str(b), str(a), "--out", str(both)]) == 0
+    back = read_table(both)
+    assert back["replicate"].tolist() == [0, 1] and back["success_rate"].tolist() == [0.93, 0.98]
+
+
+def test_ingesting_the_same_result_twice_is_refused_and_nothing_is_lost(tmp_path: Path, capsys) -> None:
+    a = _result(tmp_path, "a.json")
+    out = tmp_path / "seed.csv"
+    assert main(["ingest", str(a), "--out", str(out)]) == 0
+    before = out.read_bytes()
+    assert main(["ingest", str(a), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(a) in err and "duplicate cell (workload=chat, tp=4, load=C32)" in err
+    assert f"already in {out}" in err and out.read_bytes() == before
+    assert main(["ingest", str(a), str(a)]) == 2
+    assert f"the same window as a result of {a}" in capsys.readouterr().err
