@@ -110,3 +110,18 @@ def test_counts_agree_with_distinct_windows_recorded(steps) -> None:
     want = [sum(1 for key, _ in distinct if key == GRID.key(c)) for c in range(3)]
     assert window_counts(GRID, records).tolist() == want
     assert len(window_rows(records)) == len(distinct) == len(window_observations(GRID, records).cell)
+
+
+def test_a_round_choosing_a_repeat_says_so_and_older_rounds_read_as_not() -> None:
+    from fleetsieve_bayes.campaign.journal import RoundRecord, Side
+
+    side = Side(None, {"feasible": False})
+    rec = RoundRecord(round=3, certificate="undecided", outcome="measure", reason="r", gap={"critical": 0.0},
+                      conservative=side, optimistic=side, measured_cells=2, candidates=3, gpu_seconds=1.0,
+                      chosen=Cell("chat", 4, "C96"), timings={}, repeat=True)
+    raw = rec.to_json()
+    assert raw["repeat"] is True and RoundRecord.from_json(raw) == rec
+    plain = rec._replace(repeat=False).to_json()
+    assert "repeat" not in plain and RoundRecord.from_json(plain).repeat is False
+    with pytest.raises(InputError, match="field 'repeat' must be true or false"):
+        RoundRecord.from_json({**raw, "repeat": 1})

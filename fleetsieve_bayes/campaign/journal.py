@@ -22,7 +22,8 @@ with ``to_json``/``from_json``:
   ``replicate`` (the window's index among the cell's windows: 0 for its first,
   1, … for deliberate repeats; absent in older journals, read as 0).
 - :class:`RoundRecord`: the decision state of one round (certificate, gap, both
-  allocations and objectives, chosen cell or final allocation, timings).
+  allocations and objectives, chosen cell or final allocation, timings;
+  ``repeat`` when the chosen cell is to be measured again, written only then).
 
 A complete line that parses but is not a valid record (a field missing or of
 the wrong type) is an :class:`~fleetsieve_bayes.errors.InputError` naming the
@@ -279,6 +280,13 @@ class MeasurementRecord(NamedTuple):
         )
 
 
+def _flag(f: _Fields, name: str) -> bool:
+    v = f.get(name, False)
+    if not isinstance(v, bool):
+        raise f.fail(name, f"must be true or false, got {v!r}")
+    return v
+
+
 def _replicate(f: _Fields) -> int:
     r = f.int_("replicate", 0)
     if r < 0:
@@ -320,6 +328,8 @@ class RoundRecord(NamedTuple):
     # The certification attempt's joint check (p_epsilon_optimal, p_slo_met,
     # p_infeasible, draws, diagnostics, attempt_s); None when none was made.
     joint: dict[str, Any] | None = None
+    # The chosen cell is measured again (a deliberate repeat: its next window).
+    repeat: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
@@ -329,6 +339,8 @@ class RoundRecord(NamedTuple):
         d["final"] = None if self.final is None else self.final.to_json()
         if self.joint is None:
             del d["joint"]
+        if not self.repeat:
+            del d["repeat"]  # written only for a repeat: older journals read the same
         return d
 
     @classmethod
@@ -364,6 +376,7 @@ class RoundRecord(NamedTuple):
             timings={str(k): float(v) for k, v in timings.items()},
             final=None if raw.get("final") is None else side("final"),
             joint=None if raw.get("joint") is None else f.dict_("joint"),
+            repeat=_flag(f, "repeat"),
         )
 
 
