@@ -9,7 +9,7 @@ from the command line or the result's metadata. Several results of one cell
 rows then carry ``replicate`` 0, 1, … in order; the same result twice is an
 error. The conversions (which key,
 which unit, what "offered" means for a closed-loop run) are in
-:mod:`fleetsieve_bayes.backends.ingest` and the README. A row whose source has
+:mod:`fleetsieve_bayes.backends.ingest` and docs/measuring.md. A row whose source has
 no completion timing leaves ``completion_p99_s`` empty (unobserved).
 """
 
