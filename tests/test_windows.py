@@ -125,3 +125,19 @@ def test_a_round_choosing_a_repeat_says_so_and_older_rounds_read_as_not() -> Non
     assert "repeat" not in plain and RoundRecord.from_json(plain).repeat is False
     with pytest.raises(InputError, match="field 'repeat' must be true or false"):
         RoundRecord.from_json({**raw, "repeat": 1})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 5), min_size=3, max_size=3),
+    limits=st.lists(st.one_of(st.none(), st.integers(1, 5)), min_size=3, max_size=3),
+    failed=st.lists(st.booleans(), min_size=3, max_size=3),
+    cap=st.integers(1, 5),
+)
+def test_repeatable_mask_agrees_with_the_rule_cell_by_cell(counts, limits, failed, cap) -> None:
+    from fleetsieve_bayes.campaign.windows import repeatable_mask, window_limits
+
+    got = repeatable_mask(np.array(counts), window_limits(limits.__getitem__, 3), np.array(failed), cap)
+    want = [n >= 1 and n < cap and (lim is None or n < lim) and not f
+            for n, lim, f in zip(counts, limits, failed, strict=True)]
+    assert got.tolist() == want

@@ -42,6 +42,9 @@ __all__ = [
     "next_replicate",
     "check_window",
     "repeatable",
+    "repeatable_mask",
+    "window_limits",
+    "server_failed_cells",
     "window_observations",
     "window_rows",
 ]
@@ -132,6 +135,39 @@ def check_window(grid: CellGrid, records: Iterable[Any], cell: int, *, repeat: b
     return k
 
 
+def window_limits(windows_available: Callable[[int], int | None], n_cells: int) -> np.ndarray:
+    """``(n_cells,)`` float64: the windows a backend can give of each cell (``inf``: no limit)."""
+    out = np.full(n_cells, np.inf)
+    for c in range(n_cells):
+        n = windows_available(c)
+        if n is not None:
+            out[c] = float(n)
+    return out
+
+
+def server_failed_cells(grid: CellGrid, records: Iterable[Any]) -> np.ndarray:
+    """``(n_cells,)`` bool: cells with a window in which the server never served
+    (:data:`~fleetsieve_bayes.backends.failures.SERVER_FAILURES`)."""
+    index = grid.index()
+    out = np.zeros(grid.n_cells, dtype=bool)
+    for key, recs in windows_of(records).items():
+        if key in index and any(r.row.get("failure") in SERVER_FAILURES for r in recs):
+            out[index[key]] = True
+    return out
+
+
+def repeatable_mask(counts: np.ndarray, limits: np.ndarray, server_failed: np.ndarray,
+                    max_windows_per_cell: int) -> np.ndarray:
+    """``(n_cells,)`` bool from ``counts (n_cells,)`` windows held, ``limits (n_cells,)``
+    windows the backend can give (:func:`window_limits`) and ``server_failed (n_cells,)``
+    (see :func:`repeatable`)."""
+    if max_windows_per_cell < 1:
+        raise ValueError(f"max_windows_per_cell must be >= 1, got {max_windows_per_cell}")
+    counts = np.asarray(counts)
+    return (counts >= 1) & (counts < max_windows_per_cell) & (counts < np.asarray(limits)) & ~np.asarray(
+        server_failed, bool)
+
+
 def repeatable(
     grid: CellGrid,
     records: Iterable[Any],
@@ -147,21 +183,9 @@ def repeatable(
     windows is a failure of the server itself (it never served: another
     window would fail the same way).
     """
-    if max_windows_per_cell < 1:
-        raise ValueError(f"max_windows_per_cell must be >= 1, got {max_windows_per_cell}")
     records = list(records)
-    counts = window_counts(grid, records)
-    server_failed = np.zeros(grid.n_cells, dtype=bool)
-    index = grid.index()
-    for key, recs in windows_of(records).items():
-        if any(r.row.get("failure") in SERVER_FAILURES for r in recs):
-            server_failed[index[key]] = True
-    out = (counts >= 1) & (counts < max_windows_per_cell) & ~server_failed
-    for c in np.flatnonzero(out):
-        limit = windows_available(int(c))
-        if limit is not None and counts[c] >= limit:
-            out[c] = False
-    return out
+    return repeatable_mask(window_counts(grid, records), window_limits(windows_available, grid.n_cells),
+                           server_failed_cells(grid, records), max_windows_per_cell)
 
 
 def _metric(v: Any) -> float:
