@@ -147,3 +147,26 @@ def test_classify_run_labels_only_a_window_where_the_server_failed() -> None:
     assert classify_run(server_died=False, n_window=93, n_error=0, n_ok=0) == NO_SUCCESS  # all timed out
     assert classify_run(server_died=False, n_window=93, n_error=92, n_ok=1) == ""  # one served: measured
     assert classify_run(server_died=False, n_window=93, n_error=8, n_ok=85) == ""
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_campaign_journals_the_8_of_93_window_as_a_success_measurement(tmp_path) -> None:
+    from fleetsieve_bayes.campaign.hooks import RunHooks
+    from fleetsieve_bayes.campaign.journal import read_records
+    from fleetsieve_bayes.campaign.runner import run_campaign
+
+    def stop_after_first_measurement(n: int) -> None:
+        if n >= 2:  # the header, then the design's one cell
+            raise _Stop
+
+    out = tmp_path / "run"
+    with pytest.raises(_Stop):
+        run_campaign(_vllm_campaign(tmp_path), out, hooks=RunHooks(on_append=stop_after_first_measurement))
+    records, _ = read_records(out / "journal.jsonl")
+    (meas,) = [r for r in records if hasattr(r, "row")]
+    (raw,) = list((out / "raw").glob("*.parquet"))
+    _check_row({k: meas.row[k] for k in (*COLUMNS, "seed", "failure")}, pd.read_parquet(raw))
+    assert meas.replicate == 0 and meas.gpu_seconds == pytest.approx(WINDOW_S)
