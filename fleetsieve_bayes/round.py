@@ -39,6 +39,13 @@ from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
 from fleetsieve_bayes.backends.failures import MEMORY_GUARD, SERVER_FAILURES, STARTUP_OOM
 from fleetsieve_bayes.campaign.journal import Cell, MeasurementRecord
+from fleetsieve_bayes.campaign.windows import (
+    check_window,
+    repeatable_mask,
+    server_failed_cells,
+    window_counts,
+    window_limits,
+)
 from fleetsieve_bayes.decision.attempt import CertificationAttempt, attempt_certification, thin
 from fleetsieve_bayes.decision.batch import Belief, believe
 from fleetsieve_bayes.decision.certificate import (
@@ -67,6 +74,7 @@ __all__ = [
     "new_state",
     "observe",
     "record",
+    "repeatable",
     "pending_design",
     "round_key",
     "fit_round",
@@ -96,6 +104,9 @@ class CampaignState(NamedTuple):
     ``status``: the campaign's final status once a round stopped it (None while
     it goes on), with its ``final`` allocation. ``backend``: what
     :func:`fleetsieve_bayes.api.measure` measures with (never read here).
+    ``windows (n_cells,)`` int64: the windows held of each cell (derived);
+    ``window_limit (n_cells,)`` float64: the windows the backend can give of
+    each (``inf``: no limit; :func:`fleetsieve_bayes.campaign.windows.window_limits`).
     """
 
     grid: CellGrid
@@ -113,6 +124,8 @@ class CampaignState(NamedTuple):
     status: str | None = None
     final: Allocation | None = None
     backend: Any = None
+    windows: np.ndarray | None = None
+    window_limit: np.ndarray | None = None
 
     @property
     def done(self) -> bool:
@@ -217,6 +230,7 @@ class RoundOutcome(NamedTuple):
     assessment: Assessment | None = None
     posterior: Any = None
     timings: dict[str, float] | None = None
+    repeat: bool = False  # ``chosen`` is measured already: its next window
 
     @property
     def certificate(self) -> Certificate | None:
@@ -324,13 +338,20 @@ def new_state(
     records: Sequence[Any] = (),
     *,
     backend: Any = None,
+    window_limit: np.ndarray | None = None,
 ) -> CampaignState:
-    """A state from its parts and the measurement records so far (other record types are skipped)."""
+    """A state from its parts and the measurement records so far (other record types are skipped).
+
+    ``window_limit (n_cells,)``: the windows the backend can give of each cell (default:
+    ``backend.windows_available`` when a backend is given, else no limit)."""
     empty = np.zeros(grid.n_cells, bool)
+    if window_limit is None and backend is not None:
+        window_limit = window_limits(backend.windows_available, grid.n_cells)
     state = CampaignState(
         grid=grid, problem=problem, card=card, preset=preset, strategy=strategy, seed=int(seed),
         records=(), measured=empty, observed=np.full((grid.n_cells, len(METRICS)), np.nan),
         server_failed=empty, backend=backend,
+        window_limit=np.full(grid.n_cells, np.inf) if window_limit is None else np.asarray(window_limit, float),
     )
     return observe(state, records)
 
@@ -345,21 +366,39 @@ def observe(state: CampaignState, records: Sequence[Any]) -> CampaignState:
         observed=observed,
         server_failed=server_failures(state.grid, meas),
         round=1 + sum(1 for r in meas if r.phase == "acquire"),
+        windows=window_counts(state.grid, meas),
     )
 
 
-def record(state: CampaignState, cell: int, row: dict[str, Any], *, phase: str | None = None) -> CampaignState:
-    """``state`` with one more measured cell (``row``: a table row of
+def repeatable(state: CampaignState, max_windows_per_cell: int) -> np.ndarray:
+    """``(n_cells,)`` bool: the measured cells a strategy may measure again now
+    (:func:`fleetsieve_bayes.campaign.windows.repeatable`)."""
+    assert state.windows is not None and state.window_limit is not None  # set by new_state / observe
+    return repeatable_mask(state.windows, state.window_limit, server_failed_cells(state.grid, state.records),
+                           max_windows_per_cell)
+
+
+def record(
+    state: CampaignState, cell: int, row: dict[str, Any], *, phase: str | None = None, repeat: bool = False
+) -> CampaignState:
+    """``state`` with one more window of ``cell`` (``row``: a table row of
     :data:`fleetsieve_bayes.table.COLUMNS`). ``phase``: ``"design"`` or ``"acquire"``
-    (by default: design while the initial design is not complete)."""
+    (by default: design while the initial design is not complete). ``repeat``: the
+    window is another of a measured cell (asked for explicitly: a measured cell is
+    never recorded again by accident).
+
+    Raises:
+        RuntimeError: a measured cell without ``repeat``, or ``repeat`` of an unmeasured one.
+    """
     if phase is None:
         phase = "design" if pending_design(state) else "acquire"
+    replicate = check_window(state.grid, state.records, int(cell), repeat=repeat)
     w, tp, load = state.grid.key(int(cell))
     now = time.time()
     rec = MeasurementRecord(
         seq=len(state.records), round=0 if phase == "design" else state.round, phase=phase,
         cell=Cell(w, tp, load), row=dict(row), gpu_seconds=float(row["duration_s"]) * int(row["tp"]),
-        started_at=now, finished_at=now, wall_s=0.0,
+        started_at=now, finished_at=now, wall_s=0.0, replicate=replicate,
     )
     return observe(state, (*state.records, rec))
 
@@ -498,6 +537,7 @@ def step(
         assessment=a,
         posterior=posterior,
         timings=timings,
+        repeat=chosen is not None and bool(state.measured[chosen]),
     )
     new = state._replace(warm_start=posterior)
     if not a.decision.acquire:

@@ -1,7 +1,10 @@
 """Measurement tables (CSV or Parquet): the contract of docs/contracts.md.
 
-One row per measured cell with the columns of :data:`COLUMNS` (plus the
-optional :data:`OPTIONAL_COLUMNS`). GPU-seconds of a cell are
+One row per measurement window of a cell with the columns of :data:`COLUMNS`
+(plus the optional :data:`OPTIONAL_COLUMNS`). A cell may have several rows
+(repeated windows) when the table has a ``replicate`` column: its rows carry
+the replicate indices 0, 1, …, k-1, each once, in any order. A table without
+the column has one row per cell, each replicate 0. GPU-seconds of a cell are
 ``duration_s * tp``. Reading validates every row and names the first bad one;
 tail latencies may be ``inf`` for a cell where no request completed (a failed
 cell is an observation, not a missing value). ``completion_p99_s`` may be
@@ -32,6 +35,8 @@ __all__ = [
     "read_table",
     "write_table",
     "validate_table",
+    "replicates",
+    "first_windows",
     "gpu_seconds",
     "startup_gpu_seconds",
 ]
@@ -49,7 +54,8 @@ COLUMNS: tuple[str, ...] = (
 )
 # `failure` is empty for a normal cell, or a failure class from a backend
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s")
+# `replicate`: the window's index among its cell's rows (0, 1, …; absent: 0).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "replicate")
 # bounds.csv in a campaign directory: the final round's credible interval of
 # every cell (measured cells collapse to their measured values).
 BOUNDS_COLUMNS: tuple[str, ...] = (
@@ -151,6 +157,8 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         out["seed"] = _parse_seeds(df["seed"], where)
     if "startup_s" in df.columns:
         out["startup_s"] = _parse_startup(df["startup_s"], where)
+    if "replicate" in df.columns:
+        out["replicate"] = _parse_replicates(df["replicate"], where)
     if "failure" in df.columns:
         out["failure"] = [
             "" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]
@@ -275,17 +283,70 @@ def _parse_startup(values: Iterable[Any], where: _Where) -> np.ndarray:
     return np.asarray(ups, dtype=np.float64)
 
 
+def _parse_replicates(values: Iterable[Any], where: _Where) -> np.ndarray:
+    """Replicate indices, ``(n_rows,)`` int64, each an integer >= 0 ("1.0" is accepted)."""
+    reps = []
+    for i, v in enumerate(values):
+        s = "" if v is None else str(v).strip()
+        try:
+            f = float(s)
+        except ValueError:
+            f = math.nan
+        if not math.isfinite(f) or f != int(f) or f < 0:
+            raise InputError(f"{where(i, 'replicate')}: expected an integer >= 0 (0, 1, … per cell), got {v!r}")
+        reps.append(int(f))
+    return np.asarray(reps, dtype=np.int64)
+
+
 def _check_unique_cells(out: pd.DataFrame, *, source: str, label: str, row_offset: int) -> None:
-    """One row per (workload, tp, load): a repeat names both rows."""
+    """Each (workload, tp, load, replicate) at most once, and a cell's replicates 0..k-1 without gaps.
+
+    Without a ``replicate`` column every row is replicate 0: a second row of a
+    cell is a duplicate. Errors name both rows (a duplicate) or the row past
+    the gap (a missing replicate).
+    """
     keys = list(zip(out["workload"], out["tp"], out["load"], strict=True))
-    first: dict[tuple[str, int, str], int] = {}
-    for i, key in enumerate(keys):
-        if key in first:
+    has_reps = "replicate" in out.columns
+    reps = out["replicate"].to_numpy(np.int64) if has_reps else np.zeros(len(out), dtype=np.int64)
+
+    def cell(key: tuple[str, int, str]) -> str:
+        return f"(workload={key[0]}, tp={key[1]}, load={key[2]})"
+
+    first: dict[tuple[tuple[str, int, str], int], int] = {}
+    by_cell: dict[tuple[str, int, str], dict[int, int]] = {}
+    for i, (key, r) in enumerate(zip(keys, reps.tolist(), strict=True)):
+        if (key, r) in first:
+            what = f"duplicate replicate {r} of cell" if has_reps else "duplicate cell"
             raise InputError(
-                f"{source}: {label} {i + row_offset}: duplicate cell "
-                f"(workload={key[0]}, tp={key[1]}, load={key[2]}), first at {label} {first[key] + row_offset}"
+                f"{source}: {label} {i + row_offset}: {what} {cell(key)}, first at {label} "
+                f"{first[(key, r)] + row_offset}"
             )
-        first[key] = i
+        first[(key, r)] = i
+        by_cell.setdefault(key, {})[r] = i
+    for key, rows in by_cell.items():
+        have = sorted(rows)
+        missing = next((k for k, r in enumerate(have) if r != k), None)
+        if missing is not None:
+            past = have[missing]
+            raise InputError(
+                f"{source}: {label} {rows[past] + row_offset}: replicate {past} of cell {cell(key)} but no "
+                f"replicate {missing} (a cell's replicates are 0, 1, … without gaps; it has "
+                f"{', '.join(map(str, have))})"
+            )
+
+
+def replicates(df: pd.DataFrame) -> np.ndarray:
+    """``(n_rows,)`` int64 replicate index of each row of a validated table (0 without the column)."""
+    if "replicate" in df.columns:
+        return df["replicate"].to_numpy(np.int64)
+    return np.zeros(len(df), dtype=np.int64)
+
+
+def first_windows(df: pd.DataFrame) -> pd.DataFrame:
+    """The replicate-0 row of every cell of a validated table, in file order (one row per cell)."""
+    if "replicate" not in df.columns:
+        return df
+    return df[replicates(df) == 0]
 
 
 def _check_served_within_offered(out: pd.DataFrame, where: _Where) -> None:

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("campaign files", ("campaign.config", "campaign.journal", "campaign.fingerprint", "campaign.makespan",
                         "deploy.production")),
     ("backends", ("backends", "testing.fake_server", "testing.fake_metrics", "workloads")),
-    ("round", ("round",)),
+    ("round", ("round", "campaign.windows")),
     ("drivers", ("campaign", "evaluation")),
     ("deploy", ("deploy",)),
     ("api", ("api",)),

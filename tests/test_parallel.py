@@ -367,7 +367,7 @@ def test_simulated_executor_hands_back_cells_by_simulated_finish_ties_together()
     from fleetsieve_bayes.campaign.executor import Job, local_executor
 
     durations = {0: 300.0, 1: 100.0, 2: 300.0, 3: 50.0}
-    ex = local_executor(lambda c, slots: {"duration_s": durations[c], "tp": 2}, simulated=True, offset_s=1000.0)
+    ex = local_executor(lambda c, slots, rep: {"duration_s": durations[c], "tp": 2}, simulated=True, offset_s=1000.0)
     try:
         for seq, c in enumerate([0, 1, 2]):
             ex.submit(Job(c, 2, (2 * seq, 2 * seq + 1), 1000.0, seq))
@@ -386,7 +386,7 @@ def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
 
     from fleetsieve_bayes.campaign.executor import Job, local_executor
 
-    def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
+    def measure(c: int, slots: tuple[int, ...], replicate: int) -> dict[str, Any]:
         if c == 9:
             raise RuntimeError("harness broke")
         time.sleep(0.2 * (c + 1))
@@ -416,8 +416,9 @@ def test_ready_hands_back_finished_cells_without_waiting() -> None:
 
     from fleetsieve_bayes.campaign.executor import Job, local_executor
 
-    ex = local_executor(lambda c, slots: (time.sleep(0.1 if c == 0 else 1.5), {"duration_s": 1.0})[1], simulated=False)
-    sim = local_executor(lambda c, slots: {"duration_s": 1.0}, simulated=True)
+    ex = local_executor(lambda c, slots, rep: (time.sleep(0.1 if c == 0 else 1.5), {"duration_s": 1.0})[1],
+                        simulated=False)
+    sim = local_executor(lambda c, slots, rep: {"duration_s": 1.0}, simulated=True)
     try:
         ex.submit(Job(0, 1, (0,), 0.0, 0))
         ex.submit(Job(1, 1, (1,), 0.0, 1))

@@ -125,7 +125,7 @@ def test_reuse_measurements_replans_for_a_new_demand(
     assert header.reused_from["measurements"] == len(old_result["measured"])
     assert header.workloads[0]["demand_rps"] == pytest.approx(7.8)  # the header keeps the new demand
     seeded = [r for r in meas if r.seeded]
-    assert [r.cell.to_json() for r in seeded] == old_result["measured"]
+    assert [{**r.cell.to_json(), "replicate": r.replicate} for r in seeded] == old_result["measured"]
     assert all(r.gpu_seconds == 0.0 and r.phase == "seed" for r in seeded)
     assert result["seeded"] == old_result["measured"]
     assert result["measured"][: len(seeded)] == old_result["measured"]
@@ -174,7 +174,7 @@ def test_seed_tables_enter_as_measured_cells_at_no_cost(tmp_path: Path) -> None:
     assert [r.cell.label for r in seeded] == ["chat TP4@C96", "code TP4@C96"]
     assert [r.source for r in seeded] == [f"seed table {folder / 'old' / 'week1.csv'} line {n}" for n in (3, 4)]
     assert all(r.gpu_seconds == 0.0 and r.phase == "seed" and r.round == 0 for r in seeded)
-    assert result["seeded"] == [r.cell.to_json() for r in seeded]
+    assert result["seeded"] == [{**r.cell.to_json(), "replicate": r.replicate} for r in seeded]
     assert result["gpu_seconds"] == pytest.approx(sum(r.gpu_seconds for r in meas if not r.seeded))
     assert result["gpu_seconds"] < 6000.0  # without the seeds: 5 cells x 1200
 

@@ -119,9 +119,9 @@ def test_render_command() -> None:
 
 
 def test_classify_run() -> None:
-    assert classify_run(server_died=True, n_window=10, n_error=0, tolerance=0.01) == "died-mid-run"
-    assert classify_run(server_died=False, n_window=100, n_error=1, tolerance=0.01) == ""
-    assert classify_run(server_died=False, n_window=100, n_error=2, tolerance=0.01) == "request-errors"
+    assert classify_run(server_died=True, n_window=10, n_error=0, n_ok=10) == "died-mid-run"
+    assert classify_run(server_died=False, n_window=100, n_error=2, n_ok=98) == ""
+    assert classify_run(server_died=False, n_window=100, n_error=100, n_ok=0) == "request-errors"
 
 
 def test_memory_guard_known_answers() -> None:

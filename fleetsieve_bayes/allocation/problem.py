@@ -18,7 +18,7 @@ import pandas as pd
 
 from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.table import METRICS
+from fleetsieve_bayes.table import METRICS, first_windows
 
 __all__ = [
     "CellGrid",
@@ -122,12 +122,14 @@ class Allocation(NamedTuple):
 
 
 def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str = "table") -> CellGrid:
-    """Candidate cells = every row of ``df`` whose workload is one of ``workloads``.
+    """Candidate cells = every cell of ``df`` whose workload is one of ``workloads``
+    (a cell with repeated windows once, by its replicate-0 row).
 
     Raises:
         InputError: a campaign workload has no row in the table, or one load
             label has different offered rates at different TPs.
     """
+    df = first_windows(df)
     rows = df[df["workload"].isin(workloads)]
     for w in workloads:
         if not (rows["workload"] == w).any():
@@ -146,11 +148,13 @@ def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str
 
 
 def values_from_table(grid: CellGrid, df: pd.DataFrame, *, source: str = "table") -> np.ndarray:
-    """The ``(n_cells, 4)`` METRICS array of ``grid``'s cells, looked up in ``df``.
+    """The ``(n_cells, 4)`` METRICS array of ``grid``'s cells, looked up in ``df``
+    (a cell's replicate-0 row where it has several windows).
 
     Raises:
         InputError: a cell of the grid has no row in ``df``.
     """
+    df = first_windows(df)
     lookup = {
         (w, int(tp), str(load)): i
         for i, (w, tp, load) in enumerate(zip(df["workload"], df["tp"], df["load"], strict=True))

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from fleetsieve_bayes.backends.base import Backend
+from fleetsieve_bayes.backends.base import Backend, no_window_limit
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
     "Backend",
+    "no_window_limit",
     "BackendSpec",
     "BACKENDS",
     "backend_spec",

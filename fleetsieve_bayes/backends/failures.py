@@ -1,9 +1,12 @@
 """Failures as observations: classification, failure rows, and the memory guard.
 
 A cell whose server runs out of memory at start-up, never becomes ready, dies
-mid-run, or rejects requests is *measured*: it is recorded with a failure
-class and counts as infeasible (success 0, throughput 0, tails inf). Its
-GPU-seconds are the wall seconds it held its GPUs. The memory guard records a
+mid-run, or serves nothing in the window (every request failed) is
+*measured*: it is recorded with a failure class and counts as infeasible
+(success 0, throughput 0, tails inf). Its GPU-seconds are the wall seconds it
+held its GPUs. A window in which the server served some requests and failed
+others is not a failure: it is a success measurement (success = succeeded /
+sent, throughput and tails from the requests that succeeded). The memory guard records a
 TP whose weights and minimum KV cache cannot fit on its GPUs without running
 anything (``duration_s = 0`` ⇒ zero GPU-seconds).
 """
@@ -35,8 +38,8 @@ STARTUP_OOM = "startup-oom"
 STARTUP_TIMEOUT = "startup-timeout"
 STARTUP_EXIT = "startup-exit"
 DIED_MID_RUN = "died-mid-run"
-REQUEST_ERRORS = "request-errors"
-NO_SUCCESS = "no-success"  # every window request failed, none by a request error (e.g. all timed out)
+REQUEST_ERRORS = "request-errors"  # no window request succeeded; the server answered with errors
+NO_SUCCESS = "no-success"  # no window request succeeded, none by a request error (all timed out)
 MEMORY_GUARD = "memory-guard"
 TEARDOWN_ORPHANS = "teardown-orphans"
 # The server never served (it did not start, or the memory guard refused it):
@@ -70,23 +73,22 @@ def classify_startup(status: str, log: str) -> str:
     return STARTUP_EXIT
 
 
-def classify_run(*, server_died: bool, n_window: int, n_error: int, tolerance: float,
-                 n_ok: int | None = None) -> str:
+def classify_run(*, server_died: bool, n_window: int, n_error: int, n_ok: int) -> str:
     """Failure class of a cell that started: ``""`` when its metrics stand as measured.
 
-    Timeouts are overload, not failure: they lower ``success_rate``. Other
-    request errors (HTTP errors, broken streams) above ``tolerance`` of the
-    window requests mean the configuration cannot serve the workload (e.g.
-    prompts beyond its context length). A cell where no window request
-    succeeded (``n_ok == 0``) is always labelled, :data:`NO_SUCCESS` when
-    nothing more specific applies.
+    Only a window in which the server failed carries a label: it died
+    (:data:`DIED_MID_RUN`), or it served none of the window requests —
+    :data:`REQUEST_ERRORS` when it answered them with errors (HTTP errors,
+    broken streams: e.g. a wrong model name), :data:`NO_SUCCESS` when they all
+    timed out. A window with some failed requests is a success measurement,
+    whatever the share: failed requests (errors and timeouts alike) lower
+    ``success_rate``, and throughput and tails come from the requests that
+    succeeded.
     """
     if server_died:
         return DIED_MID_RUN
-    if n_window and n_error / n_window > tolerance:
-        return REQUEST_ERRORS
     if n_window and n_ok == 0:
-        return NO_SUCCESS
+        return REQUEST_ERRORS if n_error else NO_SUCCESS
     return ""
 
 

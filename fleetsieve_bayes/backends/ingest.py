@@ -51,6 +51,9 @@ GuideLLM
   completion p99 = ``metrics.request_latency.successful.percentiles.p99`` (s).
   The load label defaults to ``<strategy>@<rate>`` (e.g. ``constant@2``).
 
+Several results of one cell (in one file or in several) are its repeated
+windows: :func:`number_replicates` gives them ``replicate`` 0, 1, … in order.
+
 A cell where no request succeeded gets ``failure = "no-success"`` and
 infinite tails. Every row is checked before it is returned: success in
 [0, 1] and throughput ≤ offered × 1.05. Every problem is one
@@ -79,7 +82,7 @@ from fleetsieve_bayes.backends.ingest_rows import (
 )
 from fleetsieve_bayes.errors import InputError
 
-__all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects"]
+__all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects", "number_replicates"]
 
 _CLOSED_LOOP = ("synchronous", "concurrent", "throughput")
 
@@ -440,3 +443,52 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
         row = ingest_row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
         rows.append(finish_row(where, row, ok))
     return rows
+
+
+# --- several results of one cell: replicate rows ------------------------------------------
+
+_WINDOW_FIELDS = ("offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s")
+
+
+def _window_id(row: Any) -> tuple[Any, ...]:
+    """What identifies one window's result: its cell and every measured value (NaN-safe)."""
+    vals = tuple(None if math.isnan(float(row[k])) else float(row[k]) for k in _WINDOW_FIELDS)
+    return (str(row["workload"]), int(row["tp"]), str(row["load"]), *vals)
+
+
+def number_replicates(rows: Sequence[dict[str, Any]], sources: Sequence[str], *,
+                      existing: Any = None, existing_source: str = "the table") -> list[dict[str, Any]]:
+    """``rows`` with a ``replicate`` each: several results of one cell are its windows 0, 1, ….
+
+    Rows are numbered in order (the files' order on the command line, then
+    the order inside each file), after the windows the ``existing`` table
+    (validated, or None) already holds of the cell.
+
+    Args:
+        sources: ``(len(rows),)`` where each row came from (a file name), for messages.
+
+    Raises:
+        InputError: a row repeats a window already in ``existing`` or earlier in
+            ``rows`` value for value — the same result ingested twice, never two
+            windows — naming the file and the cell.
+    """
+    counts: dict[tuple[str, int, str], int] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    if existing is not None:
+        for r in existing.to_dict(orient="records"):
+            key = (str(r["workload"]), int(r["tp"]), str(r["load"]))
+            counts[key] = counts.get(key, 0) + 1
+            seen[_window_id(r)] = f"a row already in {existing_source}"
+    out = []
+    for row, src in zip(rows, sources, strict=True):
+        key = (str(row["workload"]), int(row["tp"]), str(row["load"]))
+        wid = _window_id(row)
+        if wid in seen:
+            raise InputError(
+                f"{src}: duplicate cell (workload={key[0]}, tp={key[1]}, load={key[2]}): the same window as "
+                f"{seen[wid]} (every value equal: this result was already ingested)"
+            )
+        seen[wid] = f"a result of {src}"
+        out.append({**row, "replicate": counts.get(key, 0)})
+        counts[key] = counts.get(key, 0) + 1
+    return out

@@ -16,9 +16,12 @@ of token chunks, and an error class. Definitions used by :func:`summarize`
 - *window requests*: those scheduled in ``[warmup, warmup + duration)``;
   requests arriving during warm-up are excluded from every metric;
 - ``offered_rps`` = window requests / duration;
-- ``success_rate`` = window requests that succeeded / window requests. A
-  request succeeds on HTTP 200, at least one token chunk and a clean end of
-  stream (``[DONE]``) before its per-request timeout;
+- ``success_rate`` = window requests that succeeded / window requests sent.
+  A request succeeds on HTTP 200, at least one token chunk and a clean end of
+  stream (``[DONE]``) before its per-request timeout. HTTP errors, broken
+  streams and timeouts all lower it; a window with some of them is still a
+  measurement (only a window where none succeeded is a failed cell,
+  :func:`~fleetsieve_bayes.backends.failures.classify_run`);
 - ``ttft_p99_s`` / ``completion_p99_s``: 99th percentile (linear
   interpolation) over the *successful* window requests of first-token /
   last-token time minus send time. Failed requests are not goodput: they count

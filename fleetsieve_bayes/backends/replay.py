@@ -5,6 +5,13 @@ measurement table, relative to the campaign file; required), ``delay_s``
 (wall seconds each replayed measurement takes, to watch progress or rehearse
 interruptions; default 0) and ``time_scale`` (a compressed clock: each cell
 also takes ``duration_s × time_scale`` wall seconds; default 0).
+
+A table with a ``replicate`` column may hold several windows of a cell: the
+k-th measurement of a cell (``replicate = k``) replays its row with
+``replicate = k``. A cell has as many windows as rows
+(:attr:`~fleetsieve_bayes.backends.Backend.windows_available`); asking for one
+more is an :class:`~fleetsieve_bayes.errors.InputError` naming the cell and the
+table — never a crash, never a row used twice.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from fleetsieve_bayes.allocation.problem import grid_from_table
 from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.table import read_table
+from fleetsieve_bayes.table import read_table, replicates
 
 REPLAY_KEYS: frozenset[str] = frozenset({"table", "delay_s", "time_scale"})
 
@@ -54,23 +61,36 @@ def validate_replay_options(campaign: Campaign) -> None:
 
 
 def make_replay_backend(campaign: Campaign) -> Backend:
-    """Candidate cells are the table's cells for the campaign's workloads; measuring one returns its row."""
+    """Candidate cells are the table's cells for the campaign's workloads; the k-th
+    measurement of a cell returns its replicate-k row."""
     path = campaign.measurement.table
     assert path is not None  # validated with the campaign
     df = read_table(path)
     grid = grid_from_table(df, campaign.workload_names, source=str(path))
-    rows = {
-        (r["workload"], int(r["tp"]), str(r["load"])): {k: _plain(v) for k, v in r.items()}
-        for r in df.to_dict(orient="records")
-    }
+    windows: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = {}
+    for r, rep in zip(df.to_dict(orient="records"), replicates(df).tolist(), strict=True):
+        windows.setdefault((r["workload"], int(r["tp"]), str(r["load"])), {})[rep] = {
+            k: _plain(v) for k, v in r.items()
+        }
 
     delay_s = float(campaign.measurement.options.get("delay_s", 0.0))
     # A compressed clock: each cell really takes ``duration_s × time_scale``
     # wall seconds (exercises concurrent measurement without hardware).
     time_scale = float(campaign.measurement.options.get("time_scale", 0.0))
 
-    def measure(cell: int) -> dict[str, Any]:
-        row = dict(rows[grid.key(cell)])
+    def available(cell: int) -> int:
+        return len(windows[grid.key(cell)])
+
+    def measure(cell: int, replicate: int = 0) -> dict[str, Any]:
+        rows = windows[grid.key(cell)]
+        if replicate not in rows:
+            w, tp, load = grid.key(cell)
+            raise InputError(
+                f"{path}: cell {w} TP{tp}@{load}: window {replicate + 1} (replicate {replicate}) was asked for "
+                f"but the table holds {len(rows)} window(s) of it; a replayed cell cannot be measured again "
+                f"once its rows are used up"
+            )
+        row = dict(rows[replicate])
         wait = delay_s + time_scale * float(row["duration_s"])
         if wait:
             time.sleep(wait)
@@ -82,6 +102,7 @@ def make_replay_backend(campaign: Campaign) -> Backend:
         close=lambda: None,
         expected_duration_s=grid.duration_s,
         preflight=lambda cell: None,
+        windows_available=available,
     )
 
 

@@ -20,6 +20,12 @@ token counts. :func:`schedule` turns it into the open-loop send times of one
 cell: request *i* is sent at ``t_i / scale`` after the cell starts (``scale``
 multiplies the arrival rate). A trace shorter than the cell is tiled: it
 repeats with period ``span + mean gap``, which keeps its arrival rate.
+
+A repeated window of a cell (replicate k ≥ 1) replays another stretch of the
+trace with other prompts: :func:`window_offset_s` starts it k windows' worth
+of trace time further on (wrapping around the tiling period), and
+:func:`replicate_seed` derives its prompt seed. Replicate 0 is the trace from
+its start with the campaign's seed.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ __all__ = [
     "write_azure_trace",
     "schedule",
     "window_rate",
+    "window_offset_s",
+    "replicate_seed",
 ]
 
 AZURE_COLUMNS: tuple[str, ...] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -289,20 +297,25 @@ def schedule(
     *,
     max_input_tokens: int | None = None,
     max_output_tokens: int | None = None,
+    offset_s: float = 0.0,
 ) -> Schedule:
-    """Send plan of one cell: request *i* at ``t_i / scale``, for offsets ``< horizon_s``.
+    """Send plan of one cell: request *i* at ``(t_i - offset_s) / scale``, for offsets ``< horizon_s``.
 
     The trace is tiled (period :attr:`Trace.period_s`) when it is shorter than
-    ``horizon_s × scale``. Token counts are clipped to the optional maxima
-    (e.g. the server's context length).
+    ``offset_s + horizon_s × scale``; requests before ``offset_s`` (trace
+    seconds, :func:`window_offset_s`) are skipped. Token counts are clipped to
+    the optional maxima (e.g. the server's context length).
     """
     if not (scale > 0 and math.isfinite(scale)):
         raise ValueError(f"arrival scale must be a positive number, got {scale!r}")
+    if not (offset_s >= 0 and math.isfinite(offset_s)):
+        raise ValueError(f"trace offset must be a finite number >= 0, got {offset_s!r}")
     period = trace.period_s
-    reps = max(1, math.ceil(horizon_s * scale / period))
-    t = (trace.arrival_s[None, :] + period * np.arange(reps)[:, None]).ravel() / scale
+    reps = max(1, math.ceil((offset_s + horizon_s * scale) / period))
+    t = (trace.arrival_s[None, :] + period * np.arange(reps)[:, None]).ravel()
     idx = np.tile(np.arange(trace.n, dtype=np.int64), reps)
-    keep = t < horizon_s
+    t = (t - offset_s) / scale
+    keep = (t >= 0) & (t < horizon_s)
     inp = trace.input_tokens[idx[keep]]
     out = trace.output_tokens[idx[keep]]
     if max_input_tokens is not None:
@@ -312,15 +325,42 @@ def schedule(
     return Schedule(arrival_s=t[keep], input_tokens=inp, output_tokens=out, trace_index=idx[keep])
 
 
-def window_rate(trace: Trace, scale: float, warmup_s: float, duration_s: float) -> float:
+def window_rate(trace: Trace, scale: float, warmup_s: float, duration_s: float, *, offset_s: float = 0.0) -> float:
     """Offered rate of a cell: arrivals in ``[warmup, warmup + duration)`` / duration (req/s).
 
     This is exactly what a measurement of the cell reports as ``offered_rps``,
-    because the send plan is deterministic.
+    because the send plan is deterministic (a repeated window, with its own
+    ``offset_s``, reports its own stretch's rate).
     """
-    plan = schedule(trace, scale, warmup_s + duration_s)
+    plan = schedule(trace, scale, warmup_s + duration_s, offset_s=offset_s)
     n = int(np.count_nonzero(plan.arrival_s >= warmup_s))
     return n / duration_s
+
+
+def window_offset_s(trace: Trace, scale: float, horizon_s: float, replicate: int) -> float:
+    """Trace seconds where replicate ``replicate`` of a cell starts: ``k × horizon × scale`` mod the period.
+
+    A window of ``horizon_s`` wall seconds at arrival scale ``scale`` replays
+    ``horizon_s × scale`` seconds of the trace, so consecutive replicates replay
+    consecutive, disjoint stretches while the trace lasts, then wrap around it.
+    Replicate 0 starts at 0.
+    """
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise ValueError(f"replicate must be an integer >= 0, got {replicate!r}")
+    return float(math.fmod(replicate * horizon_s * scale, trace.period_s))
+
+
+def replicate_seed(seed: int, replicate: int) -> int:
+    """Prompt seed of replicate ``replicate`` of a cell measured with ``seed``.
+
+    Replicate 0 keeps ``seed``; later ones draw a 31-bit seed from
+    ``SeedSequence([seed, replicate])``, so no repeat reuses another window's
+    prompts (a prefix cache could otherwise serve them).
+    """
+    if replicate == 0:
+        return int(seed)
+    state = np.random.SeedSequence([int(seed), int(replicate)]).generate_state(1, np.uint32)[0]
+    return int(state) & 0x7FFFFFFF
 
 
 def _header(path: Path) -> list[str]:

@@ -30,9 +30,10 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
 ``gpu_memory_utilization`` fraction of GPU memory vLLM may use (default 0.9)
 ``max_input_tokens``      clip trace prompt lengths (e.g. to the context length)
 ``max_output_tokens``     clip trace output lengths
-``request_error_tolerance`` fraction of non-timeout request errors above
-                          which the cell is a ``request-errors`` failure
-                          (default 0.01)
+``request_error_tolerance`` deprecated, accepted and ignored: a window in
+                          which some requests failed is a success
+                          measurement (success = succeeded / sent); only a
+                          window in which nothing was served is a failure
 ``seed``                  seed of the prompts and the row (default 0)
 ``reuse_server``          keep the server running for the next cell when it
                           needs the same server (same TP; command, arguments
@@ -51,6 +52,13 @@ measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
 a cell skipped by the memory guard. Raw per-request records go to
 ``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
 server logs to ``OUT/logs/``.
+
+A repeated window of a cell (``measure(cell, replicate=k)``, k ≥ 1) is a new
+window on the warm server where one with the cell's TP is running: it
+replays the trace from :func:`~.traces.window_offset_s` (k windows' worth of
+trace time further on) with the prompt seed :func:`~.traces.replicate_seed`,
+which the row records as ``seed``; its ``offered_rps`` is that stretch's.
+Its records and log are named ``…_<load>_r<k>_<timestamp>``.
 
 ``model`` is handed to the server verbatim, except that a path relative to
 the campaign file that exists there is made absolute. Each measured cell goes
@@ -99,7 +107,13 @@ from fleetsieve_bayes.backends.server import (
     stop_server,
     wait_ready,
 )
-from fleetsieve_bayes.backends.traces import Trace, read_trace, window_rate
+from fleetsieve_bayes.backends.traces import (
+    Trace,
+    read_trace,
+    replicate_seed,
+    window_offset_s,
+    window_rate,
+)
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError, MeasurementError
 
@@ -137,7 +151,6 @@ class VllmSettings(NamedTuple):
     gpu_memory_utilization: float
     max_input_tokens: int | None
     max_output_tokens: int | None
-    request_error_tolerance: float
     seed: int
     reuse_server: bool = True
 
@@ -207,6 +220,8 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     if trace_format not in ("auto", "azure", "burstgpt"):
         raise o.fail("trace_format", f"expected 'auto', 'azure' or 'burstgpt', got {trace_format!r}")
 
+    # Deprecated (no effect; see the module docstring), still accepted and checked.
+    o.number("request_error_tolerance", None, lo_open=False, hi=1.0)
     model_size = o.number("model_size_gb", None)
     gpu_mem = o.number("gpu_memory_gb", None)
     number, integer = o.number, o.integer
@@ -232,7 +247,6 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         gpu_memory_utilization=number("gpu_memory_utilization", 0.9, hi=1.0),  # type: ignore[arg-type]
         max_input_tokens=integer("max_input_tokens", None, 1),
         max_output_tokens=integer("max_output_tokens", None, 1),
-        request_error_tolerance=number("request_error_tolerance", 0.01, lo_open=False, hi=1.0),  # type: ignore[arg-type]
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
         reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
     )
@@ -439,19 +453,22 @@ def _reusable(s: VllmSettings, live: _LiveServer, tp: int) -> bool:
             and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
 
-def _measure(cells: _VllmCells, live: _LiveServer, c: int) -> dict[str, Any]:
-    """One cell: the guard's row, a start-up failure's row, or the measured row."""
+def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -> dict[str, Any]:
+    """One window of a cell: the guard's row, a start-up failure's row, or the measured row."""
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise ValueError(f"replicate must be an integer >= 0, got {replicate!r}")
     guarded = _preflight(cells, c)
     if guarded is not None:
         return guarded
     w, tp, load = cells.grid.key(c)
-    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}_{time.strftime('%Y%m%dT%H%M%S')}"
+    rep = f"_r{replicate}" if replicate else ""
+    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
     startup_s = 0.0
     if not _reusable(cells.s, live, tp):
         startup_s, failed = _launch(cells, live, c, stem)
         if failed is not None:
             return failed
-    return _run_cell(cells, live, c, stem, startup_s)
+    return _run_cell(cells, live, c, stem, startup_s, replicate)
 
 
 def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[float, dict[str, Any] | None]:
@@ -484,24 +501,28 @@ def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[fl
     return startup_s, None
 
 
-def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float) -> dict[str, Any]:
-    """Replay the cell's trace against the live server; records go to ``raw/``."""
+def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float,
+              replicate: int = 0) -> dict[str, Any]:
+    """Replay the cell's trace (replicate ``replicate``'s stretch) against the live server;
+    records go to ``raw/``."""
     s = cells.s
     w, tp, load = cells.grid.key(c)
     scale = cells.scales[c]
     handle = live.handle
     assert handle is not None
+    offset = window_offset_s(cells.traces[w], scale, s.warmup_s + s.duration_s, replicate)
     spec = CellSpec(workload=w, tp=tp, load=load, scale=scale, warmup_s=s.warmup_s,
-                    duration_s=s.duration_s, request_timeout_s=s.request_timeout_s, seed=s.seed,
-                    max_input_tokens=s.max_input_tokens, max_output_tokens=s.max_output_tokens,
-                    request_error_tolerance=s.request_error_tolerance)
+                    duration_s=s.duration_s, request_timeout_s=s.request_timeout_s,
+                    seed=replicate_seed(s.seed, replicate), max_input_tokens=s.max_input_tokens,
+                    max_output_tokens=s.max_output_tokens, trace_offset_s=offset)
     raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
     try:
         result = measure_cell(
             handle.url, s.served_model_name, cells.traces[w], spec, served=live.served,
             alive=lambda: handle.proc.poll() is None, records_path=raw_path,
             record_extras={"workload": w, "tp": tp, "load": load, "scale": scale,
-                           "warmup_s": s.warmup_s, "window_s": s.duration_s},
+                           "warmup_s": s.warmup_s, "window_s": s.duration_s,
+                           "replicate": replicate, "trace_offset_s": offset},
         )
     except BaseException:
         _stop_live(s, live)

@@ -235,20 +235,23 @@ def load_campaign_dir(directory: str | Path, *, campaign_file: str | Path | None
 
 
 def read_measurements(view: CampaignView) -> pd.DataFrame:
-    """``measurements.csv`` (validated), else the journal's rows (a campaign killed before writing it)."""
+    """``measurements.csv`` (validated), else the journal's rows (a campaign killed before writing
+    it): every window, each with its ``replicate``."""
+    from fleetsieve_bayes.campaign.windows import window_rows
     from fleetsieve_bayes.table import COLUMNS, read_table, validate_table
 
     path = view.directory / "measurements.csv"
     if path.is_file():
         return read_table(path)
-    rows = [r.row for r in view.measurements if r.phase != "production"]  # live windows are no table rows
+    rows = window_rows(view.measurements)
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     return validate_table(pd.DataFrame(rows), source=f"{view.directory / JOURNAL_NAME}")
 
 
 def read_bounds(view: CampaignView, measurements: pd.DataFrame) -> pd.DataFrame:
-    """``bounds.csv``; before the first round, the measured cells collapsed to their values.
+    """``bounds.csv``; before the first round, the measured cells collapsed to their (first
+    window's) values.
 
     Raises:
         InputError: the file lacks a column of :data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`.
@@ -273,7 +276,9 @@ def read_bounds(view: CampaignView, measurements: pd.DataFrame) -> pd.DataFrame:
         for c in BOUNDS_COLUMNS[4:]:
             b[c] = pd.to_numeric(b[c], errors="coerce")
         return b
-    m = measurements
+    from fleetsieve_bayes.table import first_windows
+
+    m = first_windows(measurements)
     return pd.DataFrame(
         {
             "workload": m["workload"].astype(str),

@@ -62,6 +62,7 @@ class Job(NamedTuple):
     gpus: tuple[int, ...]  # slots of the profiling pool
     start_s: float  # campaign clock
     seq: int  # submission order (breaks ties of the simulated clock)
+    replicate: int = 0  # the cell's window to measure (0 first, 1, … repeats)
 
 
 class Done(NamedTuple):
@@ -151,15 +152,16 @@ class GpuPool:
             self._free[g] = True
 
 
-def cell_runner(campaign: Any, out: Path) -> Callable[[tuple[str, int, str], tuple[int, ...]], dict[str, Any]]:
-    """``run(key, device_ids) -> row``: builds the campaign's backend for one cell and measures it.
+def cell_runner(campaign: Any, out: Path) -> Callable[..., dict[str, Any]]:
+    """``run(key, device_ids, replicate=0) -> row``: builds the campaign's backend for one cell and
+    measures its window ``replicate``.
 
     For vLLM the backend's GPU pool (``[measurement] gpus``) becomes
     ``device_ids`` and its TP candidates the cell's TP, so the server runs on
     exactly the GPUs this cell was given. Used inside Ray tasks and by the real-clock local executor.
     """
 
-    def run(key: tuple[str, int, str], device_ids: tuple[int, ...]) -> dict[str, Any]:
+    def run(key: tuple[str, int, str], device_ids: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
         from fleetsieve_bayes.backends import make_backend
 
         camp = campaign
@@ -174,7 +176,7 @@ def cell_runner(campaign: Any, out: Path) -> Callable[[tuple[str, int, str], tup
                 raise InputError(f"cell {key} is not a candidate of the campaign's backend")
             c = index[key]
             row = backend.preflight(c)
-            return backend.measure(c) if row is None else row
+            return backend.measure(c, replicate) if row is None else row
         finally:
             backend.close()
 
@@ -191,7 +193,7 @@ def _row_error(exc: BaseException) -> str:
 
 
 def local_executor(
-    measure: Callable[[int, tuple[int, ...]], dict[str, Any]],
+    measure: Callable[[int, tuple[int, ...], int], dict[str, Any]],
     *,
     simulated: bool,
     offset_s: float = 0.0,
@@ -200,7 +202,7 @@ def local_executor(
     """Threads on this machine; see the module docstring for the two clocks.
 
     Args:
-        measure: ``measure(cell, gpu_slots) -> row`` (preflight included).
+        measure: ``measure(cell, gpu_slots, replicate) -> row`` (preflight included).
         simulated: finish times from the rows (``start_s + occupancy_s``)
             instead of the real clock.
         offset_s: the campaign clock at which this invocation starts.
@@ -218,7 +220,7 @@ def local_executor(
 
     def task(job: Job) -> tuple[dict[str, Any], float, float, float]:
         started_at = time.time()
-        row = measure(job.cell, job.gpus)
+        row = measure(job.cell, job.gpus, job.replicate)
         return row, started_at, time.time(), now()
 
     def submit(job: Job) -> None:
@@ -353,13 +355,13 @@ def _ray_pool_size(ray: Any, campaign: Any, grid: Any, pool_gpus: int | None) ->
     return pool
 
 
-def _ray_cell_task(ray: Any, run: Callable[[tuple[str, int, str], tuple[int, ...]], dict[str, Any]]) -> Any:
-    """The Ray remote function measuring one cell on the GPUs Ray gave its task."""
+def _ray_cell_task(ray: Any, run: Callable[..., dict[str, Any]]) -> Any:
+    """The Ray remote function measuring one window of a cell on the GPUs Ray gave its task."""
 
-    def remote_cell(key: tuple[str, int, str]) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
+    def remote_cell(key: tuple[str, int, str], replicate: int = 0) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
         started_at = time.time()
         ids = tuple(int(float(g)) for g in ray.get_gpu_ids())
-        row = run(key, ids)
+        row = run(key, ids, replicate)
         ctx = ray.get_runtime_context()
         return row, started_at, time.time(), {"node": ctx.get_node_id(), "device_ids": list(ids)}
 
@@ -377,7 +379,7 @@ def _ray_task_executor(ray: Any, remote: Any, grid: Any, *, offset_s: float, sta
         return float(offset_s) + (time.monotonic() - t0)
 
     def submit(job: Job) -> None:
-        ref = remote.options(num_gpus=job.tp, num_cpus=0).remote(grid.key(job.cell))
+        ref = remote.options(num_gpus=job.tp, num_cpus=0).remote(grid.key(job.cell), job.replicate)
         running[ref] = job
 
     def _done(ref: Any) -> Done:

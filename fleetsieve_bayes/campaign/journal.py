@@ -18,9 +18,12 @@ with ``to_json``/``from_json``:
 - :class:`MeasurementRecord`: ``seq``, ``round``, ``phase`` (``seed`` |
   ``design`` | ``acquire``), ``cell``, ``row`` (the table row),
   ``gpu_seconds``, ``started_at``/``finished_at`` (Unix seconds), ``wall_s``,
-  and ``source`` (where a seeded row came from; ``null`` when measured here).
+  ``source`` (where a seeded row came from; ``null`` when measured here) and
+  ``replicate`` (the window's index among the cell's windows: 0 for its first,
+  1, … for deliberate repeats; absent in older journals, read as 0).
 - :class:`RoundRecord`: the decision state of one round (certificate, gap, both
-  allocations and objectives, chosen cell or final allocation, timings).
+  allocations and objectives, chosen cell or final allocation, timings;
+  ``repeat`` when the chosen cell is to be measured again, written only then).
 
 A complete line that parses but is not a valid record (a field missing or of
 the wrong type) is an :class:`~fleetsieve_bayes.errors.InputError` naming the
@@ -234,10 +237,17 @@ class MeasurementRecord(NamedTuple):
     finished_at: float = 0.0
     wall_s: float = 0.0
     source: str | None = None  # seeded rows: "seed table FILE" / "reused from DIR"
+    # The window's index among the cell's windows: 0 first, 1, … for deliberate repeats.
+    replicate: int = 0
 
     @property
     def seeded(self) -> bool:
         return self.source is not None
+
+    @property
+    def repeat(self) -> bool:
+        """A deliberate repeat: a window of a cell after its first."""
+        return self.replicate > 0
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "measurement", **self._asdict(), "cell": self.cell.to_json()}
@@ -263,7 +273,22 @@ class MeasurementRecord(NamedTuple):
             finished_at=f.float_("finished_at", 0.0),
             wall_s=f.float_("wall_s", 0.0),
             source=f.str_("source", None),
+            replicate=_replicate(f),
         )
+
+
+def _flag(f: _Fields, name: str) -> bool:
+    v = f.get(name, False)
+    if not isinstance(v, bool):
+        raise f.fail(name, f"must be true or false, got {v!r}")
+    return v
+
+
+def _replicate(f: _Fields) -> int:
+    r = f.int_("replicate", 0)
+    if r < 0:
+        raise f.fail("replicate", f"must be an integer >= 0, got {r!r}")
+    return r
 
 
 class Side(NamedTuple):
@@ -300,6 +325,8 @@ class RoundRecord(NamedTuple):
     # The certification attempt's joint check (p_epsilon_optimal, p_slo_met,
     # p_infeasible, draws, diagnostics, attempt_s); None when none was made.
     joint: dict[str, Any] | None = None
+    # The chosen cell is measured again (a deliberate repeat: its next window).
+    repeat: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
@@ -309,6 +336,8 @@ class RoundRecord(NamedTuple):
         d["final"] = None if self.final is None else self.final.to_json()
         if self.joint is None:
             del d["joint"]
+        if not self.repeat:
+            del d["repeat"]  # written only for a repeat: older journals read the same
         return d
 
     @classmethod
@@ -344,6 +373,7 @@ class RoundRecord(NamedTuple):
             timings={str(k): float(v) for k, v in timings.items()},
             final=None if raw.get("final") is None else side("final"),
             joint=None if raw.get("joint") is None else f.dict_("joint"),
+            repeat=_flag(f, "repeat"),
         )
 
 

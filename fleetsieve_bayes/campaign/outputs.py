@@ -19,6 +19,7 @@ from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.atomic import atomic_write_text
 from fleetsieve_bayes.campaign.journal import Journal, RoundRecord, unique_rounds
 from fleetsieve_bayes.campaign.makespan import profiling_wall_s
+from fleetsieve_bayes.campaign.windows import window_rows
 from fleetsieve_bayes.table import startup_gpu_seconds, write_table
 
 __all__ = [
@@ -73,8 +74,9 @@ class CampaignResult(NamedTuple):
 
 
 def write_measurements(out: Path, journal: Journal) -> None:
-    """``measurements.csv``: the rows measured so far (nothing before the first)."""
-    rows = [r.row for r in journal.measurements if r.phase != "production"]  # production: no table row
+    """``measurements.csv``: every window measured so far, each with its ``replicate``
+    (nothing before the first)."""
+    rows = window_rows(journal.measurements)
     if not rows:
         return
     tmp = out / ".measurements.csv.tmp"
@@ -100,6 +102,11 @@ def _joint_json(joint: dict[str, Any] | None) -> dict[str, Any]:
     return {k: joint.get(k) for k in ("p_epsilon_optimal", "p_slo_met", "p_infeasible", "diagnostics")}
 
 
+def _window_json(rec: Any) -> dict[str, Any]:
+    """One window in ``result.json``: ``{workload, tp, load, replicate}``."""
+    return {**rec.cell.to_json(), "replicate": int(rec.replicate)}
+
+
 def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord, wall_s: float) -> dict[str, Any]:
     """result.json, from the journal alone (the same whether the run was interrupted or not).
 
@@ -120,7 +127,8 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         # Server start-up of cells that ran (a failed start-up is its own
         # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
         "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),
-        "measured": [r.cell.to_json() for r in meas if r.phase != "production"],
+        # Every window in order: a repeat is the cell again with its replicate.
+        "measured": [_window_json(r) for r in meas],
         "allocation": alloc,
         "timings": {
             "total_s": float(sum(p["total_s"] for p in per_round) + sum(r.wall_s for r in meas)),
@@ -144,7 +152,7 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "risk": setup.campaign.risk,
         "epsilon": setup.campaign.epsilon,
         "candidates": grid.n_cells,
-        "seeded": [r.cell.to_json() for r in meas if r.seeded and r.phase != "production"],
+        "seeded": [_window_json(r) for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
         "production": _production_json(setup, grid, journal, alloc),
     }

@@ -78,6 +78,7 @@ from fleetsieve_bayes.campaign.outputs import (
 )
 from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measurement, round_record
 from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
+from fleetsieve_bayes.campaign.windows import next_replicate, window_limits
 from fleetsieve_bayes.decision.batch import Belief, believe
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
@@ -127,9 +128,9 @@ def _make_executor(
     simulated = campaign.measurement.backend == "replay" and not float(opts.get("time_scale", 0.0) or 0.0)
     if explicit_backend or campaign.measurement.backend == "replay":
 
-        def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
+        def measure(c: int, slots: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
             row = backend.preflight(c)
-            return backend.measure(c) if row is None else row
+            return backend.measure(c, replicate) if row is None else row
 
     else:
         # A backend per cell, on the devices its slots map to (``[measurement] gpus`` or 0..n-1).
@@ -141,8 +142,8 @@ def _make_executor(
             )
         run = cell_runner(campaign, out)
 
-        def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
-            return run(backend.grid.key(c), tuple(devices[s] for s in slots))
+        def measure(c: int, slots: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
+            return run(backend.grid.key(c), tuple(devices[s] for s in slots), replicate)
 
     return local_executor(hooks.wrap(measure), simulated=simulated, offset_s=offset), int(pool.pool_gpus)
 
@@ -247,7 +248,8 @@ def run_parallel(
             on_event=on_event,
         )
         strategy = build_strategy(setup, grid, problem)
-        state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records)
+        state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records,
+                          window_limit=window_limits(backend.windows_available, grid.n_cells))
         fl = _resume_flight(ctx, state, resumed)
         outcome = _drive(ctx, fl, state)
         return _finish(ctx, outcome, t_start)
@@ -274,7 +276,9 @@ def _resume_flight(ctx: _Context, state: CampaignState, resumed: bool) -> _Fligh
     acq_cells = {cell_key(d["cell"]) for d in started if d.get("phase") == "acquire"}
     index = grid.index()
     restart = [(index[cell_key(r["cell"])], r) for r in in_flight_cells(records)]
-    restart = [(c, r) for c, r in restart if not measured[c]]
+    # A window in flight whose measurement is not journaled (its cell holds fewer windows).
+    held = state.windows if state.windows is not None else measured.astype(np.int64)
+    restart = [(c, r) for c, r in restart if held[c] <= int(r.get("replicate", 0))]
     if resumed and restart:
         ctx.on_event("resume", {"measured": int(measured.sum()), "in_flight": [grid.describe(c) for c, _ in restart]})
     design = [c for c in pending_design(state) if c not in dict(restart)]
@@ -411,7 +415,9 @@ def _acquire(
             "acquire_s": pick.seconds,
         }
         first = False
-        rec = _round_record(ctx, pick.round, a.view, n_measured, "measure", pick.cell, timings, None)
+        repeat = next_replicate(ctx.grid, ctx.journal.records, pick.cell) > 0
+        rec = _round_record(ctx, pick.round, a.view, n_measured, "measure", pick.cell, timings, None,
+                            repeat=repeat)
         ctx.on_event("round", record_dict(rec))
 
 
@@ -426,8 +432,10 @@ def _start(
     start_s: float,
     resumed: bool = False,
     believed: list[int] | None = None,
+    replicate: int = 0,
 ) -> None:
-    """Journal a ``started`` record (durable before the cell runs), then submit the cell."""
+    """Journal a ``started`` record (durable before the cell runs), then submit the cell's
+    window ``replicate`` (written in the record only for a repeat)."""
     grid = ctx.grid
     rec = {
         "type": "started",
@@ -439,13 +447,15 @@ def _start(
         "start_s": float(start_s),
         "started_at": time.time(),
     }
+    if replicate:
+        rec["replicate"] = int(replicate)
     if resumed:
         rec["resumed"] = True
     if believed is not None:  # what the pick was conditioned on
         rec["believed"] = [_cell_json(grid, k) for k in believed]
     ctx.journal.append(_Raw(rec))
     fl.flight[c] = rec
-    ctx.executor.submit(Job(c, int(ctx.tp[c]), slots, float(start_s), fl.seq))
+    ctx.executor.submit(Job(c, int(ctx.tp[c]), slots, float(start_s), fl.seq, int(replicate)))
     fl.seq += 1
     ctx.on_event(
         "measure-start",
@@ -469,7 +479,8 @@ def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
             continue
         # On the simulated clock a resumed cell keeps its start time, so the replay is exact.
         s = float(r["start_s"]) if ctx.executor.simulated else ctx.executor.now()
-        _start(ctx, fl, c, phase=r.get("phase", "acquire"), round_no=int(r.get("round", 0)), slots=slots, start_s=s, resumed=True)
+        _start(ctx, fl, c, phase=r.get("phase", "acquire"), round_no=int(r.get("round", 0)), slots=slots, start_s=s,
+               resumed=True, replicate=int(r.get("replicate", 0)))
         fl.restart.remove((c, r))
     for c in list(fl.design):
         slots = ctx.pool.take(int(ctx.tp[c]))
@@ -500,6 +511,8 @@ def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None) -> bool:
         slots=slots,
         start_s=now,
         believed=list(fl.flight) + ([] if reserved is None else [reserved]),
+        # A pick of a measured cell is its next window (a repeat the strategy chose).
+        replicate=next_replicate(ctx.grid, ctx.journal.records, c),
     )
     fl.next_round += 1
     return True
@@ -607,6 +620,7 @@ def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str,
         started=done.started_at,
         finished=done.finished_at,
         on_event=on_event,
+        replicate=int(started.get("replicate", 0)),
     )
     journal.append(
         _Raw(
@@ -634,11 +648,14 @@ def _round_record(
     timings: dict[str, float],
     final: Any,
     joint: dict[str, Any] | None = None,
+    *,
+    repeat: bool = False,
 ) -> RoundRecord:
     """Append one round record (the real state's certificate and allocations) and return it."""
     rec = round_record(
         ctx.grid, round_no, real, outcome=outcome, measured_cells=n_measured,
         gpu_seconds=_spent(ctx.journal.records), chosen=chosen, timings=timings, final=final, joint=joint,
+        repeat=repeat,
     )
     ctx.journal.append(rec)
     return rec

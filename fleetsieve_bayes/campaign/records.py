@@ -57,8 +57,10 @@ def journal_measurement(
     started: float,
     finished: float,
     on_event: Event,
+    replicate: int = 0,
 ) -> dict[str, Any]:
-    """Check a backend's row and append its measurement record durably; returns the row.
+    """Check a backend's row and append its measurement record durably (window
+    ``replicate`` of the cell); returns the row.
 
     Raises:
         InputError: the row lacks a column of :data:`~fleetsieve_bayes.table.COLUMNS`.
@@ -80,9 +82,11 @@ def journal_measurement(
             started_at=started,
             finished_at=finished,
             wall_s=finished - started,
+            replicate=int(replicate),
         )
     )
-    on_event("measure-done", {"cell": cell.to_json(), "label": cell.label, "row": row, "gpu_seconds": gpu_s})
+    on_event("measure-done", {"cell": cell.to_json(), "label": cell.label, "row": row, "gpu_seconds": gpu_s,
+                              "replicate": int(replicate)})
     return row
 
 
@@ -98,9 +102,11 @@ def round_record(
     timings: dict[str, float],
     final: Allocation | None,
     joint: dict[str, Any] | None,
+    repeat: bool = False,
 ) -> RoundRecord:
     """A round's record: ``view``'s certificate and both allocations
-    (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did."""
+    (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did
+    (``repeat``: ``chosen`` is measured again)."""
     cert = view.certificate
     return RoundRecord(
         round=round_no,
@@ -117,4 +123,5 @@ def round_record(
         timings=timings,
         final=None if final is None else side_of(final, grid),
         joint=joint,
+        repeat=bool(repeat),
     )

@@ -37,6 +37,7 @@ from fleetsieve_bayes.campaign.outputs import (
 )
 from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measurement, round_record
 from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
+from fleetsieve_bayes.campaign.windows import check_window, window_limits
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.round import (
     CampaignState,
@@ -63,7 +64,8 @@ def run_sequential(setup: CampaignSetup, out: Path, backend: Backend, on_event: 
         begin(setup, out, journal, grid, on_event)
         problem = setup.campaign.problem()
         strategy = build_strategy(setup, grid, problem)
-        state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records)
+        state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records,
+                          window_limit=window_limits(backend.windows_available, grid.n_cells))
         measure = hooks.wrap(_measure_fn(backend))
         final = _drive(setup, out, journal, state, measure, backend, on_event)
         result = finite_or_none(result_json(setup, grid, journal, final, time.perf_counter() - t_start))
@@ -75,9 +77,9 @@ def run_sequential(setup: CampaignSetup, out: Path, backend: Backend, on_event: 
 
 
 def _measure_fn(backend: Backend) -> Any:
-    def measure(c: int) -> dict[str, Any]:
+    def measure(c: int, replicate: int = 0) -> dict[str, Any]:
         row = backend.preflight(c)
-        return backend.measure(c) if row is None else row
+        return backend.measure(c, replicate) if row is None else row
 
     return measure
 
@@ -106,7 +108,7 @@ def _drive(
             c = grid.index().get(tuple(rec.chosen))
             if c is None:
                 raise InputError(f"{journal.path}: round {state.round} chose {rec.chosen.label}, not a candidate of this campaign")
-            _measure(journal, state, measure, backend, c, state.round, "acquire", on_event)
+            _measure(journal, state, measure, backend, c, state.round, "acquire", on_event, repeat=rec.repeat)
             write_measurements(out, journal)
             state = observe(state, journal.records)
             continue
@@ -136,14 +138,17 @@ def _round_record(journal: Journal, state: CampaignState, rnd: RoundOutcome, mea
         timings=rnd.timings,
         final=a.final,
         joint=None if a.attempt is None else a.attempt.to_json(),
+        repeat=rnd.repeat,
     )
 
 
 def _measure(
     journal: Journal, state: CampaignState, measure: Any, backend: Backend, c: int, round_no: int, phase: str,
-    on_event: Event,
+    on_event: Event, *, repeat: bool = False,
 ) -> None:
-    """Measure (or preflight-skip) one cell and journal it durably."""
+    """Measure (or preflight-skip) one window of a cell — its next, asked for as a repeat
+    when the cell has one already — and journal it durably."""
+    replicate = check_window(state.grid, journal.records, c, repeat=repeat)
     cell = cell_of(state.grid, c)
     on_event(
         "measure-start",
@@ -153,12 +158,13 @@ def _measure(
             "expected_s": float(backend.expected_duration_s[c]),
             "round": round_no,
             "candidates": state.grid.n_cells,
+            "replicate": replicate,
         },
     )
     started = time.time()
-    row = measure(c)
+    row = measure(c, replicate)
     finished = time.time()
     journal_measurement(
         journal, state.grid, c, row, round_no=round_no, phase=phase, started=started, finished=finished,
-        on_event=on_event,
+        on_event=on_event, replicate=replicate,
     )

@@ -34,7 +34,9 @@ from fleetsieve_bayes.campaign.journal import (
     MeasurementRecord,
 )
 from fleetsieve_bayes.campaign.records import cell_of, plain_row
+from fleetsieve_bayes.campaign.windows import window_rows
 from fleetsieve_bayes.decision.strategies import STRATEGY_NAMES, Strategy, make_strategy
+from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE, production_inputs
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 from fleetsieve_bayes.settings import DecisionSettings
 
@@ -275,15 +277,19 @@ def _reused_rows(setup: CampaignSetup, grid: CellGrid) -> tuple[list[SeedRow], d
     why = reuse_refusal(view.header.fingerprint, setup.fingerprint, view.header.inputs, setup.inputs)
     if why is not None:
         raise InputError(f"--reuse-measurements {src}: cannot re-plan from that campaign: {why}")
-    profiled = [r for r in view.measurements if r.phase != "production"]  # production windows stay behind
+    profiled = [r for r in view.measurements if r.phase != PRODUCTION_PHASE]  # production windows stay behind
     if profiled:
-        validate_table(pd.DataFrame([r.row for r in profiled]), source=f"{src / JOURNAL_NAME}")
+        validate_table(pd.DataFrame(window_rows(profiled)), source=f"{src / JOURNAL_NAME}")
     index = grid.index()
     rows = []
+    seen: set[tuple[Cell, int]] = set()
     for r in profiled:
         if tuple(r.cell) not in index:
             raise InputError(f"--reuse-measurements {src}: cell {r.cell.label} is not a candidate of this campaign")
-        rows.append((r.cell, r.row, f"reused from {src.resolve()}"))
+        if (r.cell, r.replicate) in seen:
+            continue  # a window journaled twice there counts once
+        seen.add((r.cell, r.replicate))
+        rows.append((r.cell, {**r.row, "replicate": r.replicate}, f"reused from {src.resolve()}"))
     info = {
         "directory": str(src.resolve()),
         "fingerprint": view.header.fingerprint,
@@ -300,9 +306,10 @@ def _check_seed_cells(setup: CampaignSetup, grid: CellGrid) -> None:
     for cell, _, source in setup.seed_rows:
         if tuple(cell) not in index:
             raise InputError(f"{where}: {source}: cell {cell.label} is not a candidate of this campaign")
-        if cell in seen:
+        table = source.rsplit(" line ", 1)[0]  # a cell's windows (replicates) come from one table
+        if cell in seen and seen[cell].rsplit(" line ", 1)[0] != table:
             raise InputError(f"{where}: {source}: cell {cell.label} is also in {seen[cell]}")
-        seen[cell] = source
+        seen.setdefault(cell, source)
 
 
 def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_event: Any) -> bool:
@@ -324,8 +331,6 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
         if have < want:  # killed while copying them: finish the copy
             reused, _ = _reused_rows(setup._replace(reuse=Path(header.reused_from["directory"])), grid)
     if header is None and setup.production:
-        from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE, production_inputs
-
         for cell, row, source in production_inputs(setup.production, set(grid.index())):
             journal.append(
                 MeasurementRecord(
@@ -333,15 +338,18 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
                     gpu_seconds=0.0, started_at=time.time(), finished_at=time.time(), wall_s=0.0, source=source,
                 )
             )
-    measured = {r.cell for r in journal.measurements if r.phase != "production"}
+    # Each window once: a seed table's (or the reused directory's) replicate k of a cell is its window k.
+    held = {(r.cell, r.replicate) for r in journal.measurements if r.phase != PRODUCTION_PHASE}
     for cell, row, source in [*reused, *setup.seed_rows]:
-        if cell in measured:
+        replicate = int(row.get("replicate") or 0)
+        if (cell, replicate) in held:
             continue
-        measured.add(cell)
+        held.add((cell, replicate))
         journal.append(
             MeasurementRecord(
                 seq=len(journal.measurements), round=0, phase="seed", cell=cell, row=dict(row),
                 gpu_seconds=0.0, started_at=time.time(), finished_at=time.time(), wall_s=0.0, source=source,
+                replicate=replicate,
             )
         )
     return header is not None

@@ -6,7 +6,10 @@ files and the older ``benchmark_serving.py`` results), GuideLLM
 ``stage_<i>_lifecycle_metrics.json``, SGLang ``bench_serving`` JSONL and
 llm-d-benchmark report (``.yaml``) files and writes their cells as table rows, so that
 existing measurements can seed a campaign. Labels (workload, TP, load) come
-from the command line or the result's metadata. The conversions (which key,
+from the command line or the result's metadata. Several results of one cell
+(in the files given, or already in ``--out``) are its repeated windows: the
+rows then carry ``replicate`` 0, 1, … in order; the same result twice is an
+error. The conversions (which key,
 which unit, what "offered" means for a closed-loop run) are in
 :mod:`fleetsieve_bayes.backends.ingest` and docs/measuring.md. A row whose source has
 no completion timing leaves ``completion_p99_s`` empty (unobserved).
@@ -23,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from fleetsieve_bayes.backends.ingest import ingest_file
+from fleetsieve_bayes.backends.ingest import ingest_file, number_replicates
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import COLUMNS, read_table, validate_table, write_table
 
@@ -48,8 +51,11 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     loads = [s.strip() for s in args.load.split(",")] if args.load else []
     rows: list[dict[str, Any]] = []
+    sources: list[str] = []
     for f in args.files:
-        rows.extend(ingest_file(f, workload=args.workload, tp=args.tp, loads=loads, details=True))
+        got = ingest_file(f, workload=args.workload, tp=args.tp, loads=loads, details=True)
+        rows.extend(got)
+        sources.extend([str(f)] * len(got))
     trace_means = None
     if args.trace is not None:
         from fleetsieve_bayes.backends.traces import read_trace
@@ -63,15 +69,26 @@ def run(args: argparse.Namespace) -> int:
             _check_lengths(r, lengths, trace_means, args.trace)
         if note:
             print(f"note: {note}", file=sys.stderr)
-    new = pd.DataFrame(rows, columns=[*COLUMNS, "failure"])
-    validate_table(new, source="ingested rows")
+    old = read_table(args.out) if args.out is not None and args.out.exists() else None
+    # Several results of one cell are its windows 0, 1, … (after those the table holds).
+    rows = number_replicates(rows, sources, existing=old, existing_source=str(args.out))
+    with_replicates = any(r["replicate"] for r in rows) or (old is not None and "replicate" in old.columns)
+    if not with_replicates:
+        rows = [{k: v for k, v in r.items() if k != "replicate"} for r in rows]
+    new = pd.DataFrame(rows, columns=[*COLUMNS, "failure", *(["replicate"] if with_replicates else [])])
+    # The new rows on their own (numbered from 0 here: the table's windows come first).
+    local = new
+    if with_replicates:
+        local = new.assign(replicate=new.groupby(["workload", "tp", "load"], sort=False).cumcount())
+    validate_table(local, source="ingested rows")
     if args.out is not None:
-        if args.out.exists():
-            old = read_table(args.out)
+        if old is not None:
+            if with_replicates and "replicate" not in old.columns:
+                old = old.assign(replicate=0)  # a table without the column: one window per cell
             merged = pd.concat([old, new], ignore_index=True)
         else:
             merged = new
-        merged = validate_table(merged, source=str(args.out))  # duplicate cells are an error
+        merged = validate_table(merged, source=str(args.out))
         tmp = args.out.with_name(f".{args.out.name}.tmp{args.out.suffix}")
         write_table(merged, tmp)
         tmp.replace(args.out)  # the old table stays intact if anything above failed

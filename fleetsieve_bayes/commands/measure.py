@@ -9,9 +9,17 @@ measurement window is ``--duration`` seconds after the warm-up; the row's
 The cell goes through :func:`fleetsieve_bayes.backends.cell.measure_cell`, the
 same path as a campaign's vLLM backend: prompt token ids are drawn inside the
 served model's vocabulary (``--vocab-size``, else the ``config.json`` of the
-model ``/v1/models`` reports) and fitted into its ``max_model_len``. A cell
-where every request failed is printed with a ``failure`` label, and the
-server's first error goes to stderr.
+model ``/v1/models`` reports) and fitted into its ``max_model_len``. A window
+in which some requests failed is a success measurement: ``success_rate`` =
+succeeded / sent, throughput and tails from the requests that succeeded, and
+the count of failed requests with the server's first error goes to stderr. A
+window in which the server served nothing is printed with a ``failure`` label.
+``--error-tolerance`` is deprecated and has no effect.
+
+``--replicate K`` measures the cell's K-th repeated window the way a campaign
+repeats one: the trace from K windows' worth of trace time further on, with
+the prompt seed derived from ``--seed`` and K (the row's ``seed``); the row
+then also has ``replicate``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 
 from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.server import probe
-from fleetsieve_bayes.backends.traces import read_trace
+from fleetsieve_bayes.backends.traces import read_trace, replicate_seed, window_offset_s
 from fleetsieve_bayes.errors import InputError
 
 
@@ -44,13 +52,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tp", type=int, default=1, help="TP label of the row")
     p.add_argument("--load", default=None, help="load label of the row (default: x<scale>)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replicate", type=int, default=None,
+                   help="measure repeated window K of the cell (another stretch of the trace, other prompts)")
     p.add_argument("--max-input-tokens", type=int, default=None)
     p.add_argument("--max-output-tokens", type=int, default=None)
     p.add_argument("--vocab-size", type=int, default=None,
                    help="prompt token ids are drawn below this (default: the served model's config.json, "
                         "found through /v1/models)")
-    p.add_argument("--error-tolerance", type=float, default=0.01,
-                   help="fraction of request errors above which the row is a request-errors failure")
+    p.add_argument("--error-tolerance", type=float, default=None,
+                   help="deprecated, no effect: a window with failed requests is a success measurement")
     p.add_argument("--records", type=Path, default=None, help="write per-request records here (Parquet, new file)")
     p.add_argument("--json", action="store_true", help="print the row as one JSON object")
     p.set_defaults(func=run)
@@ -67,8 +77,10 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--request-timeout: must be a positive number, got {args.request_timeout!r}")
     if args.vocab_size is not None and args.vocab_size < 8:
         raise InputError(f"--vocab-size: must be an integer >= 8, got {args.vocab_size}")
-    if not (0.0 <= args.error_tolerance <= 1.0):
+    if args.error_tolerance is not None and not (0.0 <= args.error_tolerance <= 1.0):
         raise InputError(f"--error-tolerance: must be in [0, 1], got {args.error_tolerance!r}")
+    if args.replicate is not None and args.replicate < 0:
+        raise InputError(f"--replicate: must be an integer >= 0, got {args.replicate}")
     if args.tp < 1:
         raise InputError(f"--tp: must be a positive integer, got {args.tp}")
     if args.records is not None and args.records.exists():
@@ -89,23 +101,36 @@ def health_ok(endpoint: str) -> bool:
     return False
 
 
+DEPRECATED_TOLERANCE = (
+    "measure: --error-tolerance is deprecated and has no effect: a window with failed requests is a "
+    "success measurement (success = succeeded / sent); only a window in which nothing was served is a failure"
+)
+
+
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if args.error_tolerance is not None:
+        print(DEPRECATED_TOLERANCE, file=sys.stderr)
     trace = read_trace(args.trace, args.trace_format)
     if not health_ok(args.endpoint):
         raise InputError(f"--endpoint {args.endpoint}: server is not healthy (GET /health did not answer 200)")
+    rep = args.replicate or 0
     spec = CellSpec(workload=args.workload or args.trace.stem, tp=args.tp, load=args.load or f"x{args.scale:g}",
                     scale=args.scale, warmup_s=args.warmup, duration_s=args.duration,
-                    request_timeout_s=args.request_timeout, seed=args.seed,
+                    request_timeout_s=args.request_timeout, seed=replicate_seed(args.seed, rep),
                     max_input_tokens=args.max_input_tokens, max_output_tokens=args.max_output_tokens,
-                    request_error_tolerance=args.error_tolerance)
+                    trace_offset_s=window_offset_s(trace, args.scale, args.warmup + args.duration, rep))
     served = served_model_info(args.endpoint, args.model, vocab_size=args.vocab_size)
     result = measure_cell(args.endpoint, args.model, trace, spec, served=served, records_path=args.records)
     row = dict(result.row)
     detail = row.pop("detail", "")
+    if args.replicate is not None:
+        row["replicate"] = rep
     if row["failure"]:
         # A failed cell is an observation (the row is printed); say why on stderr.
         print(f"measure: cell failed ({row['failure']}): {detail}", file=sys.stderr)
+    elif detail:
+        print(f"measure: success_rate {row['success_rate']:.4g}: {detail}", file=sys.stderr)
     if args.json:
         # inf tails (no request succeeded) are written as the JSON extension `Infinity`.
         print(json.dumps(row))

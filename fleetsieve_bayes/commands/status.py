@@ -51,6 +51,7 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "measured": [
             {
                 **r.cell.to_json(),
+                "replicate": r.replicate,
                 "phase": r.phase,
                 "round": r.round,
                 "gpu_seconds": r.gpu_seconds,

@@ -22,7 +22,9 @@ before serving), ``--oom-at-start`` (print a CUDA out-of-memory traceback,
 exit 1), ``--never-healthy`` (``/health`` stays 503), ``--die-after N`` (the
 process exits abruptly when request N+1 arrives, mid-stream for the
 in-flight ones), ``--spawn-worker`` (a child process in the same process
-group, like vLLM's workers), ``--ignore-sigterm`` (only SIGKILL stops it).
+group, like vLLM's workers), ``--ignore-sigterm`` (only SIGKILL stops it),
+``--error-every N`` (every N-th completion request is answered HTTP 500 while
+the others are served normally).
 It binds 127.0.0.1 by default and never talks to anything else.
 """
 
@@ -66,6 +68,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--oom-at-start", action="store_true")
     p.add_argument("--never-healthy", action="store_true")
     p.add_argument("--die-after", type=int, default=0, help="exit abruptly when request N+1 arrives (0: never)")
+    p.add_argument("--error-every", type=int, default=0,
+                   help="answer every N-th completion request with HTTP 500 (0: never)")
     p.add_argument("--spawn-worker", action="store_true", help="start a child process in the same group")
     p.add_argument("--ignore-sigterm", action="store_true")
     # /metrics with vLLM's names and buckets (testing/fake_metrics.py), and its failure injection.
@@ -155,6 +159,8 @@ def make_app(args: argparse.Namespace) -> web.Application:
         aborts = bool(args.abort_every) and state.received % args.abort_every == 0
         if args.die_after and state.received > args.die_after:
             os._exit(3)  # abrupt: in-flight streams break, like an engine crash
+        if args.error_every and state.received % args.error_every == 0:
+            return _error(500, "injected error (--error-every)")
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
