@@ -85,6 +85,8 @@ __all__ = [
     "window_rows",
     "window_scales",
     "window_attainment",
+    "window_probabilities",
+    "WINDOW_COLUMNS",
     "cell_offsets",
     "ROW_BUCKET",
     "model_data",
@@ -613,7 +615,7 @@ def cell_offsets(
     return mean + jnp.sqrt(var) * jax.random.normal(key, mean.shape, latent.dtype)
 
 
-def window_attainment(
+def window_probabilities(
     key: jax.Array,
     latent: jnp.ndarray,
     noise: jnp.ndarray,
@@ -623,18 +625,15 @@ def window_attainment(
     ttft_max: jnp.ndarray,
     completion_max: jnp.ndarray,
 ) -> jnp.ndarray:
-    """SLO attainment of every cell per posterior draw: the probability that ONE
-    measurement window of the cell meets its class's SLOs (success ≥
-    ``success_min``, TTFT p99 ≤ ``ttft_max``, completion p99 ≤
-    ``completion_max``, together).
+    """Per posterior draw, the probability that ONE measurement window of each
+    cell meets each of its class's SLOs: success ≥ ``success_min``, TTFT p99 ≤
+    ``ttft_max``, completion p99 ≤ ``completion_max``.
 
     The cell's truth is the draw's curve plus its departure ``δ``
     (:func:`cell_offsets`, given the cell's windows); a window scatters around
-    it by the draw's window noise (:func:`window_scales`). Per metric the
-    probability is analytic (normal on log tails, :func:`_burst_sf` on logit
-    success); the three are multiplied (window noise independent between
-    metrics given the cell: where a bad window is bad on several metrics at
-    once the true joint attainment is higher, so the product errs low).
+    it by the draw's window noise (:func:`window_scales`): normal on log tails,
+    :func:`_burst_sf` on logit success. Analytic, vectorised, and
+    deterministic for ``key``.
 
     Args:
         latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
@@ -642,7 +641,8 @@ def window_attainment(
         (``+inf`` where the policy names no tail limit, success 0: none).
 
     Returns:
-        ``(n_draws, n_cells)`` in ``[0, 1]``, deterministic for ``key``.
+        ``(n_draws, n_cells, 3)``: success, TTFT, completion; 0 for all three
+        where the draw's throughput is 0.
     """
     delta = cell_offsets(key, latent, noise, window, windows)
     log_tails = jnp.log(jnp.maximum(latent[..., 1:3], _TINY)) + delta[..., 1:3]
@@ -654,8 +654,28 @@ def window_attainment(
     x = jnp.log(s) - jnp.log1p(-s) - (jnp.log(smin) - jnp.log1p(-smin))[None]
     p_succ = _burst_sf(x, window[..., 3], window[..., 4], window[..., 5])
     p_succ = jnp.where(success_min[None] <= 0.0, 1.0, p_succ)
-    ok = latent[..., 0] > 0
-    return jnp.where(ok, p_tails[..., 0] * p_tails[..., 1] * p_succ, 0.0)
+    p = jnp.concatenate([p_succ[..., None], p_tails], axis=-1)
+    return jnp.where((latent[..., 0] > 0)[..., None], p, 0.0)
+
+
+def window_attainment(
+    key: jax.Array,
+    latent: jnp.ndarray,
+    noise: jnp.ndarray,
+    window: jnp.ndarray,
+    windows: WindowRows,
+    success_min: jnp.ndarray,
+    ttft_max: jnp.ndarray,
+    completion_max: jnp.ndarray,
+) -> jnp.ndarray:
+    """SLO attainment of every cell per posterior draw ``(n_draws, n_cells)``:
+    the probability that one measurement window meets all its class's SLOs —
+    the product of :func:`window_probabilities` (same arguments). Window noise
+    is taken as independent between metrics given the cell: where a bad window
+    is bad on several metrics at once the true joint attainment is higher, so
+    the product errs low (the safe side)."""
+    p = window_probabilities(key, latent, noise, window, windows, success_min, ttft_max, completion_max)
+    return jnp.prod(p, axis=-1)
 
 
 def latent_metrics(
