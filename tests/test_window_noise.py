@@ -195,3 +195,34 @@ def test_card_window_keys_are_checked():
         parse_card({"window": {"knee_utilisation": 2.5}}, __import__("pathlib").Path("c.toml"))
     with pytest.raises(InputError, match="window.burst_probability"):
         parse_card({"window": {"burst_probability": 1.0}}, __import__("pathlib").Path("c.toml"))
+
+
+def test_synthetic_windows_scatter_as_their_true_attainment_says():
+    from fleetsieve_bayes.evaluation.synthetic import true_attainment, window_draws
+
+    rng = np.random.default_rng(0)
+    w = {"light": 0.04, "knee": 0.2, "success_sd": 0.4, "burst": 0.06, "drop": 1.5, "throughput": 0.01}
+    truth = np.array([[5.0, 0.9, 10.0, 0.995], [5.0, 1.0, 10.0, 0.999], [5.0, 0.5, 12.0, 0.992]])
+    rho = np.array([0.9, 0.8, 1.2])
+    slo = {"success_min": 0.99, "ttft_p99_s": 1.0, "completion_p99_s": 11.0}
+    d = window_draws(rng, truth, np.full(3, 10.0), rho, w, 100_000)
+    ok = (d[..., 3] >= 0.99) & (d[..., 1] <= 1.0) & (d[..., 2] <= 11.0)
+    np.testing.assert_allclose(ok.mean(0), true_attainment(truth, rho, w, slo), atol=0.006)
+    # tails scatter more past the knee than at light load; throughput barely moves
+    light = window_draws(rng, truth[:1], np.full(1, 10.0), np.array([0.2]), w, 20_000)
+    assert np.log(d[:, 2, 1]).std() > 3 * np.log(light[:, 0, 1]).std()
+    assert np.log(d[:, 0, 0]).std() < 0.012
+
+
+def test_synthetic_suite_with_window_noise_has_replicate_rows():
+    from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet
+
+    spec = random_spec(np.random.default_rng(5))._replace(window_noise=True, windows=3)
+    table, _ = synthetic_fleet(np.random.default_rng(5), spec)
+    per_cell = table.groupby(["workload", "tp", "load"])["replicate"].apply(list)
+    assert all(r == [0, 1, 2] for r in per_cell)
+    assert table.groupby(["workload", "tp", "load"])["true_attainment"].nunique().max() == 1
+    assert table["true_attainment"].between(0, 1).all()
+    # without window noise the suite is unchanged (same rows for a seed)
+    plain, _ = synthetic_fleet(np.random.default_rng(5), random_spec(np.random.default_rng(5)))
+    assert "replicate" not in plain.columns
