@@ -226,3 +226,63 @@ def test_synthetic_suite_with_window_noise_has_replicate_rows():
     # without window noise the suite is unchanged (same rows for a seed)
     plain, _ = synthetic_fleet(np.random.default_rng(5), random_spec(np.random.default_rng(5)))
     assert "replicate" not in plain.columns
+
+
+class _Post:
+    """A window-noise posterior built by hand (the fields the decision reads)."""
+
+    def __init__(self, latent, noise, window, windows):
+        self.latent, self.noise, self.window, self.windows = latent, noise, window, windows
+
+
+def _shipped_level_state():
+    from fleetsieve_bayes.allocation.problem import problem_from_campaign
+    from fleetsieve_bayes.campaign.config import load_campaign
+
+    camp = load_campaign("examples/h100_31b_fp8/campaign.toml")
+    df = read_table(camp.measurement.table)
+    grid = grid_from_table(df, camp.workload_names)
+    obs = values_from_table(grid, df)
+    problem = problem_from_campaign(camp)
+    rng = np.random.default_rng(0)
+    d = 64
+    latent = obs[None] * np.exp(rng.normal(0, 0.05, (d, grid.n_cells, 4)))
+    latent[..., 3] = np.clip(obs[None, :, 3] + rng.normal(0, 0.001, (d, grid.n_cells)), 0.5, 0.9999)
+    noise = np.tile([0.03, 0.1, 0.1, 0.3], (d, 1))
+    window = np.tile([0.01, 0.08, 0.08, 0.3, 0.03, 1.5], (d, grid.n_cells, 1))
+    meas = np.zeros(grid.n_cells, bool)
+    meas[::2] = True
+    cells = np.flatnonzero(meas)
+    post = _Post(latent, noise, window, window_rows(obs[cells], cells, meas))
+    return grid, problem, obs, meas, post
+
+
+def test_level_bounds_and_the_acquisition_read_one_rule():
+    from fleetsieve_bayes.decision.acquisition import level_inputs, make_acquisition
+    from fleetsieve_bayes.decision.bounds import cell_levels, level_bounds
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+
+    grid, problem, obs, meas, post = _shipped_level_state()
+    levels = cell_levels(grid, 0.9)
+    bounds, att, cons, opt = level_bounds(post, grid, problem, obs, meas, 0.9, 0.0, DEFAULT_RULES, levels)
+    w = grid.workload_idx
+    lim = (problem.success_min[w], problem.ttft_max[w], problem.completion_max[w])
+    assert np.all(att.lo <= att.median + 1e-12) and np.all(att.median <= att.hi + 1e-12)
+    # the tables say exactly what the level rule says
+    np.testing.assert_array_equal(meets_slo(cons, *lim), admissible_at_level(att.lo, levels))
+    np.testing.assert_array_equal(meets_slo(opt, *lim), admissible_at_level(att.hi, levels))
+    # a cell whose windows sit far beyond the TTFT limit attains ~0
+    over = int(np.argmax(obs[:, 1] / lim[1]))
+    assert obs[over, 1] > 2 * lim[1][over] and att.hi[over] < 0.01
+    acq = make_acquisition(grid, problem, n_fantasies=4)
+    repeatable = meas.copy()
+    repeatable[0] = False
+    li = level_inputs(post, att, grid, problem, levels, repeatable)
+    args = (jax.random.PRNGKey(0), jnp.asarray(post.latent), jnp.asarray(post.noise), jnp.asarray(obs), jnp.asarray(meas))
+    sc = acq.score(*args, li)
+    s = np.asarray(sc.score)
+    assert s[0] == -np.inf  # measured, no repeat left
+    assert np.all(np.isfinite(s[1:]))  # the rest: unmeasured cells and repeats
+    # at the point rule measured cells are never candidates
+    s0 = np.asarray(acq.score(*args).score)
+    assert np.all(s0[meas] == -np.inf) and np.all(np.isfinite(s0[~meas]))

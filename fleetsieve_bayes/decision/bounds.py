@@ -180,6 +180,9 @@ class Attainment(NamedTuple):
     median: np.ndarray
     hi: np.ndarray
     binding: np.ndarray
+    # ``(n_draws, n_cells)`` the draws the lower (resp. upper) bound is taken of.
+    lo_draws: np.ndarray | None = None
+    hi_draws: np.ndarray | None = None
 
 
 def cell_levels(grid: CellGrid, level_by_class: np.ndarray | float) -> np.ndarray:
@@ -265,6 +268,8 @@ def attainment_bounds(
         median=np.median(draws, axis=0),
         hi=np.quantile(optim, q_hi, axis=0),
         binding=np.argmin(np.median(p, axis=0), axis=-1),
+        lo_draws=pess,
+        hi_draws=optim,
     )
 
 

@@ -88,6 +88,10 @@ __all__ = [
     "window_probabilities",
     "WINDOW_COLUMNS",
     "cell_offsets",
+    "offset_moments",
+    "offsets_from_moments",
+    "offset_normals",
+    "probabilities_given_offsets",
     "ROW_BUCKET",
     "model_data",
     "fleet_model",
@@ -584,6 +588,37 @@ def _burst_sf(x: jnp.ndarray, sd: jnp.ndarray, p: jnp.ndarray, drop: jnp.ndarray
     return (1.0 - p) * core + p * burst
 
 
+def offset_moments(
+    latent: jnp.ndarray, noise: jnp.ndarray, windows: WindowRows
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The sufficient statistics of each cell's windows for its departure ``δ``:
+    ``n (n_cells, 3)`` windows that enter per metric (throughput, TTFT,
+    completion) and ``s1 (n_draws, n_cells, 3)`` their summed log residuals
+    from the draw's curve. ``latent (n_draws, n_cells, 4)``; ``noise`` unused
+    (kept for a uniform signature)."""
+    del noise
+    n_cells = latent.shape[1]
+    y = jnp.log(jnp.maximum(windows.rows[:, :3], _TINY))  # (R, 3)
+    mu = jnp.log(jnp.maximum(latent[:, windows.cell, :3], _TINY))  # (D, R, 3)
+    w = windows.mask[:, :3].astype(latent.dtype)
+    onehot = (windows.cell[:, None] == jnp.arange(n_cells)[None, :]).astype(latent.dtype)  # (R, C)
+    n = jnp.einsum("rc,rk->ck", onehot, w)  # (C, 3)
+    s1 = jnp.einsum("rc,drk->dck", onehot, w * (y[None] - mu))  # (D, C, 3)
+    return n, s1
+
+
+def offsets_from_moments(
+    n: jnp.ndarray, s1: jnp.ndarray, a: jnp.ndarray, b: jnp.ndarray, z: jnp.ndarray
+) -> jnp.ndarray:
+    """``δ = m + sqrt(v)·z``: the conjugate posterior of :func:`_compound_loglik`'s
+    ``δ`` given ``n`` windows summing to ``s1`` (``m = a² s1 / (b² + n a²)``,
+    ``v = a² b² / (b² + n a²)``); all arguments broadcast (``a``: the curve's
+    discrepancy sd, ``b``: the window sd, ``z``: standard normals)."""
+    a2, b2 = a * a, b * b
+    tot = b2 + n * a2
+    return a2 * s1 / tot + jnp.sqrt(a2 * b2 / tot) * z
+
+
 def cell_offsets(
     key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray, window: jnp.ndarray, windows: WindowRows
 ) -> jnp.ndarray:
@@ -591,7 +626,7 @@ def cell_offsets(
     TTFT, log completion), given its windows: the conjugate normal posterior of
     :func:`_compound_loglik`'s ``δ_c`` per posterior draw (the prior ``N(0, a²)``
     for a cell never measured), sampled with ``key`` (common random numbers:
-    deterministic for a key).
+    deterministic for a key; the normals are :func:`offset_normals`).
 
     Args:
         latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)`` (``a`` = its
@@ -600,19 +635,41 @@ def cell_offsets(
     Returns:
         ``(n_draws, n_cells, 3)`` on the log scale.
     """
-    n_cells = latent.shape[1]
-    y = jnp.log(jnp.maximum(windows.rows[:, :3], _TINY))  # (R, 3)
-    mu = jnp.log(jnp.maximum(latent[:, windows.cell, :3], _TINY))  # (D, R, 3)
-    w = windows.mask[:, :3].astype(latent.dtype)
-    onehot = (windows.cell[:, None] == jnp.arange(n_cells)[None, :]).astype(latent.dtype)  # (R, C)
-    n = jnp.einsum("rc,rk->ck", onehot, w)  # (C, 3)
-    s1 = jnp.einsum("rc,drk->dck", onehot, w * (y[None] - mu))  # (D, C, 3)
-    a2 = (noise[:, None, :3]) ** 2
-    b2 = window[..., 0:3] ** 2
-    tot = b2 + n[None] * a2
-    mean = a2 * s1 / tot
-    var = a2 * b2 / tot
-    return mean + jnp.sqrt(var) * jax.random.normal(key, mean.shape, latent.dtype)
+    n, s1 = offset_moments(latent, noise, windows)
+    z = offset_normals(key, latent)
+    return offsets_from_moments(n[None], s1, noise[:, None, :3], window[..., 0:3], z)
+
+
+def offset_normals(key: jax.Array, latent: jnp.ndarray) -> jnp.ndarray:
+    """The standard normals ``(n_draws, n_cells, 3)`` of :func:`cell_offsets` for ``key``."""
+    return jax.random.normal(key, latent.shape[:2] + (3,), latent.dtype)
+
+
+def probabilities_given_offsets(
+    latent: jnp.ndarray,
+    delta: jnp.ndarray,
+    window: jnp.ndarray,
+    success_min: jnp.ndarray,
+    ttft_max: jnp.ndarray,
+    completion_max: jnp.ndarray,
+) -> jnp.ndarray:
+    """:func:`window_probabilities` for given departures ``delta (..., 3)``;
+    ``latent (..., 4)``, ``window (..., 6)``, limits broadcast against ``(...)``.
+    Returns ``(..., 3)``: success, TTFT, completion."""
+    log_tails = jnp.log(jnp.maximum(latent[..., 1:3], _TINY)) + delta[..., 1:3]
+    limits = jnp.stack(jnp.broadcast_arrays(ttft_max, completion_max), axis=-1)
+    z = (jnp.log(jnp.maximum(limits, _TINY)) - log_tails) / window[..., 1:3]
+    p_tails = jnp.where(jnp.isinf(limits), 1.0, jax.scipy.special.ndtr(z))
+    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    smin = jnp.clip(success_min, SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    x = jnp.log(s) - jnp.log1p(-s) - (jnp.log(smin) - jnp.log1p(-smin))
+    p_succ = _burst_sf(x, window[..., 3], window[..., 4], window[..., 5])
+    p_succ = jnp.where(success_min <= 0.0, 1.0, p_succ)
+    batch = jnp.broadcast_shapes(latent.shape[:-1], delta.shape[:-1], window.shape[:-1])
+    p = jnp.concatenate(
+        [jnp.broadcast_to(p_succ, batch)[..., None], jnp.broadcast_to(p_tails, (*batch, 2))], axis=-1
+    )
+    return jnp.where((latent[..., 0] > 0)[..., None], p, 0.0)
 
 
 def window_probabilities(
@@ -645,17 +702,7 @@ def window_probabilities(
         where the draw's throughput is 0.
     """
     delta = cell_offsets(key, latent, noise, window, windows)
-    log_tails = jnp.log(jnp.maximum(latent[..., 1:3], _TINY)) + delta[..., 1:3]
-    limits = jnp.stack([ttft_max, completion_max], axis=-1)  # (C, 2)
-    z = (jnp.log(jnp.maximum(limits, _TINY))[None] - log_tails) / window[..., 1:3]
-    p_tails = jnp.where(jnp.isinf(limits)[None], 1.0, jax.scipy.special.ndtr(z))
-    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    smin = jnp.clip(success_min, SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    x = jnp.log(s) - jnp.log1p(-s) - (jnp.log(smin) - jnp.log1p(-smin))[None]
-    p_succ = _burst_sf(x, window[..., 3], window[..., 4], window[..., 5])
-    p_succ = jnp.where(success_min[None] <= 0.0, 1.0, p_succ)
-    p = jnp.concatenate([p_succ[..., None], p_tails], axis=-1)
-    return jnp.where((latent[..., 0] > 0)[..., None], p, 0.0)
+    return probabilities_given_offsets(latent, delta, window, success_min, ttft_max, completion_max)
 
 
 def window_attainment(
