@@ -146,11 +146,13 @@ def test_attainment_of_a_measured_cell_follows_its_windows():
     np.testing.assert_array_equal(p, again)
 
 
-def test_window_rows_pad_and_refuse_a_measured_cell_without_rows():
+def test_window_rows_pad_and_mask():
     rows = window_rows(np.ones((3, 4)), np.array([0, 0, 2]), np.array([True, False, True]))
     assert rows.rows.shape == (ROW_BUCKET, 4) and rows.mask[3:].sum() == 0 and rows.mask[:3].all()
-    with pytest.raises(ValueError, match="measured cell 1 has no window row"):
-        window_rows(np.ones((1, 4)), np.array([0]), np.array([True, True]))
+    with pytest.raises(ValueError, match="outside the grid"):
+        window_rows(np.ones((1, 4)), np.array([5]), np.array([True, True]))
+    # a row of a cell not measured does not enter
+    assert not window_rows(np.ones((1, 4)), np.array([1]), np.array([True, False])).mask[0].any()
     # a failed window (0 throughput) does not enter the likelihood
     r = window_rows(np.array([[0.0, 1.0, 1.0, 0.0], [5.0, 1.0, 1.0, 1.0]]), np.array([0, 0]), np.array([True]))
     assert not r.mask[0].any() and r.mask[1].all()
@@ -286,3 +288,29 @@ def test_level_bounds_and_the_acquisition_read_one_rule():
     # at the point rule measured cells are never candidates
     s0 = np.asarray(acq.score(*args).score)
     assert np.all(s0[meas] == -np.inf) and np.all(np.isfinite(s0[~meas]))
+
+
+def test_joint_check_at_a_level_reads_the_draws_attainment():
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.decision.bounds import cell_levels, level_bounds
+    from fleetsieve_bayes.decision.certificate import CERTIFIED_FEASIBLE, UNDECIDED, Certificate
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+    from fleetsieve_bayes.decision.joint_check import apply_joint_check, joint_check
+
+    grid, problem, obs, meas, post = _shipped_level_state()
+    levels = cell_levels(grid, 0.9)
+    _, att, cons, _ = level_bounds(post, grid, problem, obs, meas, 0.9, 0.0, DEFAULT_RULES, levels)
+    # an allocation on the optimistic end commits to cells whose attainment is uncertain
+    cand = allocate_milp(grid, np.where(np.isfinite(obs), obs, 0.0), problem)
+    assert cand.feasible
+    committed = cand.committed()
+    check = joint_check(
+        grid, problem, cand, post.latent, post.noise, obs, meas, 0.05, attainment=att.draws, levels=levels
+    )
+    want = np.mean(np.all(att.draws[:, committed] >= 0.9, axis=1))
+    assert check.p_slo_met == pytest.approx(want)
+    cert = Certificate(CERTIFIED_FEASIBLE, None, (), "ok")
+    out = apply_joint_check(cert, check._replace(p_epsilon_optimal=1.0, p_slo_met=0.49), 0.05, require_slo=True)
+    assert out.status == UNDECIDED and "P(SLO met) = 0.490" in out.reason
+    # the point rule keeps today's: P(SLO met) does not gate the verdict
+    assert apply_joint_check(cert, check._replace(p_epsilon_optimal=1.0, p_slo_met=0.49), 0.05).status == CERTIFIED_FEASIBLE

@@ -280,7 +280,9 @@ def model_data(
         rows: optional ``(n_rows, 4)`` every measurement window (natural
             units), with ``row_cell int (n_rows,)`` its cell: the window-noise
             likelihood (:func:`fleet_model`) reads these instead of
-            ``observed``. A measured cell without a row is an error.
+            ``observed``. A measured cell without a row (a failure inferred
+            for every load of its TP) adds nothing to the likelihood, as its
+            failed value would not.
     """
     n = grid.n_cells
     observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
@@ -333,9 +335,6 @@ def window_rows(
         raise ValueError(f"row_cell has {cell.shape[0]} entries for {rows.shape[0]} rows")
     if cell.size and (cell.min() < 0 or cell.max() >= measured.shape[0]):
         raise ValueError("row_cell names a cell outside the grid")
-    missing = np.flatnonzero(measured & (np.bincount(cell, minlength=measured.shape[0]) == 0))
-    if missing.size:
-        raise ValueError(f"measured cell {int(missing[0])} has no window row")
     f = None if failed is None else np.asarray(failed, bool)[cell]
     mask = usable_mask(rows, measured[cell], f)
     n_pad = -(-max(rows.shape[0], 1) // ROW_BUCKET) * ROW_BUCKET
