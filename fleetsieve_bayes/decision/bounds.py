@@ -48,6 +48,9 @@ __all__ = [
     "attainment_bounds",
     "level_bounds",
     "cell_levels",
+    "committed_attainment",
+    "cell_to_repeat",
+    "class_attainment_line",
 ]
 
 # The metric of :attr:`Attainment.binding`, by index.
@@ -317,3 +320,70 @@ def level_bounds(
     cons, opt = bound_tables(bounds.lo, bounds.hi)
     cons, opt = level_tables(cons, opt, att.lo, att.hi, slo_levels, *_limits(grid, problem))
     return bounds, att, cons, opt
+
+
+def committed_attainment(
+    grid: CellGrid,
+    committed: list[int],
+    attainment: Attainment,
+    windows: np.ndarray,
+    levels: np.ndarray,
+) -> list[dict[str, object]]:
+    """What result.json reports of each committed cell at an attainment level
+    (docs/contracts.md): its ``windows``, ``attainment`` {median, lo, hi}, the
+    ``binding`` metric (:data:`BINDING_METRICS`) and its ``level``.
+
+    Args:
+        committed: cell indices the allocation commits to.
+        windows: int ``(n_cells,)`` windows measured per cell.
+        levels: ``(n_cells,)`` each cell's level.
+    """
+    out = []
+    for c in committed:
+        w, tp, load = grid.key(int(c))
+        out.append(
+            {
+                "workload": w,
+                "tp": int(tp),
+                "load": load,
+                "windows": int(windows[c]),
+                "level": float(levels[c]),
+                "attainment": {
+                    "median": float(attainment.median[c]),
+                    "lo": float(attainment.lo[c]),
+                    "hi": float(attainment.hi[c]),
+                },
+                "binding": BINDING_METRICS[int(attainment.binding[c])],
+            }
+        )
+    return out
+
+
+def cell_to_repeat(
+    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray
+) -> int | None:
+    """The committed cell a repeat would help most: the one whose attainment's
+    lower bound falls furthest below its level while its upper bound reaches it
+    (more windows can settle it), preferring cells that may still be repeated;
+    None when every committed cell's lower bound is at its level."""
+    short = [c for c in committed if attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12]
+    if not short:
+        return None
+    short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
+    return int(short[0])
+
+
+def class_attainment_line(name: str, cells: list[dict[str, object]]) -> str:
+    """One line per class for ``status``, ``run`` and the report: "chat meets its
+    SLOs in about 96 % of windows [91, 99] (TP4@C64, 3 windows)" from
+    :func:`committed_attainment` entries of that class (the least attaining one)."""
+    mine = [c for c in cells if c["workload"] == name]
+    if not mine:
+        return f"{name}: no committed cell"
+    c = min(mine, key=lambda r: r["attainment"]["median"])  # type: ignore[index]
+    a = c["attainment"]
+    return (
+        f"{name} meets its SLOs in about {100 * a['median']:.0f} % of windows "  # type: ignore[index]
+        f"[{100 * a['lo']:.0f}, {100 * a['hi']:.0f}] (TP{c['tp']}@{c['load']}, "  # type: ignore[index]
+        f"{c['windows']} window{'s' if c['windows'] != 1 else ''}; binding: {c['binding']})"
+    )

@@ -18,7 +18,16 @@ import pandas as pd
 from fleetsieve_bayes.allocation.problem import CellGrid, grid_from_table, values_from_table
 from fleetsieve_bayes.table import METRICS
 
-__all__ = ["NoisyFleet", "noisy_fleet", "windows_of", "attainment_scores", "tail_accuracy", "true_level_table"]
+__all__ = [
+    "NoisyFleet",
+    "noisy_fleet",
+    "windows_of",
+    "attainment_scores",
+    "tail_accuracy",
+    "true_level_table",
+    "score_decision",
+    "full_grid_decision",
+]
 
 
 class NoisyFleet(NamedTuple):
@@ -119,3 +128,54 @@ def true_level_table(fleet: NoisyFleet, problem: Any, level: float | np.ndarray)
     lim = (problem.success_min[w], problem.ttft_max[w], problem.completion_max[w])
     t, _ = level_tables(fleet.truth, fleet.truth, fleet.attainment, fleet.attainment, level, *lim)
     return t
+
+
+def score_decision(
+    fleet: NoisyFleet, problem: Any, cell: np.ndarray | None, replicas: np.ndarray | None, level: float | np.ndarray,
+    epsilon: float, *, certified: bool,
+) -> dict[str, Any]:
+    """A decision judged against the truth at an attainment level.
+
+    Args:
+        cell, replicas: ``(n_classes,)`` the decision's cells and replicas (None:
+            "no allocation").
+        certified: the campaign said certified-feasible (or -infeasible).
+
+    Returns:
+        ``correct``: ε-correct against the oracle of the truth at the level
+        (:func:`true_level_table`) — which needs every committed cell's true
+        attainment ≥ its level (a cell below it serves nothing there);
+        ``false_certificate``: certified and not correct; ``slo_ok``: every
+        committed cell's true attainment ≥ its level;
+        ``min_true_attainment`` of the committed cells.
+    """
+    from fleetsieve_bayes.evaluation.regret import eps_correct, evaluate_cells, make_oracle, regret
+
+    truth = true_level_table(fleet, problem, level)
+    oracle = make_oracle(fleet.grid, truth, problem)
+    outcome = evaluate_cells(fleet.grid, truth, problem, cell, replicas)
+    ok = bool(eps_correct(regret(outcome, oracle, problem), epsilon))
+    q = np.broadcast_to(np.asarray(level, np.float64), (fleet.grid.n_cells,))
+    committed = [] if cell is None else [int(c) for c, n in zip(cell, replicas, strict=True) if c >= 0 and n > 0]
+    att = [float(fleet.attainment[c]) for c in committed]
+    return {
+        "correct": ok,
+        "false_certificate": bool(certified and not ok),
+        "slo_ok": bool(all(fleet.attainment[c] >= q[c] for c in committed)),
+        "min_true_attainment": min(att) if att else None,
+        "oracle_feasible": bool(oracle.allocation.feasible),
+    }
+
+
+def full_grid_decision(fleet: NoisyFleet, problem: Any, windows: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The decision of a fully measured grid read the point way: every cell
+    measured ``windows`` times, its median window against the SLOs, the optimum
+    on those values (``(cell, replicas)`` or ``(None, None)`` when infeasible)."""
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+
+    k = min(int(windows), fleet.windows.shape[1])
+    values = np.nanmedian(fleet.windows[:, :k], axis=1)
+    alloc = allocate_milp(fleet.grid, values, problem)
+    if not alloc.feasible:
+        return None, None
+    return np.asarray(alloc.cell), np.asarray(alloc.replicas)
