@@ -51,6 +51,7 @@ __all__ = [
     "committed_attainment",
     "cell_to_repeat",
     "class_attainment_line",
+    "decision_tables",
 ]
 
 # The metric of :attr:`Attainment.binding`, by index.
@@ -386,4 +387,37 @@ def class_attainment_line(name: str, cells: list[dict[str, object]]) -> str:
         f"{name} meets its SLOs in about {100 * a['median']:.0f} % of windows "  # type: ignore[index]
         f"[{100 * a['lo']:.0f}, {100 * a['hi']:.0f}] (TP{c['tp']}@{c['load']}, "  # type: ignore[index]
         f"{c['windows']} window{'s' if c['windows'] != 1 else ''}; binding: {c['binding']})"
+    )
+
+
+def decision_tables(
+    posterior: object,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    credible_level: float,
+    repeatability: float,
+    rules: IntervalRules,
+    levels: np.ndarray | None = None,
+    *,
+    seed: int = 0,
+) -> tuple[Bounds, Attainment | None, np.ndarray, np.ndarray]:
+    """The bounds and the two tables a round decides on.
+
+    ``levels`` None (the ``"point"`` rule): :func:`rule_bounds` and its
+    conservative and optimistic tables, no attainment. ``levels (n_cells,)``:
+    :func:`level_bounds` at those levels (a window-noise posterior).
+
+    Returns:
+        ``(bounds, attainment or None, conservative (n_cells, 4), optimistic (n_cells, 4))``;
+        a committed cell is within SLO when the conservative table says so
+        (pass it to :func:`~fleetsieve_bayes.decision.certificate.certify` as
+        the measured values at a level).
+    """
+    if levels is None:
+        b = rule_bounds(posterior, observed, measured_mask, credible_level, repeatability, grid, rules)
+        return b, None, conservative_table(b), optimistic_table(b)
+    return level_bounds(
+        posterior, grid, problem, observed, measured_mask, credible_level, repeatability, rules, levels, seed=seed
     )
