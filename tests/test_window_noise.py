@@ -110,7 +110,7 @@ def test_attainment_agrees_with_simulated_windows():
     # One cell, the window noise known and no curve discrepancy left (a → 0):
     # the analytic attainment is the share of simulated windows meeting the SLOs.
     latent = jnp.asarray([[[5.0, 0.9, 20.0, 0.995]]])
-    noise = jnp.asarray([[1e-6, 1e-6, 1e-6, 0.1]])
+    noise = jnp.asarray([[1e-6, 1e-6, 1e-6, 1e-6]])
     window = jnp.asarray([[[0.01, 0.15, 0.1, 0.4, 0.1, 2.0]]])
     rows = window_rows(np.ones((0, 4)), np.zeros(0, int), np.zeros(1, bool))
     lim = (jnp.asarray([0.99]), jnp.asarray([1.0]), jnp.asarray([22.0]))
@@ -314,3 +314,22 @@ def test_joint_check_at_a_level_reads_the_draws_attainment():
     assert out.status == UNDECIDED and "P(SLO met) = 0.490" in out.reason
     # the point rule keeps today's: P(SLO met) does not gate the verdict
     assert apply_joint_check(cert, check._replace(p_epsilon_optimal=1.0, p_slo_met=0.49), 0.05).status == CERTIFIED_FEASIBLE
+
+
+@pytest.mark.parametrize(("a", "sd"), [(0.2, 0.3), (0.8, 0.3), (0.8, 0.05), (1.5, 0.2)])
+def test_success_departure_quadrature_integrates_a_cells_windows(a, sd):
+    # A cell's windows share δ_s ~ N(0, a²): their joint density is the integral
+    # of the product of burst-mixture densities, which the nine nodes compute.
+    from fleetsieve_bayes.model.joint import _GH2_LOGW, _success_node_loglik
+
+    d = jnp.asarray([0.3, -1.5, 0.1])  # one window in a burst
+    window = jnp.asarray([[0.01, 0.1, 0.1, sd, 0.05, 1.5]])
+    ls, _ = _success_node_loglik(d, jnp.ones(3, bool), jnp.zeros(3, jnp.int32), 1, jnp.asarray(a), window)
+    got = float(jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls[0]))
+
+    def integrand(x):
+        f = np.exp(sum(float(_burst_logpdf(jnp.asarray(di - x), sd, 0.05, 1.5)) for di in np.asarray(d)))
+        return f * stats.norm(0, a).pdf(x)
+
+    want = math.log(integrate.quad(integrand, -8 * a, 8 * a, points=[0.1, 0.2, 0.3], limit=400)[0])
+    assert got == pytest.approx(want, abs=0.05)

@@ -244,7 +244,10 @@ class LevelInputs(NamedTuple):
     ``limits (3, C)`` success floor, TTFT and completion limits of each cell's
     class; ``window (D, C, 6)`` window noise; ``n (C, 3)`` and ``s1 (D, C, 3)``
     the windows' sufficient statistics and ``z (D, C, 3)`` the normals of the
-    cells' departures (:func:`fleetsieve_bayes.model.joint.offset_moments`);
+    cells' departures (:func:`fleetsieve_bayes.model.joint.offset_moments`),
+    ``success_offset (D, C)`` their logit-success departures now
+    (:func:`fleetsieve_bayes.model.joint.success_offsets`, kept when a
+    candidate is measured once more);
     ``repeatable`` bool ``(C,)``: measured cells that may be measured again.
     """
 
@@ -257,6 +260,7 @@ class LevelInputs(NamedTuple):
     s1: jax.Array
     z: jax.Array
     repeatable: jax.Array
+    success_offset: jax.Array
 
 
 def level_inputs(
@@ -266,7 +270,7 @@ def level_inputs(
     """:class:`LevelInputs` from a window-noise posterior and its
     :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds` (same ``seed``:
     the same departures)."""
-    from fleetsieve_bayes.model.joint import offset_moments, offset_normals
+    from fleetsieve_bayes.model.joint import offset_moments, offset_normals, success_offsets
 
     latent = jnp.asarray(posterior.latent)
     n, s1 = offset_moments(latent, jnp.asarray(posterior.noise), posterior.windows)
@@ -282,6 +286,10 @@ def level_inputs(
         s1=s1,
         z=offset_normals(jax.random.PRNGKey(seed), latent),
         repeatable=jnp.asarray(repeatable, bool),
+        success_offset=success_offsets(
+            jax.random.PRNGKey(seed), latent, jnp.asarray(posterior.noise), jnp.asarray(posterior.window, latent.dtype),
+            posterior.windows,
+        ),
     )
 
 
@@ -549,6 +557,7 @@ def _level_candidate_tables(
     delta = offsets_from_moments(
         lv.n[e_] + 1.0, lv.s1[None, :, e_] + r, inp.noise[None, :, :3], lv.window[None, :, e_, :3], lv.z[None, :, e_]
     )
+    delta = jnp.concatenate([delta, jnp.broadcast_to(lv.success_offset[None, :, e_, None], (*delta.shape[:2], 1))], axis=-1)
     lim = lv.limits[:, e_]
     p = probabilities_given_offsets(lat_e[None], delta, lv.window[None, :, e_], lim[0], lim[1], lim[2]).prod(-1)  # (F, D)
     is_e = (jnp.arange(n_cells) == e)[None, :]

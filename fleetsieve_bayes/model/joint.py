@@ -88,6 +88,7 @@ __all__ = [
     "window_probabilities",
     "WINDOW_COLUMNS",
     "cell_offsets",
+    "success_offsets",
     "offset_moments",
     "offsets_from_moments",
     "offset_normals",
@@ -186,6 +187,13 @@ _OVER_SHARPNESS = 40.0
 FAILURE_SHARPNESS = 8.0
 # Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
 ROW_BUCKET = 16
+# Gauss-Hermite nodes over a cell's success departure δ_s ~ N(0, a²) (adaptive:
+# centred on its posterior, see _success_node_loglik): the burst mixture of a
+# cell's windows has no closed form once δ_s is shared by them.
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(15)
+_GH_LOGW = np.log(_GH_WEIGHTS / math.sqrt(2 * math.pi))
+# ... two proposals of these nodes, each half the weight (_success_node_loglik).
+_GH2_LOGW = np.concatenate([_GH_LOGW, _GH_LOGW]) + math.log(0.5)
 
 
 class ModelData(NamedTuple):
@@ -630,11 +638,39 @@ def cell_offsets(
             first three columns); window: ``(n_draws, n_cells, 6)``.
 
     Returns:
-        ``(n_draws, n_cells, 3)`` on the log scale.
+        ``(n_draws, n_cells, 4)``: log throughput, log TTFT, log completion
+        (conjugate normal) and logit success (:func:`success_offsets`).
     """
     n, s1 = offset_moments(latent, noise, windows)
     z = offset_normals(key, latent)
-    return offsets_from_moments(n[None], s1, noise[:, None, :3], window[..., 0:3], z)
+    delta = offsets_from_moments(n[None], s1, noise[:, None, :3], window[..., 0:3], z)
+    return jnp.concatenate([delta, success_offsets(key, latent, noise, window, windows)[..., None]], axis=-1)
+
+
+def success_offsets(
+    key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray, window: jnp.ndarray, windows: WindowRows
+) -> jnp.ndarray:
+    """Draws ``(n_draws, n_cells)`` of each cell's logit-success departure ``δ_s``
+    from the curve given its windows: per posterior draw, one of the adaptive
+    Gauss-Hermite nodes of :func:`_success_node_loglik` (prior ``N(0, a²)``,
+    ``a = noise[:, 3]``) picked with probability ∝ its weight × its term, by a uniform
+    of ``key`` (common random numbers). A cell never measured gets a draw of
+    its prior ``a·z``."""
+    n_cells = latent.shape[1]
+    y = to_transformed(windows.rows)[:, 3]
+    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    ell = jnp.log(s) - jnp.log1p(-s)  # (D, C)
+    d = y[None, :] - ell[:, windows.cell]  # (D, R)
+    terms, nodes = _success_node_loglik(d, windows.mask[:, 3], windows.cell, n_cells, noise[:, 3], window)
+    cdf = jnp.cumsum(jax.nn.softmax(jnp.asarray(_GH2_LOGW) + terms, axis=-1), axis=-1)  # (D, C, 2K)
+    k_u, k_z = jax.random.split(jax.random.fold_in(key, 4))
+    u = jax.random.uniform(k_u, latent.shape[:2], latent.dtype)
+    node = jnp.minimum(jnp.sum(cdf < u[..., None], axis=-1), 2 * len(_GH_NODES) - 1)
+    seen = jnp.zeros(n_cells, bool).at[windows.cell].max(windows.mask[:, 3])
+    z = jax.random.normal(k_z, latent.shape[:2], latent.dtype)
+    a = noise[:, 3:4]
+    picked = jnp.take_along_axis(nodes, node[..., None], axis=-1)[..., 0]
+    return jnp.where(seen[None], picked, a * z)
 
 
 def offset_normals(key: jax.Array, latent: jnp.ndarray) -> jnp.ndarray:
@@ -650,16 +686,17 @@ def probabilities_given_offsets(
     ttft_max: jnp.ndarray,
     completion_max: jnp.ndarray,
 ) -> jnp.ndarray:
-    """:func:`window_probabilities` for given departures ``delta (..., 3)``;
-    ``latent (..., 4)``, ``window (..., 6)``, limits broadcast against ``(...)``.
-    Returns ``(..., 3)``: success, TTFT, completion."""
+    """:func:`window_probabilities` for given departures ``delta (..., 4)``
+    (:func:`cell_offsets`' columns); ``latent (..., 4)``, ``window (..., 6)``,
+    limits broadcast against ``(...)``. Returns ``(..., 3)``: success, TTFT,
+    completion."""
     log_tails = jnp.log(jnp.maximum(latent[..., 1:3], _TINY)) + delta[..., 1:3]
     limits = jnp.stack(jnp.broadcast_arrays(ttft_max, completion_max), axis=-1)
     z = (jnp.log(jnp.maximum(limits, _TINY)) - log_tails) / window[..., 1:3]
     p_tails = jnp.where(jnp.isinf(limits), 1.0, jax.scipy.special.ndtr(z))
     s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
     smin = jnp.clip(success_min, SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    x = jnp.log(s) - jnp.log1p(-s) - (jnp.log(smin) - jnp.log1p(-smin))
+    x = jnp.log(s) - jnp.log1p(-s) + delta[..., 3] - (jnp.log(smin) - jnp.log1p(-smin))
     p_succ = _burst_sf(x, window[..., 3], window[..., 4], window[..., 5])
     p_succ = jnp.where(success_min <= 0.0, 1.0, p_succ)
     batch = jnp.broadcast_shapes(latent.shape[:-1], delta.shape[:-1], window.shape[:-1])
@@ -1004,8 +1041,60 @@ def _window_likelihood(
     d = y - loc_y[wr.cell]
     w = wr.mask.astype(d.dtype)
     ll = _compound_loglik(d[:, :3], w[:, :3], wr.cell, n_cells, noise[:3], window[:, :3])
-    ls = _burst_logpdf(d[:, 3], window[wr.cell, 3], window[wr.cell, 4], window[wr.cell, 5])
-    numpyro.factor("windows", ll + jnp.sum(jnp.where(wr.mask[:, 3], ls, 0.0)))
+    ls, _ = _success_node_loglik(d[:, 3], wr.mask[:, 3], wr.cell, n_cells, noise[3], window)
+    seen = jnp.zeros(n_cells, bool).at[wr.cell].max(wr.mask[:, 3])
+    per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
+    numpyro.factor("windows", ll + jnp.sum(jnp.where(seen, per_cell, 0.0)))
+
+
+def _success_node_loglik(
+    d: jnp.ndarray, mask: jnp.ndarray, cell: jnp.ndarray, n_cells: int, a: jnp.ndarray, window: jnp.ndarray
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Adaptive Gauss-Hermite terms of each cell's success windows, integrated
+    over the cell's logit-success departure ``δ_s ~ N(0, a²)``.
+
+    Two sets of nodes, an equal mixture proposal: one on the posterior of
+    ``δ_s`` were every window a plain normal one (mean and 2× sd), one on that
+    of the cell's highest window alone — bursts only drop success, so the
+    highest window is the one least likely to be a burst. Together they cover
+    the posterior however narrow the window scatter and however many windows
+    burst. Each node carries prior / proposal, so
+    ``log p(windows of c) ≈ logsumexp_k(_GH2_LOGW[k] + terms[c, k])``.
+
+    Args:
+        d: ``(..., n_rows)`` logit-success residuals from the curve; ``mask
+            (n_rows,)``; ``cell`` int ``(n_rows,)``; ``a`` ``(...)`` the
+            discrepancy sd; ``window (..., n_cells, 6)``.
+
+    Returns:
+        ``(terms, nodes)`` each ``(..., n_cells, 2K)``.
+    """
+    x = jnp.asarray(_GH_NODES, d.dtype)
+    a = jnp.asarray(a)[..., None]  # (..., 1)
+    w = mask.astype(d.dtype)
+    onehot = (cell[:, None] == jnp.arange(n_cells)[None, :]).astype(d.dtype)  # (R, C)
+    n = onehot.T @ w  # (C,)
+    s1 = jnp.einsum("rc,...r->...c", onehot, w * d)  # (..., C)
+    top = jnp.max(jnp.where((onehot * w[:, None]) > 0, d[..., :, None], -jnp.inf), axis=-2)  # (..., C)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    sd = window[..., 3]  # (..., C)
+    a2, s2 = a * a, sd * sd
+    tot = s2 + n * a2
+    m1, t1 = a2 * s1 / tot, 2.0 * jnp.sqrt(a2 * s2 / tot)
+    m2, t2 = a2 * top / (s2 + a2), 2.0 * jnp.sqrt(a2 * s2 / (s2 + a2))
+    m = jnp.stack([m1, m2], axis=-1)[..., None]  # (..., C, 2, 1)
+    t = jnp.stack([t1, t2], axis=-1)[..., None]
+    nodes = (m + t * x).reshape(*m1.shape, 2 * x.shape[0])  # (..., C, 2K)
+    wc = window[..., cell, :]  # (..., R, 6)
+    shifted = d[..., :, None] - jnp.take(nodes, cell, axis=-2)  # (..., R, 2K)
+    lf = _burst_logpdf(shifted, wc[..., 3:4], wc[..., 4:5], wc[..., 5:6])
+    lf = jnp.where(mask[:, None], lf, 0.0)
+    data = jnp.einsum("rc,...rk->...ck", onehot, lf)
+    # prior N(0, a²) over the proposal ½N(m1, t1²) + ½N(m2, t2²), at the nodes
+    log_prior = -0.5 * (nodes / a[..., None]) ** 2 - jnp.log(a[..., None])
+    z = (nodes[..., None, :] - m) / t  # (..., C, 2, 2K)
+    log_prop = jax.nn.logsumexp(-0.5 * z * z - jnp.log(t), axis=-2) + math.log(0.5)
+    return data + log_prior - log_prop, nodes
 
 
 def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
