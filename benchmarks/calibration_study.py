@@ -169,7 +169,6 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones."""
     import tempfile
 
-    from fleetsieve_bayes.allocation.problem import problem_from_campaign
     from fleetsieve_bayes.decision.bounds import attainment_bounds
     from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
     from fleetsieve_bayes.evaluation.attainment import (
@@ -188,7 +187,7 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
         table, camp = synthetic_fleet(rng, spec)
         with tempfile.TemporaryDirectory(prefix="fsb-att-") as tmp:
             campaign = write_synthetic(tmp, table[table["replicate"] == 0], camp)
-            problem = problem_from_campaign(campaign)
+            problem = campaign.problem()
         fleet = noisy_fleet(table, campaign.workload_names)
         n = fleet.grid.n_cells
         counts = np.zeros(n, np.int64)

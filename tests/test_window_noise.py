@@ -238,14 +238,13 @@ class _Post:
 
 
 def _shipped_level_state():
-    from fleetsieve_bayes.allocation.problem import problem_from_campaign
     from fleetsieve_bayes.campaign.config import load_campaign
 
     camp = load_campaign("examples/h100_31b_fp8/campaign.toml")
     df = read_table(camp.measurement.table)
     grid = grid_from_table(df, camp.workload_names)
     obs = values_from_table(grid, df)
-    problem = problem_from_campaign(camp)
+    problem = camp.problem()
     rng = np.random.default_rng(0)
     d = 64
     latent = obs[None] * np.exp(rng.normal(0, 0.05, (d, grid.n_cells, 4)))
