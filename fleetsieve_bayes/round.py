@@ -69,6 +69,8 @@ __all__ = [
     "pending_design",
     "round_key",
     "fit_round",
+    "window_inputs",
+    "at_level",
     "assess",
     "choose",
     "step",
@@ -368,13 +370,37 @@ def pending_design(state: CampaignState) -> list[int]:
 # --- the round ---------------------------------------------------------------------------
 
 
-def fit_round(state: CampaignState, seed: int) -> Any:
-    """The cheap posterior on what is measured, warm-started from ``state.warm_start``."""
+def window_inputs(state: CampaignState) -> tuple[np.ndarray, np.ndarray]:
+    """Every measurement window of the campaign as model input: ``rows (n_rows, 4)``
+    and ``row_cell (n_rows,)``, one row per measurement record (a cell's first
+    window and its repeats), in record order; a ``(cell, replicate)`` recorded
+    twice counts once."""
+    index = state.grid.index()
+    rows, cells, seen = [], [], set()
+    for rec in state.records:
+        key = (tuple(rec.cell), int(getattr(rec, "replicate", 0)))
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append([_metric(rec.row.get(m)) for m in METRICS])
+        cells.append(index[tuple(rec.cell)])
+    return np.asarray(rows, np.float64).reshape(-1, len(METRICS)), np.asarray(cells, np.int64)
+
+
+def at_level(settings: DecisionSettings) -> bool:
+    """Whether the campaign decides on SLO attainment (not ``"point"``)."""
+    return not isinstance(settings.slo_attainment, str)
+
+
+def fit_round(state: CampaignState, seed: int, settings: DecisionSettings | None = None) -> Any:
+    """The cheap posterior on what is measured, warm-started from ``state.warm_start``
+    (at an SLO-attainment level: the window-noise model on every window)."""
     from fleetsieve_bayes.model.inference import fit
 
+    rows, row_cell = window_inputs(state) if settings is not None and at_level(settings) else (None, None)
     return fit(
         state.grid, state.observed, state.measured, state.card, state.preset, seed=seed,
-        warm_start=state.warm_start, server_failed=state.server_failed,
+        warm_start=state.warm_start, server_failed=state.server_failed, rows=rows, row_cell=row_cell,
     )
 
 
@@ -397,10 +423,11 @@ def assess(
         attempt = attempt_certification(
             grid, problem, state.card, state.observed, state.measured, settings, seed=attempt_seed,
             mass_from=posterior, server_failed=state.server_failed,
+            windows=window_inputs(state) if at_level(settings) else None,
         )
         view = view._replace(
             bounds=attempt.bounds, conservative=attempt.conservative, optimistic=attempt.optimistic,
-            certificate=attempt.certificate,
+            certificate=attempt.certificate, attainment=attempt.attainment,
         )
     n_unmeasured = int((~state.measured).sum())
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_unmeasured, settings.max_rounds))
@@ -471,7 +498,7 @@ def step(
         return state, RoundOutcome(0, "design", UNDECIDED, design[0])
     key = key or round_key(state.seed, state.round)
     t0 = time.perf_counter()
-    posterior = fit_round(state, key.fit_seed)
+    posterior = fit_round(state, key.fit_seed, settings)
     fit_s = time.perf_counter() - t0
     a = assess(state, settings, posterior, attempt_seed=key.attempt_seed)
     chosen: int | None = None

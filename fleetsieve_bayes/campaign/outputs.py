@@ -146,6 +146,21 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "candidates": grid.n_cells,
         "seeded": [r.cell.to_json() for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
+        **_attainment_json(setup.campaign, final.joint),
+    }
+
+
+def _attainment_json(campaign: Any, joint: dict[str, Any] | None) -> dict[str, Any]:
+    """At an SLO-attainment level: the level per class, each committed cell's
+    windows and attainment, and the cell to repeat (docs/contracts.md); nothing at ``"point"``."""
+    levels = campaign.slo_levels() if hasattr(campaign, "slo_levels") else "point"
+    if isinstance(levels, str):
+        return {}
+    j = joint or {}
+    return {
+        "slo_attainment": dict(zip(campaign.workload_names, levels, strict=True)),
+        "committed": j.get("committed"),
+        "repeat": j.get("repeat"),
     }
 
 

@@ -74,5 +74,9 @@ def main(args: argparse.Namespace) -> int:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
             else:
                 print(f"  {describe_unserved(name, why.get(name, {}))}")
+        from fleetsieve_bayes.decision.bounds import attainment_lines
+
+        for line in attainment_lines({"committed": r.get("committed"), "repeat": r.get("repeat")}):
+            print(f"  {line}")
         print(f"result: {Path(args.out) / 'result.json'}")
     return 0

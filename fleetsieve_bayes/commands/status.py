@@ -149,6 +149,10 @@ def render_status(view: CampaignView, console: Any) -> None:
                 f"ess_bulk_min {_num(d.get('ess_bulk_min'), 0)}, divergences {d.get('divergences')}",
                 highlight=False,
             )
+            from fleetsieve_bayes.decision.bounds import attainment_lines
+
+            for line in attainment_lines(j):
+                console.print(line, highlight=False)
         nxt = last.chosen
         if nxt is not None:
             console.print(f"{_chosen_state(view, nxt)}: {nxt.label}", highlight=False)

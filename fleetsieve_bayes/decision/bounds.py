@@ -49,9 +49,11 @@ __all__ = [
     "attainment_bounds",
     "level_bounds",
     "cell_levels",
+    "slo_levels",
     "committed_attainment",
     "cell_to_repeat",
     "class_attainment_line",
+    "attainment_lines",
     "decision_tables",
 ]
 
@@ -188,6 +190,14 @@ class Attainment(NamedTuple):
     # ``(n_draws, n_cells)`` the draws the lower (resp. upper) bound is taken of.
     lo_draws: np.ndarray | None = None
     hi_draws: np.ndarray | None = None
+
+
+def slo_levels(grid: CellGrid, setting: object) -> np.ndarray | None:
+    """``(n_cells,)`` each cell's attainment level from a campaign's setting
+    (``"point"``: None; one level or one per class)."""
+    if isinstance(setting, str):
+        return None
+    return cell_levels(grid, np.asarray(setting, np.float64))
 
 
 def cell_levels(grid: CellGrid, level_by_class: np.ndarray | float) -> np.ndarray:
@@ -375,6 +385,23 @@ def cell_to_repeat(
         return None
     short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
     return int(short[0])
+
+
+def attainment_lines(joint: dict[str, object] | None) -> list[str]:
+    """The per-class attainment lines (:func:`class_attainment_line`) of a round's
+    joint-check record, and the cell to repeat; empty at ``"point"``."""
+    if not joint or joint.get("committed") is None:
+        return []
+    cells = list(joint["committed"])  # type: ignore[arg-type]
+    names = list(dict.fromkeys(str(c["workload"]) for c in cells))
+    out = [class_attainment_line(n, cells) for n in names]
+    rep = joint.get("repeat")
+    if rep:
+        out.append(
+            f"to settle the decision, measure {rep['workload']} TP{rep['tp']}@{rep['load']} again "  # type: ignore[index]
+            f"({rep['windows']} window(s) so far)"  # type: ignore[index]
+        )
+    return out
 
 
 def class_attainment_line(name: str, cells: list[dict[str, object]]) -> str:

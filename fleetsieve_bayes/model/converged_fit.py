@@ -126,11 +126,14 @@ def fit_certifying(
     failed: np.ndarray | None = None,
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    row_cell: np.ndarray | None = None,
 ) -> CertifyingFit:
     """Fit the certifying posterior and check it against ``criteria``.
 
     Args:
-        grid, observed, measured_mask, failed, server_failed: as :func:`fleetsieve_bayes.model.inference.fit`.
+        grid, observed, measured_mask, failed, server_failed, rows, row_cell: as
+            :func:`fleetsieve_bayes.model.inference.fit` (rows: the window-noise likelihood).
         card: prior card (object, name or path).
         preset: an NUTS preset (object, name or path); default ``certify``.
         seed: PRNG seed (the same seed gives the same posterior).
@@ -162,8 +165,8 @@ def fit_certifying(
     ok = False
     restarted = 0
     fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
-    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed)
-    same = {"failed": failed, "server_failed": server_failed}
+    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell)
+    same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     while True:
