@@ -194,10 +194,19 @@ class Assessment(NamedTuple):
     decision: RoundDecision
     final: Allocation | None
     allocate_s: float
+    # At an SLO-attainment level: committed cells' attainment and the cell to repeat
+    # (the journal's round record carries it as its ``joint``; None at "point").
+    attainment_json: dict[str, Any] | None = None
 
     @property
     def certificate(self) -> Certificate:
         return self.view.certificate
+
+    def joint_json(self) -> dict[str, Any] | None:
+        """What the round record keeps of the joint check and the attainment."""
+        if self.attempt is not None:
+            return self.attempt.to_json()
+        return self.attainment_json
 
 
 class RoundOutcome(NamedTuple):
@@ -431,12 +440,46 @@ def assess(
         )
     n_unmeasured = int((~state.measured).sum())
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_unmeasured, settings.max_rounds))
+    att_json = None
+    if attempt is None and view.attainment is not None:
+        att_json, only_repeats = _attainment_state(state, settings, view)
+        if decision.acquire and only_repeats:
+            # The gap lies in measured cells whose attainment straddles their level:
+            # no unmeasured cell can settle it, only more windows of those cells.
+            decision = RoundDecision(UNDECIDED, False, "conservative")
     final: Allocation | None = None
     if decision.final == "conservative":
         final = view.conservative
     elif decision.final == "measured-only":
         final = allocate(measured_only_table(state.observed, state.measured))
-    return Assessment(view, attempt, decision, final, allocate_s)
+    return Assessment(view, attempt, decision, final, allocate_s, att_json)
+
+
+def _attainment_state(
+    state: CampaignState, settings: DecisionSettings, view: Belief
+) -> tuple[dict[str, Any], bool]:
+    """At an attainment level: result.json's committed cells and cell to repeat, and
+    whether only repeats can close the gap (both allocations commit to measured
+    cells alone, and some committed cell's attainment interval straddles its level)."""
+    from fleetsieve_bayes.decision.bounds import cell_to_repeat, committed_attainment, slo_levels
+
+    grid, att = state.grid, view.attainment
+    levels = slo_levels(grid, settings.slo_attainment)
+    _, row_cell = window_inputs(state)
+    counts = np.bincount(row_cell, minlength=grid.n_cells)
+    cons, opt = view.conservative, view.optimistic
+    committed = cons.committed() if cons.feasible else []
+    ends = committed + (opt.committed() if opt.feasible else [])
+    repeat_cell = cell_to_repeat(ends, att, levels, counts < settings.max_windows_per_cell)
+    repeat = None
+    if repeat_cell is not None:
+        w, tp, load = grid.key(repeat_cell)
+        repeat = {"workload": w, "tp": int(tp), "load": load, "windows": int(counts[repeat_cell])}
+    only = bool(
+        view.certificate.status == UNDECIDED and repeat_cell is not None and cons.feasible and opt.feasible
+        and all(state.measured[c] for c in ends)
+    )
+    return {"committed": committed_attainment(grid, committed, att, counts, levels), "repeat": repeat}, only
 
 
 def choose(

@@ -190,8 +190,7 @@ class _Step(NamedTuple):
 
     @property
     def joint(self) -> dict[str, Any] | None:
-        a = self.assessment.attempt
-        return None if a is None else a.to_json()
+        return self.assessment.joint_json()
 
 
 class _Outcome(NamedTuple):
