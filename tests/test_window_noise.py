@@ -332,3 +332,36 @@ def test_success_departure_quadrature_integrates_a_cells_windows(a, sd):
 
     want = math.log(integrate.quad(integrand, -8 * a, 8 * a, points=[0.1, 0.2, 0.3], limit=400)[0])
     assert got == pytest.approx(want, abs=0.05)
+
+
+def _campaign_raw(**stopping):
+    import tomllib
+    from pathlib import Path
+
+    raw = tomllib.loads(Path("examples/h100_31b_fp8/campaign.toml").read_text())
+    raw.setdefault("stopping", {}).update(stopping)
+    return raw
+
+
+def test_slo_attainment_setting_is_parsed_and_checked():
+    from pathlib import Path
+
+    from fleetsieve_bayes.campaign.config import parse_campaign
+
+    path = Path("examples/h100_31b_fp8/campaign.toml").resolve()
+    assert parse_campaign(_campaign_raw(), path).slo_levels() == POINT
+    c = parse_campaign(_campaign_raw(slo_attainment=0.9, max_windows_per_cell=2), path)
+    assert c.slo_levels() == (0.9, 0.9) and c.max_windows_per_cell == 2
+    raw = _campaign_raw(slo_attainment=0.9)
+    raw["workloads"][0]["slo_attainment"] = 0.95
+    assert parse_campaign(raw, path).slo_levels() == (0.95, 0.9)
+    for bad in (1.0, 0, "median"):
+        with pytest.raises(InputError, match=r"\[stopping\] slo_attainment") as e:
+            parse_campaign(_campaign_raw(slo_attainment=bad), path)
+        assert "\n" not in str(e.value)
+    raw = _campaign_raw(slo_attainment="point")
+    raw["workloads"][1]["slo_attainment"] = 0.9
+    with pytest.raises(InputError, match="slo_attainment: cannot mix"):
+        parse_campaign(raw, path)
+    with pytest.raises(InputError, match="max_windows_per_cell"):
+        parse_campaign(_campaign_raw(max_windows_per_cell=0), path)
