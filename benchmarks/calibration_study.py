@@ -20,7 +20,17 @@ Three studies, each a fit per held-out set with the chosen inference preset:
   column is the one that tests the posterior). Also reports the posterior z-score of the
   true knee (recovery).
 
+* ``attainment``: noisy synthetic fleets with window noise
+  (:func:`fleetsieve_bayes.evaluation.synthetic.synthetic_fleet`,
+  ``window_noise``): measure the initial design plus random cells, some of
+  them ``--windows`` times, fit the window-noise model, and score (a) the
+  attainment of measured cells (median's mean absolute error against the
+  true attainment, share of 90 % intervals containing it), (b) for unmeasured
+  cells below saturation the share whose posterior median TTFT p99 and
+  completion p99 are within 20 % of the truth.
+
     python benchmarks/calibration_study.py                       # quick: loo-cell + loo-tp + 10 fleets
+    python benchmarks/calibration_study.py --studies attainment --fleets 8
     python benchmarks/calibration_study.py --fleets 100 --preset default --out FILE
 
 Prints markdown tables and writes JSON (default benchmarks/results/calibration_study.json).
@@ -155,6 +165,91 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
     }
 
 
+def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float) -> dict:
+    """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones."""
+    import tempfile
+
+    from fleetsieve_bayes.decision.bounds import attainment_bounds
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+    from fleetsieve_bayes.evaluation.attainment import (
+        attainment_scores,
+        noisy_fleet,
+        tail_accuracy,
+        windows_of,
+    )
+    from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
+
+    rows_out = []
+    meas_all: list[np.ndarray] = []
+    for f in range(fleets):
+        rng = np.random.default_rng([seed, f])
+        spec = random_spec(rng)._replace(window_noise=True, windows=windows)
+        table, camp = synthetic_fleet(rng, spec)
+        with tempfile.TemporaryDirectory(prefix="fsb-att-") as tmp:
+            campaign = write_synthetic(tmp, table[table["replicate"] == 0], camp)
+            problem = campaign.problem()
+        fleet = noisy_fleet(table, campaign.workload_names)
+        n = fleet.grid.n_cells
+        counts = np.zeros(n, np.int64)
+        counts[initial_design(fleet.grid)] = 1
+        free = np.flatnonzero(counts == 0)
+        extra = rng.choice(free, size=min(len(free), max(0, int(share * n) - int(counts.sum()))), replace=False)
+        counts[extra] = 1
+        meas = np.flatnonzero(counts > 0)
+        counts[rng.choice(meas, size=len(meas) // 3, replace=False)] = windows
+        observed, measured, rows, cells = windows_of(fleet, counts)
+        t0 = time.perf_counter()
+        post = fit(fleet.grid, observed, measured, "generic", preset, seed=f, rows=rows, row_cell=cells)
+        att = attainment_bounds(post, fleet.grid, problem, observed, measured, level, 0.0, DEFAULT_RULES, seed=f)
+        fit_s = time.perf_counter() - t0
+        # Cells whose truth failed outright (0 throughput) are trivially 0: score the rest.
+        live = fleet.truth[:, 0] > 0
+        m = measured & live
+        med = np.median(post.latent, axis=0)
+        rows_out.append(
+            {
+                "fleet": f,
+                "cells": n,
+                "measured": int(measured.sum()),
+                "windows": int(counts.sum()),
+                "fit_s": fit_s,
+                "measured_cells": attainment_scores(att.median[m], att.lo[m], att.hi[m], fleet.attainment[m]),
+                "unmeasured_cells": attainment_scores(
+                    att.median[~measured & live], att.lo[~measured & live], att.hi[~measured & live], fleet.attainment[~measured & live]
+                ),
+                "tails_unmeasured": tail_accuracy(med, fleet.truth, fleet.offered, np.flatnonzero(~measured)),
+                "abs_err": np.abs(att.median[m] - fleet.attainment[m]).tolist(),
+                "covered": ((att.lo[m] - 1e-9 <= fleet.attainment[m]) & (fleet.attainment[m] <= att.hi[m] + 1e-9)).tolist(),
+            }
+        )
+        meas_all.append(np.abs(att.median[m] - fleet.attainment[m]))
+        r = rows_out[-1]
+        print(f"fleet {f}: {r['measured']}/{n} measured, MAE {r['measured_cells']['mae']:.3f}, "
+              f"coverage {r['measured_cells']['coverage']:.2f}, tails {r['tails_unmeasured']}", flush=True)
+
+    def pool(key: str, sub: str) -> float | None:
+        vals = [(r[key][sub], r[key]["cells"]) for r in rows_out if r[key]["cells"]]
+        if not vals:
+            return None
+        return float(sum(v * n for v, n in vals) / sum(n for _, n in vals))
+
+    cov = np.concatenate([np.asarray(r["covered"], bool) for r in rows_out]) if rows_out else np.zeros(0)
+    err = np.concatenate([np.asarray(r["abs_err"]) for r in rows_out]) if rows_out else np.zeros(0)
+    return {
+        "fleets": fleets,
+        "windows": windows,
+        "share_measured": share,
+        "measured_mae": float(err.mean()) if err.size else None,
+        "measured_coverage": float(cov.mean()) if cov.size else None,
+        "unmeasured_mae": pool("unmeasured_cells", "mae"),
+        "unmeasured_coverage": pool("unmeasured_cells", "coverage"),
+        "tails_ttft_within_20": pool("tails_unmeasured", "ttft"),
+        "tails_completion_within_20": pool("tails_unmeasured", "completion"),
+        "throughput_within_20": pool("tails_unmeasured", "throughput"),
+        "per_fleet": rows_out,
+    }
+
+
 def published_table(res: dict) -> str:
     """The markdown tables of a run's JSON ``res`` (the studies it holds)."""
     level, out = res["level"], []
@@ -188,6 +283,16 @@ def published_table(res: dict) -> str:
                 "|---|---|---|---|---|---|",
                 f"| posterior predictive | {s['coverage_no_margin']:.3f} | {pm0} | | {s['knee_z_mean']:.2f} | {s['knee_z_sd']:.2f} |",
                 f"| with margins | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |", ""]
+    if "attainment" in res:
+        a = res["attainment"]
+        out += [f"SLO attainment on noisy synthetic fleets ({a['fleets']} fleets, {a['share_measured']:.0%} of cells "
+                f"measured, a third of them {a['windows']} times, {level:.0%} intervals):", "",
+                "| cells | attainment MAE | interval coverage |", "|---|---|---|",
+                f"| measured | {a['measured_mae']:.3f} | {a['measured_coverage']:.2f} |",
+                f"| unmeasured | {a['unmeasured_mae']:.3f} | {a['unmeasured_coverage']:.2f} |", "",
+                "Unmeasured cells below saturation within 20 % of the truth (posterior median): TTFT p99 "
+                f"{a['tails_ttft_within_20']:.2f}, completion p99 {a['tails_completion_within_20']:.2f}, "
+                f"throughput {a['throughput_within_20']:.2f}.", ""]
     return "\n".join(out).strip()
 
 
@@ -199,6 +304,8 @@ def main() -> None:
     ap.add_argument("--extra", type=int, default=4, help="random cells measured beyond the design")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
+    ap.add_argument("--windows", type=int, default=3, help="attainment: windows of a repeated cell")
+    ap.add_argument("--share", type=float, default=0.5, help="attainment: share of cells measured")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "calibration_study.json")
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/calibration_<studies>_<preset>.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
@@ -211,6 +318,8 @@ def main() -> None:
         res["loo_cell"] = loo_cell(grid, obs, args.preset, args.level)
     if "loo-tp" in studies:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
+    if "attainment" in studies:
+        res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share)
     if "sbc" in studies:
         res["sbc"] = sbc(grid, args.preset, args.level, args.fleets, args.extra, args.seed)
     res["seconds"] = time.perf_counter() - t0

@@ -45,6 +45,7 @@ from fleetsieve_bayes.campaign.windows import (
     server_failed_cells,
     window_counts,
     window_limits,
+    window_observations,
 )
 from fleetsieve_bayes.decision.attempt import CertificationAttempt, attempt_certification, thin
 from fleetsieve_bayes.decision.batch import Belief, believe
@@ -78,6 +79,8 @@ __all__ = [
     "pending_design",
     "round_key",
     "fit_round",
+    "window_inputs",
+    "at_level",
     "assess",
     "choose",
     "step",
@@ -206,10 +209,19 @@ class Assessment(NamedTuple):
     decision: RoundDecision
     final: Allocation | None
     allocate_s: float
+    # At an SLO-attainment level: committed cells' attainment and the cell to repeat
+    # (the journal's round record carries it as its ``joint``; None at "point").
+    attainment_json: dict[str, Any] | None = None
 
     @property
     def certificate(self) -> Certificate:
         return self.view.certificate
+
+    def joint_json(self) -> dict[str, Any] | None:
+        """What the round record keeps of the joint check and the attainment."""
+        if self.attempt is not None:
+            return self.attempt.to_json()
+        return self.attainment_json
 
 
 class RoundOutcome(NamedTuple):
@@ -411,13 +423,28 @@ def pending_design(state: CampaignState) -> list[int]:
 # --- the round ---------------------------------------------------------------------------
 
 
-def fit_round(state: CampaignState, seed: int) -> Any:
-    """The cheap posterior on what is measured, warm-started from ``state.warm_start``."""
+def window_inputs(state: CampaignState) -> tuple[np.ndarray, np.ndarray]:
+    """Every measurement window of the campaign as model input: ``rows (n_rows, 4)``
+    and ``row_cell (n_rows,)``, in record order (:func:`~fleetsieve_bayes.campaign.windows.window_observations`:
+    a ``(cell, replicate)`` recorded twice counts once; production windows are pooled apart)."""
+    obs = window_observations(state.grid, state.records)
+    return obs.rows, obs.cell
+
+
+def at_level(settings: DecisionSettings) -> bool:
+    """Whether the campaign decides on SLO attainment (not ``"point"``)."""
+    return not isinstance(settings.slo_attainment, str)
+
+
+def fit_round(state: CampaignState, seed: int, settings: DecisionSettings | None = None) -> Any:
+    """The cheap posterior on what is measured, warm-started from ``state.warm_start``
+    (at an SLO-attainment level: the window-noise model on every window)."""
     from fleetsieve_bayes.model.inference import fit
 
+    rows, row_cell = window_inputs(state) if settings is not None and at_level(settings) else (None, None)
     return fit(
         state.grid, state.observed, state.measured, state.card, state.preset, seed=seed,
-        warm_start=state.warm_start, server_failed=state.server_failed,
+        warm_start=state.warm_start, server_failed=state.server_failed, rows=rows, row_cell=row_cell,
     )
 
 
@@ -440,19 +467,54 @@ def assess(
         attempt = attempt_certification(
             grid, problem, state.card, state.observed, state.measured, settings, seed=attempt_seed,
             mass_from=posterior, server_failed=state.server_failed,
+            windows=window_inputs(state) if at_level(settings) else None,
         )
         view = view._replace(
             bounds=attempt.bounds, conservative=attempt.conservative, optimistic=attempt.optimistic,
-            certificate=attempt.certificate,
+            certificate=attempt.certificate, attainment=attempt.attainment,
         )
     n_unmeasured = int((~state.measured).sum())
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_unmeasured, settings.max_rounds))
+    att_json = None
+    if attempt is None and view.attainment is not None:
+        att_json, only_repeats = _attainment_state(state, settings, view)
+        if decision.acquire and only_repeats:
+            # The gap lies in measured cells whose attainment straddles their level:
+            # no unmeasured cell can settle it, only more windows of those cells.
+            decision = RoundDecision(UNDECIDED, False, "conservative")
     final: Allocation | None = None
     if decision.final == "conservative":
         final = view.conservative
     elif decision.final == "measured-only":
         final = allocate(measured_only_table(state.observed, state.measured))
-    return Assessment(view, attempt, decision, final, allocate_s)
+    return Assessment(view, attempt, decision, final, allocate_s, att_json)
+
+
+def _attainment_state(
+    state: CampaignState, settings: DecisionSettings, view: Belief
+) -> tuple[dict[str, Any], bool]:
+    """At an attainment level: result.json's committed cells and cell to repeat, and
+    whether only repeats can close the gap (both allocations commit to measured
+    cells alone, and some committed cell's attainment interval straddles its level)."""
+    from fleetsieve_bayes.decision.bounds import cell_to_repeat, committed_attainment, slo_levels
+
+    grid, att = state.grid, view.attainment
+    levels = slo_levels(grid, settings.slo_attainment)
+    _, row_cell = window_inputs(state)
+    counts = np.bincount(row_cell, minlength=grid.n_cells)
+    cons, opt = view.conservative, view.optimistic
+    committed = cons.committed() if cons.feasible else []
+    ends = committed + (opt.committed() if opt.feasible else [])
+    repeat_cell = cell_to_repeat(ends, att, levels, counts < settings.max_windows_per_cell)
+    repeat = None
+    if repeat_cell is not None:
+        w, tp, load = grid.key(repeat_cell)
+        repeat = {"workload": w, "tp": int(tp), "load": load, "windows": int(counts[repeat_cell])}
+    only = bool(
+        view.certificate.status == UNDECIDED and repeat_cell is not None and cons.feasible and opt.feasible
+        and all(state.measured[c] for c in ends)
+    )
+    return {"committed": committed_attainment(grid, committed, att, counts, levels), "repeat": repeat}, only
 
 
 def choose(
@@ -514,7 +576,7 @@ def step(
         return state, RoundOutcome(0, "design", UNDECIDED, design[0])
     key = key or round_key(state.seed, state.round)
     t0 = time.perf_counter()
-    posterior = fit_round(state, key.fit_seed)
+    posterior = fit_round(state, key.fit_seed, settings)
     fit_s = time.perf_counter() - t0
     a = assess(state, settings, posterior, attempt_seed=key.attempt_seed)
     chosen: int | None = None

@@ -97,7 +97,9 @@ class DecisionSettings(NamedTuple):
         rules: tail and success margins and the knee guard (``[model]``).
         risk: a certified state needs the joint check's probability ≥ 1 − risk.
         max_rounds: acquisitions before the campaign stops undecided (None: no limit).
-        slo_attainment: ``"point"`` or a quantile q in (0, 1) (see :data:`SLO_ATTAINMENT_POINT`).
+        slo_attainment: ``"point"`` or an attainment level q in (0, 1), one
+            for all classes or a tuple with one per class (see
+            :data:`SLO_ATTAINMENT_POINT`; :mod:`fleetsieve_bayes.decision.intervals`, rule 5).
         max_windows_per_cell: measurement windows of one cell at most.
     """
 
@@ -107,7 +109,7 @@ class DecisionSettings(NamedTuple):
     rules: IntervalRules = DEFAULT_RULES
     risk: float = 0.05
     max_rounds: int | None = None
-    slo_attainment: float | str = SLO_ATTAINMENT_POINT
+    slo_attainment: float | str | tuple[float, ...] = SLO_ATTAINMENT_POINT
     max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
 
     @classmethod
@@ -122,7 +124,10 @@ class DecisionSettings(NamedTuple):
             ),
             risk=float(campaign.risk),
             max_rounds=campaign.max_rounds,
-            slo_attainment=getattr(campaign, "slo_attainment", SLO_ATTAINMENT_POINT),
+            slo_attainment=(
+                campaign.slo_levels() if hasattr(campaign, "slo_levels")
+                else getattr(campaign, "slo_attainment", SLO_ATTAINMENT_POINT)
+            ),
             max_windows_per_cell=int(getattr(campaign, "max_windows_per_cell", MAX_WINDOWS_PER_CELL)),
         )
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
+from fleetsieve_bayes.decision.intervals import DEFAULT_SLO_ATTAINMENT, POINT, check_level
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.settings import (
     KNEE_GUARD,
@@ -57,10 +58,12 @@ class Workload:
     slo: SLO
     critical: bool = False
     floor: float = 1.0
+    # The class's own SLO-attainment level (None: the campaign's [stopping] slo_attainment).
+    slo_attainment: float | str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The class as the journal header and the fingerprint record it (docs/contracts.md)."""
-        return {
+        out: dict[str, Any] = {
             "demand_rps": self.demand_rps,
             "critical": self.critical,
             "floor": self.floor,
@@ -70,6 +73,9 @@ class Workload:
                 "completion_p99_s": self.slo.completion_p99_s,
             },
         }
+        if self.slo_attainment is not None:
+            out["slo_attainment"] = self.slo_attainment
+        return out
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,21 @@ class Campaign:
     pool: ProfilingPool = field(default_factory=ProfilingPool)
     # A certified state needs the joint check's probability ≥ 1 − risk.
     risk: float = 0.05
+    # SLO attainment (decision.intervals, rule 5): a cell is admissible when one
+    # window of it meets its class's SLOs with probability ≥ this level;
+    # "point": its measured or predicted value against the SLOs.
+    slo_attainment: float | str = DEFAULT_SLO_ATTAINMENT
+    # Windows of one cell a campaign may measure (the first and its repeats).
+    max_windows_per_cell: int = 3
+
+    def slo_levels(self) -> tuple[float, ...] | str:
+        """Each class's attainment level (its override, else the campaign's), in
+        class order; ``"point"`` when the campaign's level and every override are
+        ``"point"``. A mix of levels and ``"point"`` is refused at parse time."""
+        levels = [self.slo_attainment if w.slo_attainment is None else w.slo_attainment for w in self.workloads]
+        if all(q == POINT for q in levels):
+            return POINT
+        return tuple(float(q) for q in levels)
 
     @property
     def settings(self) -> DecisionSettings:
@@ -195,8 +216,8 @@ class Campaign:
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus"}
 _MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin", "success_margin", "knee_guard"}
-_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk"}
-_WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo"}
+_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell"}
+_WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
 # Keys of every backend: how many cells run at once, and where.
 _POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
@@ -278,7 +299,16 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         else None
     )
 
+    slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
+    max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
+
     workloads = _parse_workloads(ctx, raw)
+    kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
+    if len(kinds) > 1:
+        where = next(f"[[workloads]] {w.name!r} slo_attainment" for w in workloads if w.slo_attainment is not None)
+        raise ctx.fail(
+            where, 'cannot mix "point" with attainment levels: give every class a level, or "point" to all'
+        )
 
     campaign = Campaign(
         name=name,
@@ -298,6 +328,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         knee_guard=knee_guard,
         risk=risk,
         raw=raw,
+        slo_attainment=slo_attainment,
+        max_windows_per_cell=max_windows,
     )
     return campaign
 
@@ -370,9 +402,18 @@ def _parse_workloads(ctx: Validator, raw: dict[str, Any]) -> tuple[Workload, ...
                 else None
             ),
         )
-        workloads.append(Workload(wname, demand, slo, critical, floor))
+        level = _level(ctx, f"{where} slo_attainment", item["slo_attainment"]) if "slo_attainment" in item else None
+        workloads.append(Workload(wname, demand, slo, critical, floor, level))
 
     return tuple(workloads)
+
+
+def _level(ctx: Validator, where: str, value: Any) -> float | str:
+    """An SLO-attainment setting (:func:`fleetsieve_bayes.decision.intervals.check_level`)."""
+    try:
+        return check_level(value, where)
+    except ValueError as exc:
+        raise ctx.fail(where, str(exc).removeprefix(f"{where} ")) from None
 
 
 def _name_or_path(value: str, base_dir: Path) -> str:

@@ -155,6 +155,21 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "seeded": [_window_json(r) for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
         "production": _production_json(setup, grid, journal, alloc),
+        **_attainment_json(setup.campaign, final.joint),
+    }
+
+
+def _attainment_json(campaign: Any, joint: dict[str, Any] | None) -> dict[str, Any]:
+    """At an SLO-attainment level: the level per class, each committed cell's
+    windows and attainment, and the cell to repeat (docs/contracts.md); nothing at ``"point"``."""
+    levels = campaign.slo_levels() if hasattr(campaign, "slo_levels") else "point"
+    if isinstance(levels, str):
+        return {}
+    j = joint or {}
+    return {
+        "slo_attainment": dict(zip(campaign.workload_names, levels, strict=True)),
+        "committed": j.get("committed"),
+        "repeat": j.get("repeat"),
     }
 
 

@@ -191,8 +191,7 @@ class _Step(NamedTuple):
 
     @property
     def joint(self) -> dict[str, Any] | None:
-        a = self.assessment.attempt
-        return None if a is None else a.to_json()
+        return self.assessment.joint_json()
 
 
 class _Outcome(NamedTuple):
@@ -343,7 +342,7 @@ def _refit(ctx: _Context, state: CampaignState, n_measured: int) -> Any:
     from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
     warm = load_warm_start(ctx.out / WARM_START_DIR, before_round=n_measured)
-    posterior = fit_round(state._replace(warm_start=warm), round_seed(ctx.setup.seed, n_measured))
+    posterior = fit_round(state._replace(warm_start=warm), round_seed(ctx.setup.seed, n_measured), ctx.setup.settings)
     save_warm_start(ctx.out / WARM_START_DIR, posterior, round_no=n_measured)
     return posterior
 

@@ -137,7 +137,7 @@ def _round_record(journal: Journal, state: CampaignState, rnd: RoundOutcome, mea
         chosen=rnd.chosen,
         timings=rnd.timings,
         final=a.final,
-        joint=None if a.attempt is None else a.attempt.to_json(),
+        joint=a.joint_json(),
         repeat=rnd.repeat,
     )
 

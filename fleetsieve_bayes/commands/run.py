@@ -91,5 +91,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"  production: {prod['windows']} live window(s) of {len(prod['cells'])} cell(s)")
             for entry in prod["changed"]:
                 print(f"  {describe_change(entry)}")
+        from fleetsieve_bayes.decision.bounds import attainment_lines
+
+        for line in attainment_lines({"committed": r.get("committed"), "repeat": r.get("repeat")}):
+            print(f"  {line}")
         print(f"result: {Path(args.out) / 'result.json'}")
     return 0

@@ -111,6 +111,42 @@ def _chosen_state(view: CampaignView, cell: Cell) -> str:
     return "measuring now" if view.state == "running" else "chosen next, not measured (interrupted)"
 
 
+def _allocations_table(view: CampaignView, last: Any) -> Any:
+    """The conservative, optimistic (and final) allocations of the last round, per class."""
+    from rich.table import Table
+    from rich.text import Text
+
+    at = Table(title="Allocations", title_justify="left")
+    at.add_column("class", style="bold")
+    labels = ["conservative", "optimistic"] + (["final"] if view.result is not None else [])
+    for lab in labels:
+        at.add_column(lab)
+    allocs = {"conservative": last.conservative.allocation, "optimistic": last.optimistic.allocation}
+    if view.result is not None:
+        allocs["final"] = view.result.get("allocation")
+    for w in view.workloads:
+        cells = []
+        for lab in labels:
+            a = allocs[lab]
+            if a is None:
+                cells.append(Text("infeasible", style="red"))
+                continue
+            e = a.get(w) or {}
+            reps = int(e.get("replicas") or 0)
+            cells.append(f"TP{e['tp']}@{e['load']} ×{reps} ({reps * int(e['tp'])} GPUs)" if reps else "none")
+        at.add_row(w, *cells)
+    objs = []
+    for lab in labels:
+        sides = {"conservative": last.conservative.objective, "optimistic": last.optimistic.objective}
+        obj = sides[lab] if lab != "final" else (view.result or {}).get("objective")
+        if not obj or obj.get("feasible") is False:
+            objs.append("—")
+        else:
+            objs.append(f"r={_num(obj.get('min_fulfillment'))}, {_num(obj.get('goodput_rps'), 2)} req/s, {obj.get('gpus_used')} GPUs")
+    at.add_row(Text("objective", style="dim"), *objs)
+    return at
+
+
 def render_status(view: CampaignView, console: Any) -> None:
     """Print the status of ``view`` as rich tables on ``console``."""
     from rich.table import Table
@@ -150,39 +186,15 @@ def render_status(view: CampaignView, console: Any) -> None:
                 f"ess_bulk_min {_num(d.get('ess_bulk_min'), 0)}, divergences {d.get('divergences')}",
                 highlight=False,
             )
+            from fleetsieve_bayes.decision.bounds import attainment_lines
+
+            for line in attainment_lines(j):
+                console.print(line, highlight=False)
         nxt = last.chosen
         if nxt is not None:
             console.print(f"{_chosen_state(view, nxt)}: {nxt.label}", highlight=False)
 
-        at = Table(title="Allocations", title_justify="left")
-        at.add_column("class", style="bold")
-        labels = ["conservative", "optimistic"] + (["final"] if view.result is not None else [])
-        for lab in labels:
-            at.add_column(lab)
-        allocs = {"conservative": last.conservative.allocation, "optimistic": last.optimistic.allocation}
-        if view.result is not None:
-            allocs["final"] = view.result.get("allocation")
-        for w in view.workloads:
-            cells = []
-            for lab in labels:
-                a = allocs[lab]
-                if a is None:
-                    cells.append(Text("infeasible", style="red"))
-                    continue
-                e = a.get(w) or {}
-                reps = int(e.get("replicas") or 0)
-                cells.append(f"TP{e['tp']}@{e['load']} ×{reps} ({reps * int(e['tp'])} GPUs)" if reps else "none")
-            at.add_row(w, *cells)
-        objs = []
-        for lab in labels:
-            sides = {"conservative": last.conservative.objective, "optimistic": last.optimistic.objective}
-            obj = sides[lab] if lab != "final" else (view.result or {}).get("objective")
-            if not obj or obj.get("feasible") is False:
-                objs.append("—")
-            else:
-                objs.append(f"r={_num(obj.get('min_fulfillment'))}, {_num(obj.get('goodput_rps'), 2)} req/s, {obj.get('gpus_used')} GPUs")
-        at.add_row(Text("objective", style="dim"), *objs)
-        console.print(at)
+        console.print(_allocations_table(view, last))
         if view.result is not None:
             from fleetsieve_bayes.reporting.misses import describe_unserved, unserved
 

@@ -86,6 +86,7 @@ from fleetsieve_bayes.decision.intervals import (
     guard_after_measuring,
     guard_state,
     knee_guard,
+    level_tables,
     load_ladder,
     model_intervals,
     with_measured,
@@ -113,6 +114,8 @@ __all__ = [
     "select_cell",
     "DEFAULT_ESS_THRESHOLD",
     "DEFAULT_MIN_EFFECTIVE_DRAWS",
+    "LevelInputs",
+    "level_inputs",
 ]
 
 # Normalised ESS below which a fantasy's likelihood is tempered. With 1000
@@ -229,6 +232,74 @@ class KernelInputs(NamedTuple):
     related: jax.Array  # int (C, k) cells reweighted per candidate
     guarded: jax.Array  # bool (C,) cells the knee guard holds open now
     floor: jax.Array  # (C, 2) their model-free tail floors
+    level: LevelInputs | None = None  # at an SLO-attainment level (else the metric rule)
+
+
+class LevelInputs(NamedTuple):
+    """What the kernel needs at an SLO-attainment level (:func:`level_inputs`).
+
+    Shapes: D draws, C cells. ``lo``/``hi (C,)`` every cell's attainment bounds
+    now (:class:`fleetsieve_bayes.decision.bounds.Attainment`, the
+    certificate's); ``levels (C,)``;
+    ``limits (3, C)`` success floor, TTFT and completion limits of each cell's
+    class; ``window (D, C, 6)`` window noise; ``n (C, 3)`` and ``s1 (D, C, 3)``
+    the windows' sufficient statistics and ``z (D, C, 3)`` the normals of the
+    cells' departures (:func:`fleetsieve_bayes.model.joint.offset_moments`),
+    ``success_offset (D, C)`` their logit-success departures now
+    (:func:`fleetsieve_bayes.model.joint.success_offsets`, kept when a
+    candidate is measured once more);
+    ``repeatable`` bool ``(C,)``: measured cells that may be measured again.
+    """
+
+    lo: jax.Array
+    hi: jax.Array
+    levels: jax.Array
+    limits: jax.Array
+    window: jax.Array
+    n: jax.Array
+    s1: jax.Array
+    z: jax.Array
+    repeatable: jax.Array
+    success_offset: jax.Array
+
+
+def level_inputs(
+    posterior: Any, attainment: Any, grid: CellGrid, problem: AllocationProblem, levels: np.ndarray,
+    repeatable: np.ndarray, *, seed: int = 0,
+) -> LevelInputs:
+    """:class:`LevelInputs` from a window-noise posterior and its
+    :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds` (same ``seed``:
+    the same departures)."""
+    from fleetsieve_bayes.model.joint import offset_moments, offset_normals, success_offsets
+
+    latent = jnp.asarray(posterior.latent)
+    n, s1 = offset_moments(latent, jnp.asarray(posterior.noise), posterior.windows)
+    w = grid.workload_idx
+    limits = np.stack([problem.success_min[w], problem.ttft_max[w], problem.completion_max[w]])
+    return LevelInputs(
+        lo=jnp.asarray(attainment.lo, latent.dtype),
+        hi=jnp.asarray(attainment.hi, latent.dtype),
+        levels=jnp.asarray(levels, latent.dtype),
+        limits=jnp.asarray(limits, latent.dtype),
+        window=jnp.asarray(posterior.window, latent.dtype),
+        n=n,
+        s1=s1,
+        z=offset_normals(jax.random.PRNGKey(seed), latent),
+        repeatable=jnp.asarray(repeatable, bool),
+        success_offset=success_offsets(
+            jax.random.PRNGKey(seed), latent, jnp.asarray(posterior.noise), jnp.asarray(posterior.window, latent.dtype),
+            posterior.windows,
+        ),
+    )
+
+
+def _weighted_quantile(values: jax.Array, weights: jax.Array, q: float) -> jax.Array:
+    """Inverted-CDF weighted quantile of ``values (..., D)`` under ``weights (..., D)`` → ``(...)``."""
+    order = jnp.argsort(values, axis=-1)
+    v = jnp.take_along_axis(values, order, axis=-1)
+    cw = jnp.cumsum(jnp.take_along_axis(weights, order, axis=-1), axis=-1)
+    i = jnp.minimum(jnp.sum(cw < q - 1e-6, axis=-1), values.shape[-1] - 1)
+    return jnp.take_along_axis(v, i[..., None], axis=-1)[..., 0]
 
 
 @partial(jax.jit, static_argnames=("ess_threshold",))
@@ -381,6 +452,7 @@ def prepare_inputs(
     measured: jax.Array,
     fns: KernelFunctions,
     config: AcquisitionConfig,
+    level: LevelInputs | None = None,
 ) -> KernelInputs:
     """Everything every candidate shares: sorted predictive draws, current intervals, the fantasy plan.
 
@@ -412,7 +484,8 @@ def prepare_inputs(
     else:
         related = related_cells(latent, measured, k)
     return KernelInputs(
-        latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related, guarded, floor
+        latent, noise, observed, measured, sorted_vals, order, lo_now, hi_now, d_f, k_obs, related, guarded, floor,
+        level,
     )
 
 
@@ -433,6 +506,8 @@ def candidate_tables(
     null = e == n_cells
     e_ = jnp.minimum(e, n_cells - 1)
     y = fns.sample_obs(inp.k_obs, inp.latent[inp.d_f, e_], inp.noise[inp.d_f])  # (F, 4), same randomness for every e
+    if inp.level is not None:
+        y = _window_fantasy(inp, e_, y)
     loglik = fns.obs_logpdf(y[:, None, :], inp.latent[None, :, e_, :], inp.noise[None, :, :])  # (F, D)
     w, ess, tempered = importance_weights(loglik, tempering_threshold(config, n_draws))
     w = jnp.where(null, jnp.full((n_draws,), 1.0 / n_draws, w.dtype)[None, :], w)
@@ -450,7 +525,59 @@ def candidate_tables(
     guarded, floor = guard_after_measuring(inp.guarded, inp.floor, inp.measured, e, y, fns.ladder, config.repeatability)
     lo = knee_guard(lo, guarded, floor)
     cons, opt = bound_tables(lo, hi)
+    if inp.level is not None:
+        cons, opt = _level_candidate_tables(e, y, w, inp, cons, opt, config)
     return cons, opt, ess, tempered
+
+
+def _level_candidate_tables(
+    e: jax.Array, y: jax.Array, w: jax.Array, inp: KernelInputs, cons: jax.Array, opt: jax.Array, config: AcquisitionConfig
+) -> tuple[jax.Array, jax.Array]:
+    """The tables of :func:`candidate_tables` at the SLO-attainment level. The
+    candidate ``e`` (fantasy windows ``y (F, 4)``, draw weights ``w (F, D)``)
+    gets the attainment its windows plus the fantasy one give: its departure's
+    posterior updated per draw, no margins (it is then measured), bounds as
+    weighted quantiles. Every other cell keeps its attainment bounds now: a
+    window of ``e`` moves the other cells' attainment only through the shared
+    curve, and the lower 5 % quantile of a two-humped attainment (near 0 or
+    near 1 per draw) flips on the slightest reweighting — noise, not
+    information. Returns ``(cons, opt)`` each ``(F, C, 4)`` through
+    :func:`fleetsieve_bayes.decision.intervals.level_tables`."""
+    from fleetsieve_bayes.model.joint import offsets_from_moments, probabilities_given_offsets
+
+    lv = inp.level
+    n_cells = inp.latent.shape[1]
+    n_f = y.shape[0]
+    q_lo, q_hi = credible_quantiles(config.credible_level)
+    att_lo = jnp.broadcast_to(lv.lo, (n_f, n_cells))
+    att_hi = jnp.broadcast_to(lv.hi, (n_f, n_cells))
+    e_ = jnp.minimum(e, n_cells - 1)
+    lat_e = inp.latent[:, e_]  # (D, 4)
+    r = jnp.log(jnp.maximum(y[:, None, :3], 1e-9)) - jnp.log(jnp.maximum(lat_e[None, :, :3], 1e-9))  # (F, D, 3)
+    delta = offsets_from_moments(
+        lv.n[e_] + 1.0, lv.s1[None, :, e_] + r, inp.noise[None, :, :3], lv.window[None, :, e_, :3], lv.z[None, :, e_]
+    )
+    delta = jnp.concatenate([delta, jnp.broadcast_to(lv.success_offset[None, :, e_, None], (*delta.shape[:2], 1))], axis=-1)
+    lim = lv.limits[:, e_]
+    p = probabilities_given_offsets(lat_e[None], delta, lv.window[None, :, e_], lim[0], lim[1], lim[2]).prod(-1)  # (F, D)
+    is_e = (jnp.arange(n_cells) == e)[None, :]
+    att_lo = jnp.where(is_e, _weighted_quantile(p, w, q_lo)[:, None], att_lo)
+    att_hi = jnp.where(is_e, _weighted_quantile(p, w, q_hi)[:, None], att_hi)
+    return level_tables(cons, opt, att_lo, att_hi, lv.levels, lv.limits[0], lv.limits[1], lv.limits[2])
+
+
+def _window_fantasy(inp: KernelInputs, e: jax.Array, y: jax.Array) -> jax.Array:
+    """Fantasy windows ``(F, 4)`` of cell ``e`` at the level: throughput and tails
+    the draw's curve times its current departure and one window's noise (the
+    window-noise model's predictive of a new window), success ``y``'s own."""
+    from fleetsieve_bayes.model.joint import offsets_from_moments
+
+    lv = inp.level
+    d = inp.d_f
+    delta = offsets_from_moments(lv.n[e], lv.s1[d, e], inp.noise[d, :3], lv.window[d, e, :3], lv.z[d, e])  # (F, 3)
+    eps = jax.random.normal(jax.random.fold_in(inp.k_obs, 1), delta.shape, delta.dtype)
+    tails = inp.latent[d, e, :3] * jnp.exp(delta + lv.window[d, e, :3] * eps)
+    return jnp.concatenate([tails, y[:, 3:]], axis=-1)
 
 
 def gap_and_value(fns: KernelFunctions, cons: jax.Array, opt: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -480,7 +607,9 @@ def score_candidates(inp: KernelInputs, fns: KernelFunctions, config: Acquisitio
     outs = jax.lax.map(jax.vmap(one), padded.reshape(n_chunks, chunk))
     exp_gap, exp_val, ess_min, fallback = (x.reshape(-1)[:n_cells] for x in outs)
     gap_now, cons_now = (x.reshape(-1)[n_cells] for x in outs[:2])
-    measured = inp.measured
+    # At a level, a measured cell that may be measured again is a candidate too
+    # ("measure it again"), scored by the same expected gap.
+    measured = inp.measured if inp.level is None else inp.measured & ~inp.level.repeatable
     return AcquisitionScores(
         score=jnp.where(measured, -jnp.inf, gap_now - exp_gap),
         expected_gap=jnp.where(measured, jnp.nan, exp_gap),
@@ -542,7 +671,10 @@ def make_acquisition(
         An :class:`Acquisition`. ``score(key, latent, noise, observed,
         measured)`` takes ``latent (n_draws, n_cells, 4)`` natural units,
         ``noise (n_draws, 4)``, ``observed (n_cells, 4)`` (rows of unmeasured
-        cells ignored, may be NaN) and ``measured (n_cells,)`` bool; inside, the
+        cells ignored, may be NaN) and ``measured (n_cells,)`` bool, and at an
+        SLO-attainment level ``level`` (:func:`level_inputs`: admissibility
+        is attainment against the level, and measured cells in
+        ``level.repeatable`` are scored as repeats); inside, the
         work is shaped ``(n_candidates=n_cells, n_fantasies, n_draws, n_cells)``
         (chunked along candidates). It is jitted once per input shape.
 
@@ -563,9 +695,10 @@ def make_acquisition(
 
     @jax.jit
     def score(
-        key: jax.Array, latent: jax.Array, noise: jax.Array, observed: jax.Array, measured: jax.Array
+        key: jax.Array, latent: jax.Array, noise: jax.Array, observed: jax.Array, measured: jax.Array,
+        level: LevelInputs | None = None,
     ) -> AcquisitionScores:
-        inp = prepare_inputs(key, latent, noise, observed, measured, fns, config)
+        inp = prepare_inputs(key, latent, noise, observed, measured, fns, config, level)
         return score_candidates(inp, fns, config)
 
     def select(scores: AcquisitionScores, cost_gpu_s: np.ndarray) -> int:

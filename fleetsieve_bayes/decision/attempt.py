@@ -26,7 +26,13 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.bounds import conservative_table, optimistic_table, rule_bounds
+from fleetsieve_bayes.decision.bounds import (
+    Attainment,
+    cell_to_repeat,
+    committed_attainment,
+    decision_tables,
+    slo_levels,
+)
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -57,6 +63,10 @@ class CertificationAttempt(NamedTuple):
     check: JointCheck
     diagnostics: dict[str, Any]
     wall_s: float
+    # At an SLO-attainment level: every cell's attainment on the certifying posterior,
+    # and what result.json reports of it (committed cells, the cell to repeat).
+    attainment: Attainment | None = None
+    attainment_json: dict[str, Any] | None = None
 
     @property
     def certified(self) -> bool:
@@ -83,6 +93,7 @@ class CertificationAttempt(NamedTuple):
                 "ess_bulk_min_parameters": d.get("ess_bulk_min_parameters"),
             },
             "attempt_s": float(self.wall_s),
+            **(self.attainment_json or {}),
         }
 
 
@@ -109,9 +120,10 @@ def attempt_certification(
     preset: Any = "certify",
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
+    windows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring), under
-    ``settings`` (ε, credible level, repeatability, interval rules, risk).
+    ``settings`` (ε, credible level, repeatability, interval rules, risk, SLO attainment).
 
     ``observed (n_cells, 4)``, ``measured (n_cells,)`` bool; ``preset``: the certifying
     NUTS preset (name, path or object).
@@ -120,23 +132,36 @@ def attempt_certification(
     warm-up starts from its draws' covariance as the mass matrix
     (:func:`fleetsieve_bayes.model.converged_fit.fit_certifying`). ``server_failed``:
     bool ``(n_cells,)``, failed cells whose server never served
-    (:func:`fleetsieve_bayes.round.server_failures`)."""
+    (:func:`fleetsieve_bayes.round.server_failures`). ``windows``: ``(rows (n_rows, 4),
+    row_cell (n_rows,))`` every measurement window, read at an attainment level
+    (``settings.slo_attainment`` not ``"point"``): the window-noise posterior,
+    admissibility by attainment, and a certified-feasible verdict that also
+    needs ``P(SLO met) ≥ 1 − risk``."""
     t0 = time.perf_counter()
+    levels = slo_levels(grid, settings.slo_attainment)
+    rows, row_cell = windows if (levels is not None and windows is not None) else (None, None)
+    if levels is not None and rows is None:
+        cells = np.flatnonzero(np.asarray(measured, bool))
+        rows, row_cell = np.asarray(observed, np.float64)[cells], cells
     cf = fit_certifying(
-        grid, observed, measured, card, preset, seed=seed, mass_from=mass_from, server_failed=server_failed
+        grid, observed, measured, card, preset, seed=seed, mass_from=mass_from, server_failed=server_failed,
+        rows=rows, row_cell=row_cell,
     )
     post = cf.posterior
-    bounds = rule_bounds(
-        post, observed, measured, settings.credible_level, settings.repeatability, grid, settings.rules
+    bounds, att, cons_t, opt_t = decision_tables(
+        post, grid, problem, observed, measured, settings.credible_level, settings.repeatability, settings.rules,
+        levels, seed=seed,
     )
-    cons = allocate_milp(grid, conservative_table(bounds), problem)
-    opt = allocate_milp(grid, optimistic_table(bounds), problem)
-    cert = certify(grid, problem, cons, opt, measured, observed, settings.epsilon)
+    cons = allocate_milp(grid, cons_t, problem)
+    opt = allocate_milp(grid, opt_t, problem)
+    cert = certify(grid, problem, cons, opt, measured, observed if levels is None else cons_t, settings.epsilon)
     interval_status = cert.status
     candidate = cons if cert.status != CERTIFIED_INFEASIBLE else None
     check = joint_check(
         grid, problem, candidate, post.latent, post.noise, observed, measured, settings.epsilon, seed=seed,
         kernel=_kernel(grid, problem),
+        attainment=None if att is None else att.draws,
+        levels=levels,
     )
     if not cf.converged and cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
         d = cf.diagnostics
@@ -148,13 +173,30 @@ def attempt_certification(
             ),
         )
     else:
-        cert = apply_joint_check(cert, check, settings.risk)
+        cert = apply_joint_check(cert, check, settings.risk, require_slo=levels is not None)
     diag = {**cf.diagnostics, "interval_status": interval_status}
-    return CertificationAttempt(cert, post, bounds, cons, opt, check, diag, time.perf_counter() - t0)
+    att_json = None
+    if att is not None:
+        counts = np.bincount(np.asarray(row_cell, np.int64), minlength=grid.n_cells)
+        committed = cons.committed() if cons.feasible else []
+        repeat = None
+        if cert.status == UNDECIDED:
+            c = cell_to_repeat(committed or opt.committed(), att, levels, counts < settings.max_windows_per_cell)
+            if c is not None:
+                w, tp, load = grid.key(c)
+                repeat = {"workload": w, "tp": int(tp), "load": load, "windows": int(counts[c])}
+        att_json = {
+            "committed": committed_attainment(grid, committed, att, counts, levels),
+            "repeat": repeat,
+        }
+    return CertificationAttempt(
+        cert, post, bounds, cons, opt, check, diag, time.perf_counter() - t0, att, att_json
+    )
 
 
 def thin(posterior: Any, n_draws: int) -> Any:
     """``posterior`` with ``n_draws`` evenly spaced draws of ``latent``/``noise`` (shapes of the cheap fit)."""
     total = int(posterior.latent.shape[0])
     idx = np.round(np.linspace(0, total - 1, n_draws)).astype(int)
-    return posterior._replace(latent=posterior.latent[idx], noise=posterior.noise[idx])
+    window = None if getattr(posterior, "window", None) is None else posterior.window[idx]
+    return posterior._replace(latent=posterior.latent[idx], noise=posterior.noise[idx], window=window)

@@ -56,7 +56,9 @@ class Belief(NamedTuple):
 
     ``measured (n_cells,)`` bool (real ∪ believed); ``observed (n_cells, 4)``
     (believed rows at their posterior medians); ``bounds`` with ``lo``/``hi``
-    ``(n_cells, 4)``; both allocations and the certificate on that state.
+    ``(n_cells, 4)``; both allocations and the certificate on that state;
+    ``attainment`` every cell's SLO attainment at an attainment level
+    (:class:`fleetsieve_bayes.decision.bounds.Attainment`; None at ``"point"``).
     """
 
     measured: np.ndarray
@@ -65,6 +67,7 @@ class Belief(NamedTuple):
     conservative: Allocation
     optimistic: Allocation
     certificate: Certificate
+    attainment: Any = None
 
 
 class Pick(NamedTuple):
@@ -111,11 +114,7 @@ def believe(
     credible level, repeatability, interval rules and ε; ``allocate(values (n_cells, 4))
     -> Allocation`` is the exact allocator.
     """
-    from fleetsieve_bayes.decision.bounds import (
-        conservative_table,
-        optimistic_table,
-        rule_bounds,
-    )
+    from fleetsieve_bayes.decision.bounds import decision_tables, slo_levels
 
     m = np.asarray(measured, bool).copy()
     obs = np.asarray(observed, np.float64).copy()
@@ -123,11 +122,16 @@ def believe(
     if cells:
         obs[cells] = believed_values(posterior, cells)
         m[cells] = True
-    bounds = rule_bounds(posterior, obs, m, settings.credible_level, settings.repeatability, grid, settings.rules)
-    cons = allocate(conservative_table(bounds))
-    opt = allocate(optimistic_table(bounds))
-    cert = certify(grid, problem, cons, opt, m, obs, settings.epsilon)
-    return Belief(m, obs, bounds, cons, opt, cert)
+    levels = slo_levels(grid, settings.slo_attainment)
+    if levels is not None and getattr(posterior, "window", None) is None:
+        levels = None  # a posterior without windows (a point fit) decides the point way
+    bounds, att, cons_t, opt_t = decision_tables(
+        posterior, grid, problem, obs, m, settings.credible_level, settings.repeatability, settings.rules, levels
+    )
+    cons = allocate(cons_t)
+    opt = allocate(opt_t)
+    cert = certify(grid, problem, cons, opt, m, obs if levels is None else cons_t, settings.epsilon)
+    return Belief(m, obs, bounds, cons, opt, cert, att)
 
 
 def plan_batch(

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.intervals import (
     MODEL_MARGIN,
     SUCCESS_MARGIN,
@@ -28,11 +28,12 @@ from fleetsieve_bayes.decision.intervals import (
     credible_quantiles,
     guard_state,
     knee_guard,
+    level_tables,
     load_ladder,
     model_intervals,
     with_measured,
 )
-from fleetsieve_bayes.model.joint import sample_obs
+from fleetsieve_bayes.model.joint import cell_offsets, sample_obs, window_probabilities
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [
@@ -43,7 +44,21 @@ __all__ = [
     "optimistic_table",
     "bounds_frame",
     "BOUNDS_COLUMNS",
+    "Attainment",
+    "BINDING_METRICS",
+    "attainment_bounds",
+    "level_bounds",
+    "cell_levels",
+    "slo_levels",
+    "committed_attainment",
+    "cell_to_repeat",
+    "class_attainment_line",
+    "attainment_lines",
+    "decision_tables",
 ]
+
+# The metric of :attr:`Attainment.binding`, by index.
+BINDING_METRICS = ("success", "ttft_p99", "completion_p99")
 
 
 class Bounds(NamedTuple):
@@ -154,4 +169,285 @@ def bounds_frame(grid: CellGrid, bounds: Bounds, measured_mask: np.ndarray) -> p
             "success_hi": hi[:, 3],
         },
         columns=list(BOUNDS_COLUMNS),
+    )
+
+
+class Attainment(NamedTuple):
+    """SLO attainment of every cell (:func:`attainment_bounds`).
+
+    ``draws (n_draws, n_cells)`` per posterior draw; ``lo``, ``median``,
+    ``hi`` ``(n_cells,)`` (``lo``/``hi`` the central credible interval, an
+    unmeasured cell's widened by the campaign's model margins and knee guard
+    as its metric intervals are); ``binding`` int ``(n_cells,)``: the metric
+    (:data:`BINDING_METRICS`) with the lowest median probability of being met.
+    """
+
+    draws: np.ndarray
+    lo: np.ndarray
+    median: np.ndarray
+    hi: np.ndarray
+    binding: np.ndarray
+    # ``(n_draws, n_cells)`` the draws the lower (resp. upper) bound is taken of.
+    lo_draws: np.ndarray | None = None
+    hi_draws: np.ndarray | None = None
+
+
+def slo_levels(grid: CellGrid, setting: object) -> np.ndarray | None:
+    """``(n_cells,)`` each cell's attainment level from a campaign's setting
+    (``"point"``: None; one level or one per class)."""
+    if isinstance(setting, str):
+        return None
+    return cell_levels(grid, np.asarray(setting, np.float64))
+
+
+def cell_levels(grid: CellGrid, level_by_class: np.ndarray | float) -> np.ndarray:
+    """``(n_cells,)`` each cell's attainment level from ``(n_classes,)`` (or one float)."""
+    q = np.broadcast_to(np.asarray(level_by_class, np.float64), (grid.n_classes,))
+    return q[grid.workload_idx]
+
+
+def _limits(grid: CellGrid, problem: AllocationProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    w = grid.workload_idx
+    return problem.success_min[w], problem.ttft_max[w], problem.completion_max[w]
+
+
+def _shift(latent: np.ndarray, where: np.ndarray, margin: float, success_margin: float, sign: float) -> np.ndarray:
+    """``latent (D, C, 4)`` with tails ×e^{sign·margin} and failure ×e^{sign·success_margin} at ``where (C,)``."""
+    out = latent.copy()
+    f = np.exp(sign * margin)
+    out[:, where, 1:3] *= f
+    fail = (1.0 - out[:, where, 3]) * np.exp(sign * success_margin)
+    out[:, where, 3] = np.clip(1.0 - fail, 0.0, 1.0)
+    return out
+
+
+def attainment_bounds(
+    posterior: object,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    level: float,
+    repeatability: float,
+    rules: IntervalRules,
+    *,
+    seed: int = 0,
+) -> Attainment:
+    """Every cell's SLO attainment from a window-noise posterior
+    (:func:`fleetsieve_bayes.model.joint.window_probabilities`), with central
+    ``level`` credible bounds.
+
+    An unmeasured cell's lower bound is taken with its tails ×``e^margin`` and
+    its failure probability ×``e^success_margin`` (the campaign's model
+    margins, :mod:`fleetsieve_bayes.decision.intervals` rule 1), its upper
+    bound with the reverse and, where the knee guard holds it open, its tails
+    at most the largest measured ones beneath it (rule 3). A measured cell's
+    bounds are its posterior's, given every window of it.
+
+    Args:
+        posterior: a window-noise :class:`~fleetsieve_bayes.model.inference.Posterior`
+            (``window`` and ``windows`` set).
+        observed: ``(n_cells, 4)`` measured values (the knee guard's floors);
+        measured_mask: bool ``(n_cells,)``.
+    """
+    if getattr(posterior, "window", None) is None:
+        raise ValueError("SLO attainment needs a posterior fitted to measurement windows (rows=...)")
+    q_lo, q_hi = credible_quantiles(level)
+    latent = np.asarray(posterior.latent, np.float64)
+    lim = tuple(jnp.asarray(x) for x in _limits(grid, problem))
+    key = jax.random.PRNGKey(seed)
+    noise, window = jnp.asarray(posterior.noise), jnp.asarray(posterior.window)
+
+    def probs(lat: np.ndarray) -> np.ndarray:
+        return np.asarray(window_probabilities(key, jnp.asarray(lat), noise, window, posterior.windows, *lim), np.float64)
+
+    m = np.asarray(measured_mask, bool)
+    p = probs(latent)
+    draws = p.prod(axis=-1)
+    un = ~m
+    pess = probs(_shift(latent, un, rules.tail_margin, rules.success_margin, 1.0)).prod(axis=-1)
+    opt_lat = _shift(latent, un, rules.tail_margin, rules.success_margin, -1.0)
+    obs = np.asarray(observed, np.float64)
+    with np.errstate(invalid="ignore"):
+        guarded, floor = guard_state(obs, m, load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard), float(repeatability))
+    guarded = np.asarray(guarded, bool)
+    if guarded.any():
+        # The guard's floors are window values: a window at the floor is the
+        # best the model cannot exclude, so the cell's truth is put there.
+        fl = np.asarray(floor, np.float64)[guarded]
+        opt_lat[:, guarded, 1:3] = np.minimum(opt_lat[:, guarded, 1:3], np.where(fl > 0, fl, 1e-9)[None])
+    optim = probs(opt_lat).prod(axis=-1)
+    return Attainment(
+        draws=draws,
+        lo=np.quantile(pess, q_lo, axis=0),
+        median=np.median(draws, axis=0),
+        hi=np.quantile(optim, q_hi, axis=0),
+        binding=np.argmin(np.median(p, axis=0), axis=-1),
+        lo_draws=pess,
+        hi_draws=optim,
+    )
+
+
+def level_bounds(
+    posterior: object,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    credible_level: float,
+    repeatability: float,
+    rules: IntervalRules,
+    slo_levels: np.ndarray,
+    *,
+    seed: int = 0,
+) -> tuple[Bounds, Attainment, np.ndarray, np.ndarray]:
+    """Bounds and tables at SLO-attainment levels ``slo_levels (n_cells,)``.
+
+    The metric intervals of EVERY cell, measured or not, are those of one new
+    window of it (curve, the cell's departure given its windows, window noise;
+    an unmeasured cell's widened by the model margins, the knee guard applied):
+    a measured cell's interval comes from its posterior. Admissibility is
+    attainment against the level (:func:`fleetsieve_bayes.decision.intervals.level_tables`).
+
+    Returns:
+        ``(bounds, attainment, conservative (n_cells, 4), optimistic (n_cells, 4))``.
+    """
+    q_lo, q_hi = credible_quantiles(credible_level)
+    latent = np.asarray(posterior.latent, np.float64)
+    window = np.asarray(posterior.window, np.float64)
+    key_d, key_e = jax.random.split(jax.random.PRNGKey(seed))
+    delta = np.asarray(cell_offsets(key_d, jnp.asarray(latent), jnp.asarray(posterior.noise), jnp.asarray(window), posterior.windows))
+    eps = np.asarray(jax.random.normal(key_e, latent.shape[:2] + (3,)), np.float64)
+    draws = latent.copy()
+    draws[..., :3] = latent[..., :3] * np.exp(delta[..., :3] + window[..., :3] * eps)
+    s = np.clip(latent[..., 3], 1e-9, 1 - 1e-9)
+    draws[..., 3] = 1.0 / (1.0 + np.exp(-(np.log(s / (1 - s)) + delta[..., 3])))
+    lo_m, hi_m = np.quantile(draws, q_lo, axis=0), np.quantile(draws, q_hi, axis=0)
+    lo, hi = model_intervals(lo_m, hi_m, rules.tail_margin, rules.success_margin)
+    m = np.asarray(measured_mask, bool)
+    lo, hi = np.where(m[:, None], lo_m, lo), np.where(m[:, None], hi_m, hi)
+    obs = np.asarray(observed, np.float64)
+    with np.errstate(invalid="ignore"):
+        lo = knee_guard(lo, *guard_state(obs, m, load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard), float(repeatability)))
+    bounds = Bounds(lo=lo, hi=hi)
+    att = attainment_bounds(posterior, grid, problem, observed, m, credible_level, repeatability, rules, seed=seed)
+    cons, opt = bound_tables(bounds.lo, bounds.hi)
+    cons, opt = level_tables(cons, opt, att.lo, att.hi, slo_levels, *_limits(grid, problem))
+    return bounds, att, cons, opt
+
+
+def committed_attainment(
+    grid: CellGrid,
+    committed: list[int],
+    attainment: Attainment,
+    windows: np.ndarray,
+    levels: np.ndarray,
+) -> list[dict[str, object]]:
+    """What result.json reports of each committed cell at an attainment level
+    (docs/contracts.md): its ``windows``, ``attainment`` {median, lo, hi}, the
+    ``binding`` metric (:data:`BINDING_METRICS`) and its ``level``.
+
+    Args:
+        committed: cell indices the allocation commits to.
+        windows: int ``(n_cells,)`` windows measured per cell.
+        levels: ``(n_cells,)`` each cell's level.
+    """
+    out = []
+    for c in committed:
+        w, tp, load = grid.key(int(c))
+        out.append(
+            {
+                "workload": w,
+                "tp": int(tp),
+                "load": load,
+                "windows": int(windows[c]),
+                "level": float(levels[c]),
+                "attainment": {
+                    "median": float(attainment.median[c]),
+                    "lo": float(attainment.lo[c]),
+                    "hi": float(attainment.hi[c]),
+                },
+                "binding": BINDING_METRICS[int(attainment.binding[c])],
+            }
+        )
+    return out
+
+
+def cell_to_repeat(
+    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray
+) -> int | None:
+    """The committed cell a repeat would help most: the one whose attainment's
+    lower bound falls furthest below its level while its upper bound reaches it
+    (more windows can settle it), preferring cells that may still be repeated;
+    None when every committed cell's lower bound is at its level."""
+    short = [c for c in committed if attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12]
+    if not short:
+        return None
+    short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
+    return int(short[0])
+
+
+def attainment_lines(joint: dict[str, object] | None) -> list[str]:
+    """The per-class attainment lines (:func:`class_attainment_line`) of a round's
+    joint-check record, and the cell to repeat; empty at ``"point"``."""
+    if not joint or joint.get("committed") is None:
+        return []
+    cells = list(joint["committed"])  # type: ignore[arg-type]
+    names = list(dict.fromkeys(str(c["workload"]) for c in cells))
+    out = [class_attainment_line(n, cells) for n in names]
+    rep = joint.get("repeat")
+    if rep:
+        out.append(
+            f"to settle the decision, measure {rep['workload']} TP{rep['tp']}@{rep['load']} again "  # type: ignore[index]
+            f"({rep['windows']} window(s) so far)"  # type: ignore[index]
+        )
+    return out
+
+
+def class_attainment_line(name: str, cells: list[dict[str, object]]) -> str:
+    """One line per class for ``status``, ``run`` and the report: "chat meets its
+    SLOs in about 96 % of windows [91, 99] (TP4@C64, 3 windows)" from
+    :func:`committed_attainment` entries of that class (the least attaining one)."""
+    mine = [c for c in cells if c["workload"] == name]
+    if not mine:
+        return f"{name}: no committed cell"
+    c = min(mine, key=lambda r: r["attainment"]["median"])  # type: ignore[index]
+    a = c["attainment"]
+    return (
+        f"{name} meets its SLOs in about {100 * a['median']:.0f} % of windows "  # type: ignore[index]
+        f"[{100 * a['lo']:.0f}, {100 * a['hi']:.0f}] (TP{c['tp']}@{c['load']}, "  # type: ignore[index]
+        f"{c['windows']} window{'s' if c['windows'] != 1 else ''}; binding: {c['binding']})"
+    )
+
+
+def decision_tables(
+    posterior: object,
+    grid: CellGrid,
+    problem: AllocationProblem,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    credible_level: float,
+    repeatability: float,
+    rules: IntervalRules,
+    levels: np.ndarray | None = None,
+    *,
+    seed: int = 0,
+) -> tuple[Bounds, Attainment | None, np.ndarray, np.ndarray]:
+    """The bounds and the two tables a round decides on.
+
+    ``levels`` None (the ``"point"`` rule): :func:`rule_bounds` and its
+    conservative and optimistic tables, no attainment. ``levels (n_cells,)``:
+    :func:`level_bounds` at those levels (a window-noise posterior).
+
+    Returns:
+        ``(bounds, attainment or None, conservative (n_cells, 4), optimistic (n_cells, 4))``;
+        a committed cell is within SLO when the conservative table says so
+        (pass it to :func:`~fleetsieve_bayes.decision.certificate.certify` as
+        the measured values at a level).
+    """
+    if levels is None:
+        b = rule_bounds(posterior, observed, measured_mask, credible_level, repeatability, grid, rules)
+        return b, None, conservative_table(b), optimistic_table(b)
+    return level_bounds(
+        posterior, grid, problem, observed, measured_mask, credible_level, repeatability, rules, levels, seed=seed
     )

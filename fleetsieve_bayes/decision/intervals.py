@@ -31,6 +31,19 @@ The rules, applied in this order:
    must not rule such a cell out (see :data:`KNEE_GUARD`);
 4. :func:`bound_tables` — conservative: low throughput, high TTFT and
    completion, low success; optimistic: the reverse.
+5. :func:`level_tables` — at an SLO-attainment level ``q`` (not
+   :data:`POINT`), whether a cell is admissible is no longer read off its
+   metrics against the SLOs but off its *attainment* (the probability that one
+   window of it meets its class's SLOs, :func:`fleetsieve_bayes.model.joint.window_attainment`):
+   :func:`admissible_at_level` — attainment ≥ q. The conservative table takes
+   the attainment's lower credible bound, the optimistic table its upper
+   bound, and each table is rewritten so that the allocators' metric rule
+   (:func:`fleetsieve_bayes.allocation.problem.meets_slo`) reads exactly that:
+   an admissible cell's tails are capped at their limits and its success
+   raised to its floor, an inadmissible cell gets zero throughput and success.
+   The certificate, the joint check (per posterior draw, on the draw's
+   attainment) and the acquisition kernel all go through these two functions.
+   At :data:`POINT` nothing changes: the metrics against the SLOs.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from fleetsieve_bayes.settings import (  # the rules' settings, with the evidenc
     DEFAULT_RULES,
     KNEE_GUARD,
     MODEL_MARGIN,
+    SLO_ATTAINMENT_POINT,
     SUCCESS_MARGIN,
     IntervalRules,
 )
@@ -68,6 +82,11 @@ __all__ = [
     "guard_after_measuring",
     "knee_guard",
     "bound_tables",
+    "POINT",
+    "DEFAULT_SLO_ATTAINMENT",
+    "check_level",
+    "admissible_at_level",
+    "level_tables",
 ]
 
 
@@ -260,3 +279,82 @@ def bound_tables(lo: Any, hi: Any) -> tuple[Any, Any]:
     cons = xp.stack([lo[..., 0], hi[..., 1], hi[..., 2], lo[..., 3]], axis=-1)
     opt = xp.stack([hi[..., 0], lo[..., 1], lo[..., 2], hi[..., 3]], axis=-1)
     return cons, opt
+
+
+# The SLO-attainment setting that keeps the metric rule (a cell's measured or
+# predicted value against its SLOs), and what a campaign gets when its file
+# names none: the metric rule, so that a campaign file written before the
+# attainment levels decides as it did. The level an operator means by "meets
+# its SLO" is nine windows in ten, `slo_attainment = 0.9` (docs/results.md,
+# "Window noise").
+POINT = SLO_ATTAINMENT_POINT
+DEFAULT_SLO_ATTAINMENT: float | str = POINT
+
+
+def check_level(value: Any, field: str) -> float | str:
+    """A valid SLO-attainment setting: ``"point"`` or a number strictly inside (0, 1).
+
+    Raises:
+        ValueError: one line naming ``field``.
+    """
+    if isinstance(value, str):
+        if value == POINT:
+            return POINT
+        raise ValueError(f"{field} must be a number in (0, 1) or \"point\", got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field} must be a number in (0, 1) or \"point\", got {value!r}")
+    q = float(value)
+    if not (math.isfinite(q) and 0.0 < q < 1.0):
+        raise ValueError(f"{field} must be in (0, 1) (or \"point\"), got {value!r}")
+    return q
+
+
+def admissible_at_level(attainment: Any, level: Any) -> Any:
+    """THE admissibility rule at an attainment level: ``attainment (..., n) ≥ level``
+    (``level`` a float or ``(n,)`` per cell, e.g. per-class overrides)."""
+    xp = namespace(attainment)
+    return attainment >= xp.asarray(level, dtype=attainment.dtype) - 1e-12
+
+
+def _as_admissible(table: Any, ok: Any, success_min: Any, ttft_max: Any, completion_max: Any) -> Any:
+    """``table (..., n, 4)`` rewritten so that :func:`meets_slo` reads ``ok (..., n)``."""
+    xp = namespace(table, ok)
+    thr = xp.where(ok, table[..., 0], 0.0)
+    ttft = xp.where(ok, xp.minimum(xp.where(xp.isnan(table[..., 1]), xp.inf, table[..., 1]), ttft_max), table[..., 1])
+    comp = xp.where(ok, xp.minimum(xp.where(xp.isnan(table[..., 2]), xp.inf, table[..., 2]), completion_max), table[..., 2])
+    succ = xp.where(ok, xp.maximum(table[..., 3], success_min), 0.0)
+    return xp.stack([thr, ttft, comp, succ], axis=-1)
+
+
+def level_tables(
+    cons: Any,
+    opt: Any,
+    attainment_lo: Any,
+    attainment_hi: Any,
+    level: Any,
+    success_min: Any,
+    ttft_max: Any,
+    completion_max: Any,
+) -> tuple[Any, Any]:
+    """Conservative and optimistic tables at an attainment level (rule 5).
+
+    Args:
+        cons, opt: ``(..., n_cells, 4)`` from :func:`bound_tables`.
+        attainment_lo, attainment_hi: ``(..., n_cells)`` credible bounds of
+            each cell's attainment (a posterior draw's own attainment for both
+            in the joint check).
+        level: the level ``q`` (float or ``(n_cells,)``).
+        success_min, ttft_max, completion_max: ``(n_cells,)`` each cell's
+            class limits (``+inf``: none named).
+
+    Returns:
+        ``(cons, opt)`` each ``(..., n_cells, 4)``: a cell admissible at the
+        level (:func:`admissible_at_level` of the lower bound, resp. the upper)
+        keeps its throughput, with tails capped at the limits and success
+        raised to its floor; any other cell has zero throughput and success.
+    """
+    lim = (success_min, ttft_max, completion_max)
+    return (
+        _as_admissible(cons, admissible_at_level(attainment_lo, level), *lim),
+        _as_admissible(opt, admissible_at_level(attainment_hi, level), *lim),
+    )

@@ -31,6 +31,13 @@ From the draws:
   cell's performance, not just this measurement of it, is within SLO);
 * ``p_infeasible`` = P(no allocation meets the critical floors).
 
+At an SLO-attainment level ``q`` (``attainment`` and ``levels`` given: the
+window-noise posterior's attainment draws ``(n_draws, n_cells)``), a cell is
+admissible on ``T_d`` when its attainment in draw ``d`` is ≥ q — the rule of
+:func:`fleetsieve_bayes.decision.intervals.level_tables`, with the draw's
+attainment as both bounds — so ``p_epsilon_optimal`` is P(ε-optimal at level
+q) and ``p_slo_met`` = P(every committed cell's attainment ≥ q).
+
 Rule (:func:`apply_joint_check`): certified-feasible additionally needs
 ``p_epsilon_optimal ≥ 1 − risk``; certified-infeasible needs
 ``p_infeasible ≥ 1 − risk``; otherwise the round is undecided.
@@ -57,6 +64,7 @@ from fleetsieve_bayes.decision.certificate import (
     UNDECIDED,
     Certificate,
 )
+from fleetsieve_bayes.decision.intervals import level_tables
 from fleetsieve_bayes.model.joint import sample_obs
 
 __all__ = [
@@ -180,8 +188,13 @@ def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Calla
     total = float(np.sum(problem.demand))
     n_cells = grid.n_cells
 
-    def run(key, latent, noise, observed, measured, cell, replicas, present: bool, epsilon: float):
+    def run(key, latent, noise, observed, measured, cell, replicas, present: bool, epsilon: float, attainment=None, levels=None):
         t, t_hidden = joint_tables(key, latent, noise, observed, measured)
+        if attainment is not None:
+            att = attainment.astype(t.dtype)
+            lim = (smin.astype(t.dtype)[cclass], tmax.astype(t.dtype)[cclass], cmax.astype(t.dtype)[cclass])
+            t, _ = level_tables(t, t, att, att, levels.astype(t.dtype), *lim)
+            t_hidden = t
         opt = solve(t)
         lam_ = lam.astype(t.dtype)
         args = (cclass, lam_, floor_req.astype(t.dtype), smin.astype(t.dtype), tmax.astype(t.dtype), cmax.astype(t.dtype))
@@ -217,6 +230,8 @@ def joint_check(
     *,
     seed: int = 0,
     kernel: _Kernel | None = None,
+    attainment: np.ndarray | None = None,
+    levels: np.ndarray | None = None,
 ) -> JointCheck:
     """Run the joint check of ``candidate`` (None or infeasible: the "no allocation" decision).
 
@@ -225,6 +240,9 @@ def joint_check(
         noise: ``(n_draws, 4)`` the draws' observation-noise scales.
         observed: ``(n_cells, 4)`` measured values (read where measured).
         measured: bool ``(n_cells,)``.
+        attainment: optional ``(n_draws, n_cells)`` attainment draws and
+            ``levels (n_cells,)`` each cell's level: check at those levels
+            (see the module docstring); None: the metric rule.
     """
     kernel = kernel or make_joint_check(grid, problem)
     present = candidate is not None and candidate.feasible
@@ -242,6 +260,7 @@ def joint_check(
         jnp.asarray(reps),
         bool(present),
         float(epsilon),
+        *(() if attainment is None else (jnp.asarray(attainment, jnp.asarray(latent).dtype), jnp.asarray(levels))),
     )
     ok, slo_ok, feas = (np.asarray(x, bool) for x in (ok, slo_ok, feas))
     return JointCheck(
@@ -256,9 +275,21 @@ def joint_check(
     )
 
 
-def apply_joint_check(cert: Certificate, check: JointCheck, risk: float = DEFAULT_RISK) -> Certificate:
+def apply_joint_check(
+    cert: Certificate, check: JointCheck, risk: float = DEFAULT_RISK, *, require_slo: bool = False
+) -> Certificate:
     """The certificate after the joint check: a certified state stands only if the
-    posterior backs it with probability ≥ ``1 − risk``; otherwise undecided (same gap)."""
+    posterior backs it with probability ≥ ``1 − risk``; otherwise undecided (same gap).
+    ``require_slo`` (an SLO-attainment level): certified-feasible also needs
+    ``p_slo_met`` ≥ ``1 − risk`` (every committed cell's attainment ≥ q)."""
+    if cert.status == CERTIFIED_FEASIBLE and require_slo and check.p_slo_met < 1.0 - risk:
+        return cert._replace(
+            status=UNDECIDED,
+            reason=(
+                f"joint check: P(SLO met) = {check.p_slo_met:.3f} < {1.0 - risk:.3f} "
+                f"(P(ε-optimal) = {check.p_epsilon_optimal:.3f})"
+            ),
+        )
     if cert.status == CERTIFIED_FEASIBLE and check.p_epsilon_optimal < 1.0 - risk:
         return cert._replace(
             status=UNDECIDED,

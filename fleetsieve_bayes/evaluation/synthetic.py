@@ -28,6 +28,15 @@ plausible serving curve, deliberately *not* the model's own parametric form
   and costs only the start-up attempt (:data:`OOM_DURATION_S`);
 - measurements carry multiplicative log-normal noise (tails ``σ``, throughput
   ``σ/3``, the failure rate ``1 − success`` ``σ``); failed cells are exact.
+- with ``window_noise`` (issue 29's suite) a measurement is one *window* drawn
+  around the truth with noise of the shape real repeats show
+  (:func:`window_noise_params`): tails scatter log-normally with an sd that is
+  small at light load and grows near and past the knee, success mostly sits
+  near its truth but with a small probability drops in a burst (an
+  exponential drop on the logit), throughput barely moves. ``windows`` rows
+  per cell (``replicate`` 0, 1, …) are drawn independently, and
+  ``true_attainment`` is the probability that one window meets the class's
+  SLOs (:func:`true_attainment`, exact under that noise).
 
 SLOs sit on a cell's true value rounded to 3 significant digits (for
 :func:`random_spec`'s ``slo_on_cell``), so some cells sit within 1 % of their
@@ -69,6 +78,9 @@ __all__ = [
     "TRUE_COLUMNS",
     "CLASS_NAMES",
     "OOM_DURATION_S",
+    "window_noise_params",
+    "true_attainment",
+    "window_draws",
 ]
 
 CLASS_NAMES: tuple[str, ...] = ("chat", "code", "rank", "batch")
@@ -116,6 +128,10 @@ class SyntheticSpec(NamedTuple):
         load_window: ``(lo, hi)`` of the per-TP load window relative to the
             replica capacity (``None``: 0.45–1.25, jittered per TP when
             ``slo_on_cell``).
+        window_noise: measurements are windows with issue 29's noise shape
+            (replaces ``noise``); the table gains ``replicate`` and
+            ``true_attainment`` columns.
+        windows: rows per cell (window noise only).
     """
 
     n_classes: int = 2
@@ -133,6 +149,8 @@ class SyntheticSpec(NamedTuple):
     partial_fail: tuple[bool, ...] = ()
     slo_on_cell: bool = False
     load_window: tuple[float, float] | None = None
+    window_noise: bool = False
+    windows: int = 1
 
 
 def round_sig(x: float, digits: int = 3) -> float:
@@ -373,20 +391,28 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
             offered = np.round(ladder[picks[t_i]], 4)
             per_tp.append((offered, _metrics(p, np.full(offered.shape, tp), offered, load_ref)))
         slo, ref, j0 = _class_slo(rng, spec, p, tps, caps, per_tp, oom_tp, load_ref)
-        class_rows = _class_rows(rng, spec, name, tps, picks, per_tp, oom_tp, partial, loop, closed_n)
+        wn = window_noise_params(rng) if spec.window_noise else None
+        class_rows = _class_rows(rng, spec, name, tps, picks, per_tp, oom_tp, partial, loop, closed_n, caps, wn)
         if spec.slo_on_cell:
             # The lightest candidate of the SLO's reference TP stays admissible as
             # measured too (noise may push it over a limit placed at its truth).
-            r0 = class_rows[sum(len(picks[t]) for t in range(ref)) + j0]
+            per_cell = max(int(spec.windows), 1) if spec.window_noise else 1
+            r0 = class_rows[(sum(len(picks[t]) for t in range(ref)) + j0) * per_cell]
             for key in ("ttft_p99_s", "completion_p99_s"):
                 if key in slo and r0[key] > slo[key]:
                     slo[key] = _ceil_sig(float(r0[key]))
+        if wn is not None:
+            for r in class_rows:
+                truth = np.array([[r[f"true_{m}"] for m in METRICS]])
+                r["true_attainment"] = float(true_attainment(truth, np.array([r["_rho"]]), wn, slo)[0])
+                del r["_rho"]
         rows.extend(class_rows)
         best.append(_best_admissible_per_gpu(class_rows, slo))
         workloads.append({"name": name, "slo": slo})
     _set_demands(rng, spec, workloads, best)
 
-    table = pd.DataFrame(rows, columns=[*COLUMNS, "calibration", "failure", *TRUE_COLUMNS])
+    extra = ["replicate", "true_attainment"] if spec.window_noise else []
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "calibration", "failure", *TRUE_COLUMNS, *extra])
     campaign = {
         "name": "synthetic",
         "fleet": {"gpus": int(spec.gpus)},
@@ -476,8 +502,12 @@ def _class_rows(
     partial: bool,
     loop: str,
     closed_n: list[int],
+    caps: np.ndarray | None = None,
+    window: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One class's table rows: failures applied to the truth, then measurement noise."""
+    """One class's table rows: failures applied to the truth, then measurement
+    noise (``window``: :func:`window_noise_params`, ``spec.windows`` rows per
+    cell, with the cell's utilisation from ``caps (n_tp,)``)."""
     class_rows: list[dict[str, Any]] = []
     for t_i, tp in enumerate(tps):
         idx = picks[t_i]
@@ -491,16 +521,23 @@ def _class_rows(
             duration[:] = OOM_DURATION_S
         elif partial and truth[-1, 0] < 0.9 * offered[-1]:
             truth[-1] = _failed_row()  # the most overloaded run died: zeros, unlabelled
-        z = rng.standard_normal(truth.shape)
-        s = spec.noise
-        noisy = truth.copy()
-        noisy[:, 0] = np.minimum(truth[:, 0] * np.exp(s / 3 * z[:, 0]), offered)
-        noisy[:, 1] = truth[:, 1] * np.exp(s * z[:, 1])
-        noisy[:, 2] = truth[:, 2] * np.exp(s * z[:, 2])
-        noisy[:, 3] = np.clip(1.0 - (1.0 - truth[:, 3]) * np.exp(s * z[:, 3]), 0.0, 1.0)
         dead = truth[:, 0] <= 0
-        noisy[dead] = truth[dead]
-        for j, k in enumerate(idx):
+        if window is not None:
+            rho = offered / float(caps[t_i])
+            draws = window_draws(rng, truth, offered, rho, window, max(int(spec.windows), 1))
+            draws[:, dead] = truth[dead]
+        else:
+            z = rng.standard_normal(truth.shape)
+            s = spec.noise
+            noisy = truth.copy()
+            noisy[:, 0] = np.minimum(truth[:, 0] * np.exp(s / 3 * z[:, 0]), offered)
+            noisy[:, 1] = truth[:, 1] * np.exp(s * z[:, 1])
+            noisy[:, 2] = truth[:, 2] * np.exp(s * z[:, 2])
+            noisy[:, 3] = np.clip(1.0 - (1.0 - truth[:, 3]) * np.exp(s * z[:, 3]), 0.0, 1.0)
+            noisy[dead] = truth[dead]
+            draws = noisy[None]
+        for (j, k), rep in ((jk, r) for jk in enumerate(idx) for r in range(draws.shape[0])):
+            noisy = draws[rep]
             label = f"N{closed_n[k]}" if loop == "closed" else f"C{int(k)}"
             row: dict[str, Any] = {
                 "workload": name,
@@ -515,8 +552,73 @@ def _class_rows(
             row["failure"] = failure[j]
             for m_i, m in enumerate(METRICS):
                 row[f"true_{m}"] = float(truth[j, m_i])
+            if window is not None:
+                row["replicate"] = rep
+                row["_rho"] = float(rho[j])
             class_rows.append(row)
     return class_rows
+
+
+def window_noise_params(rng: np.random.Generator) -> dict[str, float]:
+    """One class's true window noise (drawn around the published repeat spreads,
+    docs/results.md "Window noise"): tails' log-sd ``light`` at light load plus
+    ``knee`` near and past saturation (``s0 + s1·sigmoid((ρ − 0.85)/0.1)``),
+    success's ordinary logit scatter ``success_sd``, its burst probability
+    ``burst`` and mean logit drop ``drop``, throughput's log-sd ``throughput``."""
+    return {
+        "light": float(rng.uniform(0.02, 0.06)),
+        "knee": float(rng.uniform(0.08, 0.25)),
+        "success_sd": float(rng.uniform(0.15, 0.5)),
+        "burst": float(rng.uniform(0.01, 0.08)),
+        "drop": float(rng.uniform(0.8, 2.0)),
+        "throughput": 0.01,
+    }
+
+
+def _tail_sd(rho: np.ndarray, w: dict[str, float]) -> np.ndarray:
+    """Tails' window log-sd ``(n,)`` at utilisations ``rho (n,)``."""
+    return w["light"] + w["knee"] / (1.0 + np.exp(-(rho - 0.85) / 0.1))
+
+
+def window_draws(
+    rng: np.random.Generator, truth: np.ndarray, offered: np.ndarray, rho: np.ndarray, w: dict[str, float], n: int
+) -> np.ndarray:
+    """``n`` independent windows ``(n, n_cells, 4)`` of cells with true metrics
+    ``truth (n_cells, 4)``, offered rates and utilisations ``(n_cells,)``."""
+    shape = (n, *truth.shape[:1])
+    out = np.empty((n, *truth.shape))
+    out[..., 0] = np.minimum(truth[:, 0] * np.exp(w["throughput"] * rng.standard_normal(shape)), offered)
+    sd = _tail_sd(rho, w)
+    out[..., 1] = truth[:, 1] * np.exp(sd * rng.standard_normal(shape))
+    out[..., 2] = truth[:, 2] * np.exp(sd * rng.standard_normal(shape))
+    s = np.clip(truth[:, 3], 1e-6, 1 - 1e-6)
+    burst = rng.random(shape) < w["burst"]
+    logit = np.log(s / (1 - s)) + w["success_sd"] * rng.standard_normal(shape) - burst * rng.exponential(w["drop"], shape)
+    out[..., 3] = 1.0 / (1.0 + np.exp(-logit))
+    return out
+
+
+def true_attainment(truth: np.ndarray, rho: np.ndarray, w: dict[str, float], slo: dict[str, float]) -> np.ndarray:
+    """``(n_cells,)``: the probability that one window (:func:`window_draws`) of
+    cells ``truth (n_cells, 4)`` at utilisations ``rho`` meets ``slo`` (success,
+    TTFT p99, completion p99 together; the three are independent given the
+    cell). A failed cell (0 throughput) attains 0."""
+    from scipy.special import log_ndtr, ndtr
+
+    sd = _tail_sd(rho, w)
+    p = np.ones(truth.shape[0])
+    for k, key in ((1, "ttft_p99_s"), (2, "completion_p99_s")):
+        if key in slo:
+            with np.errstate(divide="ignore"):
+                p = p * ndtr((np.log(slo[key]) - np.log(np.maximum(truth[:, k], 1e-300))) / sd)
+    s = np.clip(truth[:, 3], 1e-6, 1 - 1e-6)
+    t = float(np.clip(slo["success_min"], 1e-6, 1 - 1e-6))
+    x = np.log(s / (1 - s)) - math.log(t / (1 - t))
+    sig, lam, pb = w["success_sd"], 1.0 / w["drop"], w["burst"]
+    core = ndtr(x / sig)
+    tail = np.exp(0.5 * (lam * sig) ** 2 - lam * x + log_ndtr(x / sig - lam * sig))
+    p_s = (1 - pb) * core + pb * np.clip(core - tail, 0.0, 1.0)
+    return np.where(truth[:, 0] > 0, p * p_s, 0.0)
 
 
 def _best_admissible_per_gpu(class_rows: list[dict[str, Any]], slo: dict[str, float]) -> float:

@@ -126,12 +126,15 @@ def fit_certifying(
     failed: np.ndarray | None = None,
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    row_cell: np.ndarray | None = None,
 ) -> CertifyingFit:
     """Fit the certifying posterior and check it against ``criteria``: a :class:`CertifyingFit`
     whose ``posterior.latent`` has ``chains × samples × (1 + extensions)`` draws.
 
     Args:
-        grid, observed, measured_mask, failed, server_failed: as :func:`fleetsieve_bayes.model.inference.fit`.
+        grid, observed, measured_mask, failed, server_failed, rows, row_cell: as
+            :func:`fleetsieve_bayes.model.inference.fit` (rows: the window-noise likelihood).
         card: prior card (object, name or path).
         preset: an NUTS preset (object, name or path); default ``certify``.
         seed: PRNG seed (the same seed gives the same posterior).
@@ -151,16 +154,14 @@ def fit_certifying(
     preset = preset if isinstance(preset, _inference.InferencePreset) else _inference.load_preset(preset)
     if preset.method != "nuts":
         raise ValueError(f"the certifying posterior needs a NUTS preset, got {preset.method!r}")
-    attempts = 0
+    attempts, restarted, ok = 0, 0, False
     fits: list[Any] = []
     seq = np.random.SeedSequence(seed)
     diag: dict[str, Any] = {}
     stats: dict[str, np.ndarray] = {}
-    ok = False
-    restarted = 0
     fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
-    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed)
-    same = {"failed": failed, "server_failed": server_failed}
+    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell)
+    same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     while True:
@@ -179,13 +180,9 @@ def fit_certifying(
                 preset = preset._replace(
                     target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)), warmup=2 * preset.warmup
                 )
-            fits = [
-                _inference.fit(
-                    grid, observed, measured_mask, card, preset, seed=sub, **same,
-                    # a divergent run re-adapts its mass matrix from scratch
-                    mass_from=None if attempts > 1 else mass_from,
-                )
-            ]
+            # a divergent run re-adapts its mass matrix from scratch
+            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same,
+                                   mass_from=None if attempts > 1 else mass_from)]
         else:
             # Sample more: every chain continues from its last state (adapted
             # step size and mass matrix kept, no new warm-up); draws are appended.

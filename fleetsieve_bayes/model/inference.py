@@ -96,10 +96,11 @@ _DERIVED = (
     "exponent",
     "tail_slope",
     "overload",
+    "window",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
-_SITES = ("class_z", "global", "noise_raw")
+_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z")
 
 
 class Posterior(NamedTuple):
@@ -110,7 +111,10 @@ class Posterior(NamedTuple):
     ``params`` dict of ``(n_draws, ...)`` sample-site draws (warm start);
     ``idata`` arviz.InferenceData (posterior, posterior_predictive,
     observed_data, sample_stats); ``state`` the sampler state to resume from
-    (None after a round trip through disk).
+    (None after a round trip through disk); ``window`` ``(n_draws, n_cells, 6)``
+    the window noise of each cell (:data:`fleetsieve_bayes.model.joint.WINDOW_COLUMNS`)
+    when the fit used the window-noise likelihood, else None; ``windows`` the
+    :class:`~fleetsieve_bayes.model.joint.WindowRows` it was fitted to.
     """
 
     latent: np.ndarray
@@ -118,6 +122,8 @@ class Posterior(NamedTuple):
     params: dict[str, np.ndarray]
     idata: Any
     state: Any = None
+    window: np.ndarray | None = None
+    windows: Any = None
 
 
 # --- fitting ---------------------------------------------------------------
@@ -212,6 +218,8 @@ def fit(
     failed: np.ndarray | None = None,
     mass_from: Posterior | None = None,
     server_failed: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    row_cell: np.ndarray | None = None,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -234,16 +242,24 @@ def fit(
         server_failed: optional bool ``(n_cells,)``: failed cells whose server
             never served (start-up failures; see
             :func:`fleetsieve_bayes.model.joint.load_failures`).
+        rows, row_cell: every measurement window ``(n_rows, 4)`` and its cell
+            ``(n_rows,)``: fit the window-noise likelihood (several windows
+            per cell; :func:`fleetsieve_bayes.model.joint.model_data`). None:
+            one value per cell (``observed``), the Student-t likelihood.
     """
     card, preset = _resolve(card, preset)
-    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed)
+    data = model_data(
+        grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell
+    )
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
     return _fit_nuts(data, card, preset, seed, warm_start, mass_from)
 
 
-def _shape_key(data: ModelData) -> tuple[int, int]:
-    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]))
+def _shape_key(data: ModelData) -> tuple[int, ...]:
+    if data.windows is None:
+        return (int(data.u.shape[0]), int(data.cap_ref.shape[0]))
+    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]))
 
 
 def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:
@@ -285,7 +301,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # None: NumPyro's identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
-                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]))
+                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None)
             if inverse_mass is not None and not preset.dense_mass:
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
@@ -579,7 +595,7 @@ def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard
     """Whether ``params`` (draws, chain-major) have this model's site shapes — a
     warm start saved by another version of the model (e.g. before a class-level
     parameter was added) starts cold instead of failing."""
-    want = init_unconstrained(jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]))
+    want = init_unconstrained(jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None)
     return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 
 
@@ -714,10 +730,13 @@ def assemble(
     )
     for group in ("posterior", "sample_stats"):  # from_dict does not place attrs on groups
         idata[group].attrs.update({"inference_method": method, "seed": seed})
+    window = samples.get("window")
     return Posterior(
         latent=latent_c.reshape(n_chains * n_draw, *latent_c.shape[2:]),
         noise=noise_c.reshape(n_chains * n_draw, 4),
         params=params,
         idata=idata,
         state=state,
+        window=None if window is None else window.reshape(n_chains * n_draw, *window.shape[2:]),
+        windows=data.windows,
     )

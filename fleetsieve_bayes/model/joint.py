@@ -81,6 +81,19 @@ from fleetsieve_bayes.model.scales import TINY as _TINY
 
 __all__ = [
     "ModelData",
+    "WindowRows",
+    "window_rows",
+    "window_scales",
+    "window_attainment",
+    "window_probabilities",
+    "WINDOW_COLUMNS",
+    "cell_offsets",
+    "success_offsets",
+    "offset_moments",
+    "offsets_from_moments",
+    "offset_normals",
+    "probabilities_given_offsets",
+    "ROW_BUCKET",
     "model_data",
     "fleet_model",
     "obs_logpdf",
@@ -172,6 +185,15 @@ _OVER_SHARPNESS = 40.0
 # with k = FAILURE_SHARPNESS: against deep overload, a failed run makes ρ = 1
 # half as likely, ρ = 0.8 a seventh, ρ = 0.5 e^-5.5 times.
 FAILURE_SHARPNESS = 8.0
+# Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
+ROW_BUCKET = 16
+# Gauss-Hermite nodes over a cell's success departure δ_s ~ N(0, a²) (adaptive:
+# centred on its posterior, see _success_node_loglik): the burst mixture of a
+# cell's windows has no closed form once δ_s is shared by them.
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(15)
+_GH_LOGW = np.log(_GH_WEIGHTS / math.sqrt(2 * math.pi))
+# ... two proposals of these nodes, each half the weight (_success_node_loglik).
+_GH2_LOGW = np.concatenate([_GH_LOGW, _GH_LOGW]) + math.log(0.5)
 
 
 class ModelData(NamedTuple):
@@ -192,6 +214,24 @@ class ModelData(NamedTuple):
     fit_mask: jnp.ndarray  # bool (n_cells, 4): metric enters the likelihood
     measured: jnp.ndarray  # bool (n_cells,)
     failed_under_load: jnp.ndarray  # bool (n_cells,): see :func:`load_failures`
+    # Every measurement window, several per cell (None: one value per cell, the
+    # Student-t likelihood of ``observed``; see :class:`WindowRows`).
+    windows: WindowRows | None = None
+
+
+class WindowRows(NamedTuple):
+    """The measurement windows of a campaign, indexed by cell (jnp arrays).
+
+    ``rows (n_rows, 4)`` natural units (1.0 where not usable), ``cell int32
+    (n_rows,)`` the cell of each row, ``mask bool (n_rows, 4)`` the metric
+    enters the likelihood (:func:`usable_mask` of the row; padding rows are all
+    False). ``n_rows`` is padded to a multiple of :data:`ROW_BUCKET` so a
+    campaign's program recompiles only every few repeats.
+    """
+
+    rows: jnp.ndarray
+    cell: jnp.ndarray
+    mask: jnp.ndarray
 
 
 def usable_mask(
@@ -228,6 +268,8 @@ def model_data(
     *,
     failed: np.ndarray | None = None,
     server_failed: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    row_cell: np.ndarray | None = None,
 ) -> ModelData:
     """Build the model's fixed-shape inputs.
 
@@ -241,6 +283,12 @@ def model_data(
         server_failed: optional bool ``(n_cells,)`` of failed cells whose
             server never served (start-up failures, the memory guard): not
             evidence of overload (:func:`load_failures`).
+        rows: optional ``(n_rows, 4)`` every measurement window (natural
+            units), with ``row_cell int (n_rows,)`` its cell: the window-noise
+            likelihood (:func:`fleet_model`) reads these instead of
+            ``observed``. A measured cell without a row (a failure inferred
+            for every load of its TP) adds nothing to the likelihood, as its
+            failed value would not.
     """
     n = grid.n_cells
     observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
@@ -273,6 +321,35 @@ def model_data(
         fit_mask=jnp.asarray(fit),
         measured=jnp.asarray(measured),
         failed_under_load=jnp.asarray(load_failures(grid, measured, fit, server_failed)),
+        windows=None if rows is None else window_rows(rows, row_cell, measured, failed),
+    )
+
+
+def window_rows(
+    rows: np.ndarray, row_cell: np.ndarray, measured: np.ndarray, failed: np.ndarray | None = None
+) -> WindowRows:
+    """:class:`WindowRows` of ``rows (n_rows, 4)`` at cells ``row_cell (n_rows,)``.
+
+    A row enters where its cell is measured and the row itself is usable
+    (:func:`usable_mask`: a failed window — 0 throughput or success, or a
+    ``failed`` cell — tells the continuous likelihood nothing).
+    """
+    rows = np.asarray(rows, np.float64).reshape(-1, 4)
+    cell = np.asarray(row_cell, np.int64).reshape(-1)
+    measured = np.asarray(measured, bool)
+    if cell.shape[0] != rows.shape[0]:
+        raise ValueError(f"row_cell has {cell.shape[0]} entries for {rows.shape[0]} rows")
+    if cell.size and (cell.min() < 0 or cell.max() >= measured.shape[0]):
+        raise ValueError("row_cell names a cell outside the grid")
+    f = None if failed is None else np.asarray(failed, bool)[cell]
+    mask = usable_mask(rows, measured[cell], f)
+    n_pad = -(-max(rows.shape[0], 1) // ROW_BUCKET) * ROW_BUCKET
+    pad = n_pad - rows.shape[0]
+    clean = np.concatenate([np.where(mask, rows, 1.0), np.ones((pad, 4))])
+    return WindowRows(
+        rows=jnp.asarray(clean),
+        cell=jnp.asarray(np.concatenate([cell, np.zeros(pad, np.int64)]), jnp.int32),
+        mask=jnp.asarray(np.concatenate([mask, np.zeros((pad, 4), bool)])),
     )
 
 
@@ -410,6 +487,276 @@ def overload_growth(log_rho: jnp.ndarray, overload: jnp.ndarray) -> jnp.ndarray:
     """
     excess = jax.nn.softplus(_OVER_SHARPNESS * jnp.expm1(jnp.minimum(log_rho, 30.0))) / _OVER_SHARPNESS
     return jnp.log1p(overload * excess[:, None])
+
+
+# --- window noise -------------------------------------------------------------
+# Columns of the window-noise sites: ``window_g (7,)`` family level (standard
+# normal, scaled by the card's [window] section) and ``window_z (n_classes, 6)``
+# class deviations (standard normal). See :func:`window_scales`.
+_WINDOW_G = (
+    "log_ttft_light",
+    "log_completion_light",
+    "log_ttft_knee",
+    "log_completion_knee",
+    "log_success_sd",
+    "logit_burst",
+    "log_burst_drop",
+)
+N_WINDOW_CLASS = 6  # the first six of _WINDOW_G deviate per class
+# Columns of the deterministic site ``window (n_cells, 6)``.
+WINDOW_COLUMNS = ("throughput_sd", "ttft_sd", "completion_sd", "success_sd", "burst_probability", "burst_drop")
+
+
+def window_scales(card: PriorCard, g: jnp.ndarray, z: jnp.ndarray, log_rho: jnp.ndarray, widx: jnp.ndarray) -> jnp.ndarray:
+    """Each cell's window noise from the window sites.
+
+    Args:
+        g: ``(7,)`` standard-normal family level (:data:`_WINDOW_G` order).
+        z: ``(n_classes, 6)`` standard-normal class deviations.
+        log_rho: ``(n_cells,)`` log utilisation of each cell.
+        widx: int ``(n_cells,)`` class of each cell.
+
+    Returns:
+        ``(n_cells, 6)`` (:data:`WINDOW_COLUMNS`): throughput's log-scale sd
+        (the card's, fixed); tail log-scale sds
+        ``s0 + s1 · sigmoid((ρ − ρ_k)/width)`` (TTFT, completion) — small at
+        light load, ``s0 + s1`` past the knee; success's logit sd outside
+        bursts; the burst probability ``π``; the mean logit drop of a burst.
+    """
+    c = card
+    light = jnp.log(jnp.array([c.window_tail_light_sd, c.window_tail_light_sd]))
+    knee = jnp.log(jnp.array([c.window_tail_knee_sd, c.window_tail_knee_sd]))
+    tsd, tcl = c.window_tail_log_sd, c.window_tail_class_sd
+    s0 = jnp.exp(light + tsd * g[0:2] + tcl * z[:, 0:2])  # (n_classes, 2)
+    s1 = jnp.exp(knee + tsd * g[2:4] + tcl * z[:, 2:4])
+    succ_sd = jnp.exp(math.log(c.window_success_sd) + c.window_success_log_sd * g[4] + tcl * z[:, 4])
+    p0 = c.window_burst_probability
+    burst = jax.nn.sigmoid(math.log(p0 / (1 - p0)) + c.window_burst_logit_sd * g[5] + c.window_burst_class_sd * z[:, 5])
+    drop = jnp.exp(math.log(c.window_burst_drop) + c.window_burst_drop_log_sd * g[6])
+    near = jax.nn.sigmoid((jnp.exp(jnp.minimum(log_rho, 10.0)) - c.window_knee_utilisation) / c.window_knee_width)
+    tails = s0[widx] + s1[widx] * near[:, None]
+    thr = jnp.full(widx.shape + (1,), c.window_throughput_sd, tails.dtype)
+    return jnp.concatenate(
+        [thr, tails, succ_sd[widx][:, None], burst[widx][:, None], jnp.broadcast_to(drop, widx.shape)[:, None]],
+        axis=-1,
+    )
+
+
+def _compound_loglik(d: jnp.ndarray, w: jnp.ndarray, cell: jnp.ndarray, n_cells: int, a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+    """Log density of every cell's windows under ``y = μ_c + δ_c + ε``, ``δ_c ~ N(0, a²)``
+    (the curve's discrepancy at the cell, shared by its windows) and ``ε ~ N(0, b_c²)``
+    (window noise), with ``δ`` integrated out (compound-symmetric normal).
+
+    Args:
+        d: ``(n_rows, k)`` residuals ``y − μ`` on the transformed scale.
+        w: ``(n_rows, k)`` 1 where a row's metric enters, else 0.
+        cell: int ``(n_rows,)``; a: ``(k,)``; b: ``(n_cells, k)``.
+
+    Returns:
+        ``()`` the summed log density.
+    """
+    n = jax.ops.segment_sum(w, cell, n_cells)
+    s1 = jax.ops.segment_sum(w * d, cell, n_cells)
+    s2 = jax.ops.segment_sum(w * d * d, cell, n_cells)
+    a2, b2 = a * a, b * b
+    tot = b2 + n * a2
+    # Sherman-Morrison: d'Σ⁻¹d = (Σd² − a² (Σd)² / (b² + n a²)) / b²,
+    # log det Σ = 2 (n − 1) log b + log(b² + n a²).
+    ll = (
+        -0.5 * n * math.log(2 * math.pi)
+        - (n - 1.0) * jnp.log(b)
+        - 0.5 * jnp.log(tot)
+        - 0.5 * (s2 - a2 * s1 * s1 / tot) / b2
+    )
+    return jnp.sum(jnp.where(n > 0, ll, 0.0))
+
+
+def _burst_logpdf(x: jnp.ndarray, sd: jnp.ndarray, p: jnp.ndarray, drop: jnp.ndarray) -> jnp.ndarray:
+    """Log density of a window's logit-success residual ``x``: ``N(0, sd²)`` with
+    probability ``1 − p``, else ``N(0, sd²) − D`` with ``D`` exponential of mean
+    ``drop`` (an exponentially modified normal). Elementwise, all ``(...)``."""
+    lam = 1.0 / drop
+    core = -0.5 * (x / sd) ** 2 - jnp.log(sd) - 0.5 * math.log(2 * math.pi)
+    # f(x) = λ exp(λ²sd²/2 + λx) Φ(−x/sd − λ sd)
+    burst = jnp.log(lam) + 0.5 * (lam * sd) ** 2 + lam * x + jax.scipy.special.log_ndtr(-x / sd - lam * sd)
+    return jnp.logaddexp(jnp.log1p(-p) + core, jnp.log(p) + burst)
+
+
+def _burst_sf(x: jnp.ndarray, sd: jnp.ndarray, p: jnp.ndarray, drop: jnp.ndarray) -> jnp.ndarray:
+    """``P(residual ≥ −x)``: the probability that a window's logit success is at
+    least ``truth − x`` under :func:`_burst_logpdf`'s mixture; ``(...)``."""
+    lam = 1.0 / drop
+    core = jax.scipy.special.ndtr(x / sd)
+    # P(D + sd·N ≤ x) = Φ(x/sd) − exp(λ²sd²/2 − λx) Φ(x/sd − λ sd)
+    tail = jnp.exp(0.5 * (lam * sd) ** 2 - lam * x + jax.scipy.special.log_ndtr(x / sd - lam * sd))
+    burst = jnp.clip(core - tail, 0.0, 1.0)
+    return (1.0 - p) * core + p * burst
+
+
+def offset_moments(
+    latent: jnp.ndarray, noise: jnp.ndarray, windows: WindowRows
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The sufficient statistics of each cell's windows for its departure ``δ``:
+    ``n (n_cells, 3)`` windows that enter per metric (throughput, TTFT,
+    completion) and ``s1 (n_draws, n_cells, 3)`` their summed log residuals
+    from the draw's curve. ``latent (n_draws, n_cells, 4)``; ``noise`` unused
+    (kept for a uniform signature)."""
+    del noise
+    n_cells = latent.shape[1]
+    y = jnp.log(jnp.maximum(windows.rows[:, :3], _TINY))  # (R, 3)
+    mu = jnp.log(jnp.maximum(latent[:, windows.cell, :3], _TINY))  # (D, R, 3)
+    w = windows.mask[:, :3].astype(latent.dtype)
+    onehot = (windows.cell[:, None] == jnp.arange(n_cells)[None, :]).astype(latent.dtype)  # (R, C)
+    n = jnp.einsum("rc,rk->ck", onehot, w)  # (C, 3)
+    s1 = jnp.einsum("rc,drk->dck", onehot, w * (y[None] - mu))  # (D, C, 3)
+    return n, s1
+
+
+def offsets_from_moments(
+    n: jnp.ndarray, s1: jnp.ndarray, a: jnp.ndarray, b: jnp.ndarray, z: jnp.ndarray
+) -> jnp.ndarray:
+    """``δ = m + sqrt(v)·z``: the conjugate posterior of :func:`_compound_loglik`'s
+    ``δ`` given ``n`` windows summing to ``s1`` (``m = a² s1 / (b² + n a²)``,
+    ``v = a² b² / (b² + n a²)``); all arguments broadcast (``a``: the curve's
+    discrepancy sd, ``b``: the window sd, ``z``: standard normals)."""
+    a2, b2 = a * a, b * b
+    tot = b2 + n * a2
+    return a2 * s1 / tot + jnp.sqrt(a2 * b2 / tot) * z
+
+
+def cell_offsets(
+    key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray, window: jnp.ndarray, windows: WindowRows
+) -> jnp.ndarray:
+    """Draws of each cell's departure ``δ`` from the curve (log throughput, log
+    TTFT, log completion), given its windows: the conjugate normal posterior of
+    :func:`_compound_loglik`'s ``δ_c`` per posterior draw (the prior ``N(0, a²)``
+    for a cell never measured), sampled with ``key`` (common random numbers:
+    deterministic for a key; the normals are :func:`offset_normals`).
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)`` (``a`` = its
+            first three columns); window: ``(n_draws, n_cells, 6)``.
+
+    Returns:
+        ``(n_draws, n_cells, 4)``: log throughput, log TTFT, log completion
+        (conjugate normal) and logit success (:func:`success_offsets`).
+    """
+    n, s1 = offset_moments(latent, noise, windows)
+    z = offset_normals(key, latent)
+    delta = offsets_from_moments(n[None], s1, noise[:, None, :3], window[..., 0:3], z)
+    return jnp.concatenate([delta, success_offsets(key, latent, noise, window, windows)[..., None]], axis=-1)
+
+
+def success_offsets(
+    key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray, window: jnp.ndarray, windows: WindowRows
+) -> jnp.ndarray:
+    """Draws ``(n_draws, n_cells)`` of each cell's logit-success departure ``δ_s``
+    from the curve given its windows: per posterior draw, one of the adaptive
+    Gauss-Hermite nodes of :func:`_success_node_loglik` (prior ``N(0, a²)``,
+    ``a = noise[:, 3]``) picked with probability ∝ its weight × its term, by a uniform
+    of ``key`` (common random numbers). A cell never measured gets a draw of
+    its prior ``a·z``."""
+    n_cells = latent.shape[1]
+    y = to_transformed(windows.rows)[:, 3]
+    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    ell = jnp.log(s) - jnp.log1p(-s)  # (D, C)
+    d = y[None, :] - ell[:, windows.cell]  # (D, R)
+    terms, nodes = _success_node_loglik(d, windows.mask[:, 3], windows.cell, n_cells, noise[:, 3], window)
+    cdf = jnp.cumsum(jax.nn.softmax(jnp.asarray(_GH2_LOGW) + terms, axis=-1), axis=-1)  # (D, C, 2K)
+    k_u, k_z = jax.random.split(jax.random.fold_in(key, 4))
+    u = jax.random.uniform(k_u, latent.shape[:2], latent.dtype)
+    node = jnp.minimum(jnp.sum(cdf < u[..., None], axis=-1), 2 * len(_GH_NODES) - 1)
+    seen = jnp.zeros(n_cells, bool).at[windows.cell].max(windows.mask[:, 3])
+    z = jax.random.normal(k_z, latent.shape[:2], latent.dtype)
+    a = noise[:, 3:4]
+    picked = jnp.take_along_axis(nodes, node[..., None], axis=-1)[..., 0]
+    return jnp.where(seen[None], picked, a * z)
+
+
+def offset_normals(key: jax.Array, latent: jnp.ndarray) -> jnp.ndarray:
+    """The standard normals ``(n_draws, n_cells, 3)`` of :func:`cell_offsets` for ``key``."""
+    return jax.random.normal(key, latent.shape[:2] + (3,), latent.dtype)
+
+
+def probabilities_given_offsets(
+    latent: jnp.ndarray,
+    delta: jnp.ndarray,
+    window: jnp.ndarray,
+    success_min: jnp.ndarray,
+    ttft_max: jnp.ndarray,
+    completion_max: jnp.ndarray,
+) -> jnp.ndarray:
+    """:func:`window_probabilities` for given departures ``delta (..., 4)``
+    (:func:`cell_offsets`' columns); ``latent (..., 4)``, ``window (..., 6)``,
+    limits broadcast against ``(...)``. Returns ``(..., 3)``: success, TTFT,
+    completion."""
+    log_tails = jnp.log(jnp.maximum(latent[..., 1:3], _TINY)) + delta[..., 1:3]
+    limits = jnp.stack(jnp.broadcast_arrays(ttft_max, completion_max), axis=-1)
+    z = (jnp.log(jnp.maximum(limits, _TINY)) - log_tails) / window[..., 1:3]
+    p_tails = jnp.where(jnp.isinf(limits), 1.0, jax.scipy.special.ndtr(z))
+    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    smin = jnp.clip(success_min, SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    x = jnp.log(s) - jnp.log1p(-s) + delta[..., 3] - (jnp.log(smin) - jnp.log1p(-smin))
+    p_succ = _burst_sf(x, window[..., 3], window[..., 4], window[..., 5])
+    p_succ = jnp.where(success_min <= 0.0, 1.0, p_succ)
+    batch = jnp.broadcast_shapes(latent.shape[:-1], delta.shape[:-1], window.shape[:-1])
+    p = jnp.concatenate(
+        [jnp.broadcast_to(p_succ, batch)[..., None], jnp.broadcast_to(p_tails, (*batch, 2))], axis=-1
+    )
+    return jnp.where((latent[..., 0] > 0)[..., None], p, 0.0)
+
+
+def window_probabilities(
+    key: jax.Array,
+    latent: jnp.ndarray,
+    noise: jnp.ndarray,
+    window: jnp.ndarray,
+    windows: WindowRows,
+    success_min: jnp.ndarray,
+    ttft_max: jnp.ndarray,
+    completion_max: jnp.ndarray,
+) -> jnp.ndarray:
+    """Per posterior draw, the probability that ONE measurement window of each
+    cell meets each of its class's SLOs: success ≥ ``success_min``, TTFT p99 ≤
+    ``ttft_max``, completion p99 ≤ ``completion_max``.
+
+    The cell's truth is the draw's curve plus its departure ``δ``
+    (:func:`cell_offsets`, given the cell's windows); a window scatters around
+    it by the draw's window noise (:func:`window_scales`): normal on log tails,
+    :func:`_burst_sf` on logit success. Analytic, vectorised, and
+    deterministic for ``key``.
+
+    Args:
+        latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
+        window: ``(n_draws, n_cells, 6)``; limits ``(n_cells,)`` each
+        (``+inf`` where the policy names no tail limit, success 0: none).
+
+    Returns:
+        ``(n_draws, n_cells, 3)``: success, TTFT, completion; 0 for all three
+        where the draw's throughput is 0.
+    """
+    delta = cell_offsets(key, latent, noise, window, windows)
+    return probabilities_given_offsets(latent, delta, window, success_min, ttft_max, completion_max)
+
+
+def window_attainment(
+    key: jax.Array,
+    latent: jnp.ndarray,
+    noise: jnp.ndarray,
+    window: jnp.ndarray,
+    windows: WindowRows,
+    success_min: jnp.ndarray,
+    ttft_max: jnp.ndarray,
+    completion_max: jnp.ndarray,
+) -> jnp.ndarray:
+    """SLO attainment of every cell per posterior draw ``(n_draws, n_cells)``:
+    the probability that one measurement window meets all its class's SLOs —
+    the product of :func:`window_probabilities` (same arguments). Window noise
+    is taken as independent between metrics given the cell: where a bad window
+    is bad on several metrics at once the true joint attainment is higher, so
+    the product errs low (the safe side)."""
+    p = window_probabilities(key, latent, noise, window, windows, success_min, ttft_max, completion_max)
+    return jnp.prod(p, axis=-1)
 
 
 def latent_metrics(
@@ -653,6 +1000,9 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     numpyro.deterministic("latent", latent)
     numpyro.deterministic("capacity", capacity)
     loc_y = to_transformed(latent)
+    if data.windows is not None:
+        _window_likelihood(data, c, loc_y, noise, log_rho, obs is not None)
+        return
     y_dist = dist.StudentT(jnp.asarray(NOISE_DFS), loc_y, noise)
     if obs is None:
         numpyro.sample("y", y_dist.to_event(2))
@@ -660,6 +1010,91 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         numpyro.sample(
             "y", y_dist.mask(data.fit_mask).to_event(2), obs=to_transformed(jnp.asarray(obs))
         )
+
+
+def _window_likelihood(
+    data: ModelData, card: PriorCard, loc_y: jnp.ndarray, noise: jnp.ndarray, log_rho: jnp.ndarray, condition: bool
+) -> None:
+    """The window-noise part of :func:`fleet_model` (``data.windows`` set).
+
+    Sites ``window_g (7,)`` and ``window_z (n_classes, 6)`` (standard normal,
+    :func:`window_scales`), deterministic ``window (n_cells, 6)``. Conditioned
+    (``condition``): throughput and the tails of a cell's windows are
+    compound-symmetric normal on the log scale (:func:`_compound_loglik`: the
+    curve's discrepancy ``noise`` shared by a cell's windows, the window noise
+    apart), success's logit per window the burst mixture
+    (:func:`_burst_logpdf`) around the curve. Otherwise ``y (n_cells, 4)``: one
+    window of every cell (transformed scale), discrepancy and window noise
+    normal, success's burst drawn.
+    """
+    n_classes = data.cap_ref.shape[0]
+    g = numpyro.sample("window_g", dist.Normal(jnp.zeros(len(_WINDOW_G)), 1.0).to_event(1))
+    z = numpyro.sample("window_z", dist.Normal(jnp.zeros((n_classes, N_WINDOW_CLASS)), 1.0).to_event(2))
+    window = numpyro.deterministic("window", window_scales(card, g, z, log_rho, data.widx))
+    if not condition:
+        sd = jnp.concatenate([jnp.sqrt(noise[:3] ** 2 + window[:, :3] ** 2), window[:, 3:4]], axis=-1)
+        numpyro.sample("y", dist.Normal(loc_y, sd).to_event(2))
+        return
+    wr = data.windows
+    n_cells = data.u.shape[0]
+    y = to_transformed(wr.rows)
+    d = y - loc_y[wr.cell]
+    w = wr.mask.astype(d.dtype)
+    ll = _compound_loglik(d[:, :3], w[:, :3], wr.cell, n_cells, noise[:3], window[:, :3])
+    ls, _ = _success_node_loglik(d[:, 3], wr.mask[:, 3], wr.cell, n_cells, noise[3], window)
+    seen = jnp.zeros(n_cells, bool).at[wr.cell].max(wr.mask[:, 3])
+    per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
+    numpyro.factor("windows", ll + jnp.sum(jnp.where(seen, per_cell, 0.0)))
+
+
+def _success_node_loglik(
+    d: jnp.ndarray, mask: jnp.ndarray, cell: jnp.ndarray, n_cells: int, a: jnp.ndarray, window: jnp.ndarray
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Adaptive Gauss-Hermite terms of each cell's success windows, integrated
+    over the cell's logit-success departure ``δ_s ~ N(0, a²)``.
+
+    Two sets of nodes, an equal mixture proposal: one on the posterior of
+    ``δ_s`` were every window a plain normal one (mean and 2× sd), one on that
+    of the cell's highest window alone — bursts only drop success, so the
+    highest window is the one least likely to be a burst. Together they cover
+    the posterior however narrow the window scatter and however many windows
+    burst. Each node carries prior / proposal, so
+    ``log p(windows of c) ≈ logsumexp_k(_GH2_LOGW[k] + terms[c, k])``.
+
+    Args:
+        d: ``(..., n_rows)`` logit-success residuals from the curve; ``mask
+            (n_rows,)``; ``cell`` int ``(n_rows,)``; ``a`` ``(...)`` the
+            discrepancy sd; ``window (..., n_cells, 6)``.
+
+    Returns:
+        ``(terms, nodes)`` each ``(..., n_cells, 2K)``.
+    """
+    x = jnp.asarray(_GH_NODES, d.dtype)
+    a = jnp.asarray(a)[..., None]  # (..., 1)
+    w = mask.astype(d.dtype)
+    onehot = (cell[:, None] == jnp.arange(n_cells)[None, :]).astype(d.dtype)  # (R, C)
+    n = onehot.T @ w  # (C,)
+    s1 = jnp.einsum("rc,...r->...c", onehot, w * d)  # (..., C)
+    top = jnp.max(jnp.where((onehot * w[:, None]) > 0, d[..., :, None], -jnp.inf), axis=-2)  # (..., C)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    sd = window[..., 3]  # (..., C)
+    a2, s2 = a * a, sd * sd
+    tot = s2 + n * a2
+    m1, t1 = a2 * s1 / tot, 2.0 * jnp.sqrt(a2 * s2 / tot)
+    m2, t2 = a2 * top / (s2 + a2), 2.0 * jnp.sqrt(a2 * s2 / (s2 + a2))
+    m = jnp.stack([m1, m2], axis=-1)[..., None]  # (..., C, 2, 1)
+    t = jnp.stack([t1, t2], axis=-1)[..., None]
+    nodes = (m + t * x).reshape(*m1.shape, 2 * x.shape[0])  # (..., C, 2K)
+    wc = window[..., cell, :]  # (..., R, 6)
+    shifted = d[..., :, None] - jnp.take(nodes, cell, axis=-2)  # (..., R, 2K)
+    lf = _burst_logpdf(shifted, wc[..., 3:4], wc[..., 4:5], wc[..., 5:6])
+    lf = jnp.where(mask[:, None], lf, 0.0)
+    data = jnp.einsum("rc,...rk->...ck", onehot, lf)
+    # prior N(0, a²) over the proposal ½N(m1, t1²) + ½N(m2, t2²), at the nodes
+    log_prior = -0.5 * (nodes / a[..., None]) ** 2 - jnp.log(a[..., None])
+    z = (nodes[..., None, :] - m) / t  # (..., C, 2, 2K)
+    log_prop = jax.nn.logsumexp(-0.5 * z * z - jnp.log(t), axis=-2) + math.log(0.5)
+    return data + log_prior - log_prop, nodes
 
 
 def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -687,7 +1122,9 @@ def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
     return loc, sd
 
 
-def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[str, jnp.ndarray]:
+def init_unconstrained(
+    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False
+) -> dict[str, jnp.ndarray]:
     """A random starting point for MCMC in NumPyro's unconstrained space.
 
     Near the prior's centre (``class_z`` uniform in ``(-1, 1)``, ``global``
@@ -698,7 +1135,9 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
 
     Returns:
         ``{"class_z": (n_classes, class_param_count(card)), "global": (6,), "noise_raw": (4,)}``
-        (13 columns, 14 with a per-class sharpness).
+        (13 columns, 14 with a per-class sharpness); with ``windows`` (the
+        window-noise likelihood) also ``window_g (7,)`` and ``window_z
+        (n_classes, 6)`` uniform in ``(-1, 1)``.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
@@ -707,8 +1146,13 @@ def init_unconstrained(key: jax.Array, card: PriorCard, n_classes: int) -> dict[
         jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
     )
     u = lambda k, shape: jax.random.uniform(k, shape, minval=-1.0, maxval=1.0)  # noqa: E731
-    return {
+    out = {
         "class_z": u(k1, (n_classes, class_param_count(c))),
         "global": g_loc + g_sd * u(k2, g_loc.shape),
         "noise_raw": n_scale + u(k3, (4,)),
     }
+    if windows:
+        k4, k5 = jax.random.split(jax.random.fold_in(key, 1))
+        out["window_g"] = u(k4, (len(_WINDOW_G),))
+        out["window_z"] = u(k5, (n_classes, N_WINDOW_CLASS))
+    return out

@@ -68,6 +68,19 @@ Fields (section.key — meaning):
 ``[noise]`` — half-normal scales of the per-metric Student-t noise on the
   transformed scale (log throughput, log ttft, log completion, logit success):
   ``throughput``, ``ttft``, ``completion``, ``success``.
+``[window]`` — the window noise: how one measurement window of a cell scatters
+  around the cell's truth (used when the campaign's ``slo_attainment`` is a
+  level, not ``"point"``; see :func:`fleetsieve_bayes.model.joint.window_scales`).
+  Tails (log scale): sd ``s0 + s1 · sigmoid((ρ − knee_utilisation) / knee_width)``
+  with ``s0`` log-normal around ``tail_light_sd`` and ``s1`` around
+  ``tail_knee_sd`` (sd ``tail_log_sd`` at the family level, ``tail_class_sd``
+  between classes), per tail metric. Success (logit scale): with probability
+  ``1 − π`` a normal scatter of sd around ``success_sd`` (``success_log_sd``);
+  with probability ``π`` (logit-normal around ``burst_probability``, sd
+  ``burst_logit_sd``, ``burst_class_sd`` between classes) a burst that drops the
+  logit by an exponential amount of mean around ``burst_drop``
+  (``burst_drop_log_sd``). Throughput: normal, sd ``throughput_sd`` (fixed).
+  ``knee_utilisation`` must lie in (0, 2).
 ``[feasibility]`` — which TPs can hold the model at all (not a hyperprior: the
   vLLM backend's memory guard reads it and skips an infeasible TP at zero
   GPU-seconds, recording the cell as infeasible). ``checked_tp`` — the TPs
@@ -146,6 +159,24 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "noise.ttft": 0.25,
     "noise.completion": 0.25,
     "noise.success": 0.8,
+    # Window noise (the scatter of one measurement window around its cell's
+    # truth; docs/results.md "Window noise"): tails' log-scale sd at light load
+    # and its extra near and past the knee, success's ordinary logit scatter and
+    # its bursts, throughput's tiny scatter.
+    "window.tail_light_sd": 0.04,
+    "window.tail_knee_sd": 0.15,
+    "window.tail_log_sd": 0.5,
+    "window.tail_class_sd": 0.3,
+    "window.knee_utilisation": 0.85,
+    "window.knee_width": 0.1,
+    "window.throughput_sd": 0.01,
+    "window.success_sd": 0.3,
+    "window.success_log_sd": 0.7,
+    "window.burst_probability": 0.05,
+    "window.burst_logit_sd": 1.0,
+    "window.burst_class_sd": 0.5,
+    "window.burst_drop": 1.5,
+    "window.burst_drop_log_sd": 0.5,
     "feasibility.checked_tp": None,
     "feasibility.infeasible_tp": None,
     "derivation.source": None,
@@ -256,6 +287,20 @@ class PriorCard:
     noise_ttft: float
     noise_completion: float
     noise_success: float
+    window_tail_light_sd: float
+    window_tail_knee_sd: float
+    window_tail_log_sd: float
+    window_tail_class_sd: float
+    window_knee_utilisation: float
+    window_knee_width: float
+    window_throughput_sd: float
+    window_success_sd: float
+    window_success_log_sd: float
+    window_burst_probability: float
+    window_burst_logit_sd: float
+    window_burst_class_sd: float
+    window_burst_drop: float
+    window_burst_drop_log_sd: float
     feasibility_checked_tp: tuple[int, ...] | None
     feasibility_infeasible_tp: tuple[int, ...] | None
     derivation_source: str | None
@@ -371,6 +416,10 @@ def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
         values["knee.position"] = 0.5
     if values["knee.position"] is not None and not 0.0 < values["knee.position"] < 1.0:
         raise InputError(f"{path}: 'knee.position' must be strictly between 0 and 1")
+    if not 0.0 < values["window.knee_utilisation"] < 2.0:
+        raise InputError(f"{path}: 'window.knee_utilisation' must be strictly between 0 and 2")
+    if not 0.0 < values["window.burst_probability"] < 1.0:
+        raise InputError(f"{path}: 'window.burst_probability' must be strictly between 0 and 1")
     cap_abs, cap_rel = values["capacity.per_gpu_at_knee"], values["capacity.relative_to_offered"]
     if cap_abs is not None and cap_rel is not None:
         raise InputError(

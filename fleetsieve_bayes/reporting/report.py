@@ -419,6 +419,11 @@ def build_report(
     parts.append('<div class="cards">' + "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in cards) + "</div>")
     if last is not None:
         parts.append(f"<p><b>Why:</b> {_esc(last.reason)}</p>")
+        from fleetsieve_bayes.decision.bounds import attainment_lines
+
+        lines = attainment_lines(last.joint)
+        if lines:
+            parts.append("<p><b>SLO attainment:</b> " + "<br>".join(_esc(x) for x in lines) + "</p>")
 
     for section in (_decision_html, _gap_html, _per_class_html, _measurements_html, _diagnostics_html):
         parts.extend(section(view, measurements, bounds, idata, figures))
