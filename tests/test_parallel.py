@@ -15,10 +15,10 @@ from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.executor import GpuPool
 from fleetsieve_bayes.campaign.makespan import in_flight_cells, profiling_wall_s
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.resources import data_dir
 
-REPO = Path(__file__).resolve().parent.parent
-GRID = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
-SHIPPED = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
+SHIPPED = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
+GRID = SHIPPED.parent / "grid.csv"
 
 
 def pooled_campaign(tmp: Path, extra: str = "pool_gpus = 16", name: str = "c.toml") -> Path:
