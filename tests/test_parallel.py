@@ -383,19 +383,26 @@ def test_simulated_executor_hands_back_cells_by_simulated_finish_ties_together()
 
 
 def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
-    import time
+    import threading
 
     from fleetsieve_bayes.campaign.executor import Job, local_executor
+
+    # Cells 0 and 1 each wait for the other at a barrier: one after another they
+    # could never both pass it (the barrier breaks after 60 s and the cells fail).
+    both = threading.Barrier(2, timeout=60.0)
+    release = threading.Event()
 
     def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
         if c == 9:
             raise RuntimeError("harness broke")
-        time.sleep(0.2 * (c + 1))
+        if c == 2:
+            release.wait(60.0)  # in flight until cancelled
+        else:
+            both.wait()
         return {"duration_s": 300.0}
 
     ex = local_executor(measure, simulated=False)
     try:
-        t0 = time.monotonic()
         for c in range(3):
             ex.submit(Job(c, 1, (c,), ex.now(), c))
         ex.submit(Job(9, 1, (9,), ex.now(), 3))
@@ -404,31 +411,44 @@ def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
         while len(got) + len(errors) < 3:
             for d in ex.wait_any():
                 (errors.append(d.error) if d.error else got.append(d.job.cell))
-        assert errors == ["RuntimeError: harness broke"] and got == [0, 1]
+        assert errors == ["RuntimeError: harness broke"] and sorted(got) == [0, 1]
         assert ex.cancel(2) >= 0.0
-        elapsed = time.monotonic() - t0
-        assert elapsed < 0.2 + 0.4 + 0.3  # side by side, not one after another (0.2 + 0.4 + 0.6)
+        assert ex.ready() == []  # a cancelled cell is never handed back
     finally:
+        release.set()
         ex.close()
 
 
 def test_ready_hands_back_finished_cells_without_waiting() -> None:
+    import threading
     import time
 
     from fleetsieve_bayes.campaign.executor import Job, local_executor
 
-    ex = local_executor(lambda c, slots: (time.sleep(0.1 if c == 0 else 1.5), {"duration_s": 1.0})[1], simulated=False)
+    release = threading.Event()
+
+    def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
+        if c == 1:
+            release.wait(60.0)  # still running while the test looks
+        return {"duration_s": 1.0}
+
+    ex = local_executor(measure, simulated=False)
     sim = local_executor(lambda c, slots: {"duration_s": 1.0}, simulated=True)
     try:
         ex.submit(Job(0, 1, (0,), 0.0, 0))
         ex.submit(Job(1, 1, (1,), 0.0, 1))
-        time.sleep(0.5)
-        t0 = time.monotonic()
-        assert [d.job.cell for d in ex.ready()] == [0]  # cell 1 still runs; no waiting for it
-        assert time.monotonic() - t0 < 0.5
+        got: list[int] = []
+        deadline = time.monotonic() + 60.0
+        while not got and time.monotonic() < deadline:
+            got = [d.job.cell for d in ex.ready()]  # cell 1 holds until released: never waited for
+            time.sleep(0.01)
+        assert got == [0]
         assert ex.ready() == []
+        release.set()
+        assert [d.job.cell for d in ex.wait_any()] == [1]
         sim.submit(Job(0, 1, (0,), 0.0, 0))
         assert sim.ready() == []  # the simulated clock moves only in wait_any
     finally:
+        release.set()
         ex.close()
         sim.close()
