@@ -113,6 +113,26 @@ def _servers(marker: str) -> dict[int, int]:
     return found
 
 
+def _tree(root: int) -> set[int]:
+    """Live descendants of ``root`` (servers, their workers, the watchdog)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text(errors="replace") if entry.isdigit() else ""
+        except OSError:
+            continue
+        if text:
+            children.setdefault(int(text[text.rfind(")") + 2:].split()[1]), []).append(int(entry))
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return {pid for pid in out if (st := _stat(pid)) is not None and st[0] != "Z"}
+
+
 def _in_sessions(sessions: set[int]) -> set[int]:
     """Live processes in any of ``sessions`` (a server and its workers share the server's session)."""
     left = set()
@@ -129,13 +149,21 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _assert_nothing_left(servers: dict[int, int], marker: str) -> None:
-    """Within 15 s of the kill, no server, worker or listening port of the killed run remains."""
+def _alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if (st := _stat(pid)) is not None and st[0] != "Z"}
+
+
+def _assert_nothing_left(servers: dict[int, int], marker: str, started: set[int]) -> None:
+    """Within 15 s of the kill, no server, worker, watchdog or listening port of the killed run remains.
+
+    ``started``: the killed process's descendants, taken just before the kill.
+    """
     deadline = time.monotonic() + 15.0
-    while time.monotonic() < deadline and (_servers(marker) or _in_sessions(set(servers))):
+    while time.monotonic() < deadline and (_servers(marker) or _in_sessions(set(servers)) or _alive(started)):
         time.sleep(0.1)
     assert _servers(marker) == {}
     assert _in_sessions(set(servers)) == set()
+    assert _alive(started) == set()
     assert not any(_port_open(port) for port in servers.values())
 
 
@@ -178,8 +206,10 @@ def test_a_killed_process_leaves_none_of_its_servers(tmp_path: Path) -> None:
         (pid,) = servers
         assert len(_in_sessions({pid})) >= 2  # the server and its worker, alive after the thread's exit
     finally:
+        started = _tree(proc.pid)
         _kill(proc)
-    _assert_nothing_left(servers, marker)
+    assert len(started) >= 3  # the server, its worker and the watchdog
+    _assert_nothing_left(servers, marker, started)
 
 
 # ----------------------------------------------------------------------------- a pooled replay campaign
@@ -287,8 +317,10 @@ def test_sigkill_of_a_vllm_run_mid_cell_leaves_no_server_and_resumes(
         servers = _wait(f"{n_measured} cell(s) measured and {n_servers} server(s) serving", serving, proc)
         assert all(len(_in_sessions({pid})) >= 2 for pid in servers)  # each server has its worker
     finally:
+        started = _tree(proc.pid)
         _kill(proc)
-    _assert_nothing_left(servers, marker)
+    assert set(servers) <= started
+    _assert_nothing_left(servers, marker, started)
     assert not (out / "result.json").exists()
     kept = (out / "journal.jsonl").read_bytes() if (out / "journal.jsonl").exists() else b""
     before = [r for r in _records(out) if r["type"] == "measurement"]
