@@ -139,3 +139,9 @@ def test_no_stray_fake_servers_left(tmp_path) -> None:
     assert wait_ready(h, 20.0).status == "ready"
     assert stop_server(h, grace_s=5.0) == set()
     assert h.pgid in _LAUNCHED and all(group_members(pgid) == set() for pgid in _LAUNCHED)
+
+
+def test_a_missing_executable_is_reported_before_anything_starts(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="no-such-server-xyz"):
+        start_server(["no-such-server-xyz", "--port", "1"], port=1, log_path=tmp_path / "l.log")
+    assert not (tmp_path / "l.log").exists()

@@ -212,6 +212,28 @@ def test_a_killed_process_leaves_none_of_its_servers(tmp_path: Path) -> None:
     _assert_nothing_left(servers, marker, started)
 
 
+def test_the_watchdog_kills_the_groups_still_registered_when_its_pipe_closes() -> None:
+    from fleetsieve_bayes.backends import lifeline
+
+    def sleeper() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+
+    kept, dropped = sleeper(), sleeper()
+    watchdog = subprocess.Popen([sys.executable, "-I", lifeline.__file__, "watch"], stdin=subprocess.PIPE)
+    try:
+        assert watchdog.stdin is not None
+        watchdog.stdin.write(b"+%d\n+%d\n-%d\n" % (kept.pid, dropped.pid, dropped.pid))
+        watchdog.stdin.close()  # as when the launcher dies
+        assert watchdog.wait(timeout=30) == 0
+        assert kept.wait(timeout=30) == -signal.SIGKILL
+        assert dropped.poll() is None  # unregistered (stopped by its owner): not the watchdog's
+    finally:
+        for p in (kept, dropped, watchdog):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 # ----------------------------------------------------------------------------- a pooled replay campaign
 
 
