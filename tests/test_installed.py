@@ -43,7 +43,7 @@ def test_cards_presets_and_architectures_are_package_data() -> None:
 @pytest.mark.installed
 def test_the_package_is_imported_from_the_installed_wheel() -> None:
     assert INSTALLED, "run by the wheel stage of .ci/run, which sets FLEETSIEVE_EXPECT_INSTALLED=1"
-    assert "site-packages" in PACKAGE.parts, PACKAGE
+    assert {"site-packages", "dist-packages"} & set(PACKAGE.parts), PACKAGE
     source = os.environ.get("FLEETSIEVE_SOURCE_DIR")
     if source:
         assert not PACKAGE.is_relative_to(Path(source).resolve()), PACKAGE
