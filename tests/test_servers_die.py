@@ -15,6 +15,7 @@ no cleanup code of the killed process runs:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -212,26 +213,46 @@ def test_a_killed_process_leaves_none_of_its_servers(tmp_path: Path) -> None:
     _assert_nothing_left(servers, marker, started)
 
 
-def test_the_watchdog_kills_the_groups_still_registered_when_its_pipe_closes() -> None:
+LAUNCHER = """
+import subprocess, sys, time
+agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print(agent.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_watchdog_kills_registered_groups_and_the_launchers_descendants() -> None:
     from fleetsieve_bayes.backends import lifeline
 
     def sleeper() -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
 
+    # A launcher with a descendant in a session of its own (as a local Ray's agents are),
+    # and two server groups registered with the watchdog, one of them stopped since.
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    agent = int(launcher.stdout.readline())
     kept, dropped = sleeper(), sleeper()
-    watchdog = subprocess.Popen([sys.executable, "-I", lifeline.__file__, "watch"], stdin=subprocess.PIPE)
+    watchdog = subprocess.Popen([sys.executable, "-I", lifeline.__file__, "watch", str(launcher.pid)],
+                                stdin=subprocess.PIPE)
     try:
         assert watchdog.stdin is not None
         watchdog.stdin.write(b"+%d\n+%d\n-%d\n" % (kept.pid, dropped.pid, dropped.pid))
-        watchdog.stdin.close()  # as when the launcher dies
+        watchdog.stdin.close()  # as when the launcher dies: the watchdog notes its tree, then reads the end
         assert watchdog.wait(timeout=30) == 0
         assert kept.wait(timeout=30) == -signal.SIGKILL
-        assert dropped.poll() is None  # unregistered (stopped by its owner): not the watchdog's
+        deadline = time.monotonic() + 30
+        while _alive({agent}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive({agent})
+        assert dropped.poll() is None  # unregistered (stopped by its owner), not the launcher's
     finally:
-        for p in (kept, dropped, watchdog):
+        for p in (kept, dropped, watchdog, launcher):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        with contextlib.suppress(OSError):
+            os.kill(agent, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- a pooled replay campaign
@@ -316,12 +337,19 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
 
 @pytest.mark.parametrize(
     ("pool", "n_servers", "n_measured"),
-    [("", 1, 1), ("pool_gpus = 4", 2, 0)],
-    ids=["one-at-a-time", "pooled"],
+    [
+        ("", 1, 1),
+        ("pool_gpus = 4", 2, 0),
+        # A local Ray started by the run (4 logical GPUs): its processes, the task
+        # workers and their servers all go with the run.
+        pytest.param('pool_gpus = 4\nexecutor = "ray"', 2, 0, marks=pytest.mark.slow),
+    ],
+    ids=["one-at-a-time", "pooled", "ray"],
 )
 def test_sigkill_of_a_vllm_run_mid_cell_leaves_no_server_and_resumes(
-    tmp_path: Path, jax_cache: str, pool: str, n_servers: int, n_measured: int
+    tmp_path: Path, jax_cache: str, pool: str, n_servers: int, n_measured: int, monkeypatch
 ) -> None:
+    monkeypatch.setenv("RAY_OVERRIDE_RESOURCES", '{"GPU": 4}')  # read by a Ray the run starts
     marker = f"die-{uuid.uuid4().hex[:10]}"
     campaign = _fake_vllm_campaign(tmp_path, marker, pool)
     out = tmp_path / "run"

@@ -8,14 +8,17 @@ Two guards, both armed by :func:`fleetsieve_bayes.backends.server.start_server`:
   command: same pid, same exit status, and the kernel kills it when the
   thread that started it dies. The launcher starts every server from one
   long-lived thread (its spawner) so that this is the process's death.
-- **A watchdog for the server's workers.** The signal reaches the server
-  alone; its workers (vLLM's tensor-parallel processes) would outlive it and
-  keep their GPUs. ``python lifeline.py watch`` is a small process, in a
-  session of its own, that reads ``+PGID`` / ``-PGID`` lines on its stdin (a
-  pipe from the launcher) for the process groups of the live servers. When
-  the pipe closes, i.e. when the launcher's process has exited or been killed,
-  it SIGKILLs every group still registered (and every process left in that
-  group's session) and exits.
+- **A watchdog for the server's workers and everything else.** The signal
+  reaches the server alone; its workers (vLLM's tensor-parallel processes)
+  would outlive it and keep their GPUs, and so would the processes of a
+  local Ray the campaign started. ``python lifeline.py watch PID`` is a small
+  process, in a session of its own, that reads ``+PGID`` / ``-PGID`` lines on
+  its stdin (a pipe from the launcher, process ``PID``) for the process
+  groups of the live servers, and notes the launcher's descendants every
+  second (pid and start time, so a reused pid is never mistaken for one).
+  When the pipe closes, i.e. when the launcher has exited or been killed, it
+  SIGKILLs every group still registered (and every process left in that
+  group's session) and every noted descendant still alive, and exits.
 
 This file is run as a script by path (``python -I``): it imports only the
 standard library, never the package.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
 
@@ -55,45 +59,97 @@ def exec_with_parent(parent: int, argv: list[str]) -> None:
         os._exit(127)
 
 
-def _session_of(pid: int) -> int | None:
+SCAN_S = 1.0  # how often the watchdog notes the launcher's descendants
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """``(ppid, session, start time)`` of a live (non-zombie) ``pid``, or None."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
         return None
-    return int(text[text.rfind(")") + 2:].split()[3])
+    rest = text[text.rfind(")") + 2:].split()
+    if rest[0] in ("Z", "X"):
+        return None
+    return int(rest[1]), int(rest[3]), int(rest[19])
 
 
-def kill_groups(groups: set[int]) -> None:
-    """SIGKILL each process group in ``groups`` and every process left in those sessions."""
+def _table() -> dict[int, tuple[int, int, int]]:
+    if not os.path.isdir("/proc"):
+        return {}
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            out[int(entry)] = st
+    return out
+
+
+def descendants(root: int, table: dict[int, tuple[int, int, int]]) -> dict[int, int]:
+    """``{pid: start time}`` of the descendants of ``root`` in ``table``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out[c] = table[c][2]
+                todo.append(c)
+    return out
+
+
+def kill_all(groups: set[int], noted: dict[int, int]) -> None:
+    """SIGKILL the process groups ``groups``, every process left in those sessions, and
+    every process of ``noted`` (``{pid: start time}``) that is still the one noted."""
     for pgid in groups:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
-    if not os.path.isdir("/proc"):
-        return
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid() and _session_of(int(entry)) in groups:
+    me = os.getpid()
+    for pid, (_, session, started) in _table().items():
+        if pid != me and (session in groups or (noted.get(pid) == started and not _is_watchdog(pid))):
             with contextlib.suppress(OSError):
-                os.kill(int(entry), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
-def watch(fd: int = 0) -> None:
-    """Track ``+PGID`` / ``-PGID`` lines on ``fd``; at end of input kill what is left."""
+def _is_watchdog(pid: int) -> bool:
+    """Whether ``pid`` is another watchdog (a descendant's, e.g. a Ray worker's): it is left
+    to do its own work, killing the groups registered with it, which this one may not know."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return any(a.endswith(b"lifeline.py") for a in argv) and b"watch" in argv
+
+
+def watch(launcher: int, fd: int = 0) -> None:
+    """Track ``+PGID`` / ``-PGID`` lines on ``fd`` and ``launcher``'s descendants; at end of input kill them."""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     groups: set[int] = set()
+    noted: dict[int, int] = {}
+    me = os.getpid()
 
     def on_term(signum: int, frame: object) -> None:
-        kill_groups(groups)  # stopped politely: clean up as if the launcher had gone
+        kill_all(groups, noted)  # stopped politely: clean up as if the launcher had gone
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     pending = b""
     while True:
+        table = _table()
+        if launcher in table:
+            # The live descendants now; those that died since are forgotten (their pids may be reused).
+            noted = {pid: t for pid, t in descendants(launcher, table).items() if pid != me}
         try:
-            chunk = os.read(fd, 4096)
+            ready, _, _ = select.select([fd], [], [], SCAN_S)
+            chunk = os.read(fd, 4096) if ready else None
         except OSError:
             break
+        if chunk is None:
+            continue
         if not chunk:
             break
         pending += chunk
@@ -105,16 +161,16 @@ def watch(fd: int = 0) -> None:
                     groups.add(pgid)
                 elif line[:1] == b"-":
                     groups.discard(pgid)
-    kill_groups(groups)
+    kill_all(groups, noted)
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["watch"]:
-        watch()
+    if len(argv) == 2 and argv[0] == "watch":
+        watch(int(argv[1]))
         return 0
     if len(argv) >= 4 and argv[0] == "exec" and argv[2] == "--":
         exec_with_parent(int(argv[1]), argv[3:])
-    print("usage: lifeline.py watch | lifeline.py exec PARENT_PID -- COMMAND...", file=sys.stderr)
+    print("usage: lifeline.py watch LAUNCHER_PID | lifeline.py exec PARENT_PID -- COMMAND...", file=sys.stderr)
     return 2
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "probe",
     "group_members",
     "log_tail",
+    "guard_descendants",
 ]
 
 DEFAULT_COMMAND: tuple[str, ...] = (
@@ -169,7 +170,7 @@ class _Lifeline:
         for _ in range(2):
             if self.watchdog is None or self.watchdog.poll() is not None:
                 self.watchdog = subprocess.Popen(
-                    [sys.executable, "-I", _LIFELINE_SCRIPT, "watch"],
+                    [sys.executable, "-I", _LIFELINE_SCRIPT, "watch", str(self.pid)],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     start_new_session=True,  # terminal signals to the campaign do not reach it
                 )
@@ -183,6 +184,12 @@ class _Lifeline:
             except (BrokenPipeError, OSError):
                 self.watchdog = None
 
+    def guard(self) -> None:
+        """Start the watchdog now (it also notes this process's other descendants)."""
+        with self.lock:
+            if self.watchdog is None or self.watchdog.poll() is not None:
+                self._send("")
+
     def watch(self, pgid: int) -> None:
         with self.lock:
             self.groups.add(pgid)
@@ -193,6 +200,16 @@ class _Lifeline:
             if pgid in self.groups:
                 self.groups.discard(pgid)
                 self._send(f"-{pgid}")
+
+
+def guard_descendants() -> None:
+    """Make every process this one starts from now on die with it, servers or not.
+
+    Starts this process's watchdog (:mod:`.lifeline`), which SIGKILLs the
+    descendants it has seen once this process is gone; for example the
+    processes of a local Ray that a campaign starts.
+    """
+    _lifeline().guard()
 
 
 _LIFELINES: dict[int, _Lifeline] = {}
