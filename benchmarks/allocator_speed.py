@@ -172,7 +172,6 @@ def bench_batch(
 def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     from fleetsieve_bayes.allocation.problem import (
         grid_from_table,
-        problem_from_campaign,
         values_from_table,
     )
     from fleetsieve_bayes.campaign.config import load_campaign
@@ -182,7 +181,32 @@ def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     campaign = load_campaign(data_dir("examples") / "h100_31b_fp8" / "campaign.toml")
     df = read_table(campaign.measurement.table)
     grid = grid_from_table(df, campaign.workload_names)
-    return grid, values_from_table(grid, df), problem_from_campaign(campaign)
+    return grid, values_from_table(grid, df), campaign.problem()
+
+
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown tables of a run's JSON ``res``: exact solves per size, then JAX batch throughput."""
+
+    def fmt(x: Any) -> str:
+        return "timeout" if x is None else f"{x * 1e3:.1f}"
+
+    lines = [
+        "| classes × cells/class × GPUs | MILP pruned ms | MILP full ms | JAX first call ms | JAX steady ms | status | min r | goodput | GPUs | agree |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["sizes"]:
+        agree = r["jax_agrees"] and r.get("unpruned_agrees") in (True, None)
+        lines.append(
+            f"| {r['classes']}×{r['cells_per_class']}×{r['gpus']} | {fmt(r['milp_s'])} | "
+            f"{fmt(r.get('milp_unpruned_s'))} | {fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | "
+            f"{r['status']} | {r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {r['gpus_used']} | {agree} |"
+        )
+    lines += ["", "| JAX batch | tables | first call s | steady s | tables/s |", "|---|---|---|---|---|"]
+    for b in res["batches"]:
+        lines.append(
+            f"| {b['size']} | {b['batch']} | {b['first_call_s']:.2f} | {b['steady_s']:.3f} | {b['tables_per_s']:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path(__file__).resolve().parent / "results" / "allocator_speed.json",
     )
+    p.add_argument("--publish", action="store_true", help="write benchmarks/published/allocator_speed.json, its docs/results.md section and MANIFEST.json")
     args = p.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
@@ -225,27 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
 
-    def fmt(x: Any) -> str:
-        return "timeout" if x is None else f"{x * 1e3:.1f}"
-
-    print(
-        "\n| classes × cells/class × GPUs | MILP pruned ms | MILP full ms | JAX first call ms | JAX steady ms | status | min r | goodput | GPUs | agree |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        agree = r["jax_agrees"] and r.get("unpruned_agrees") in (True, None)
-        print(
-            f"| {r['classes']}×{r['cells_per_class']}×{r['gpus']} | {fmt(r['milp_s'])} | "
-            f"{fmt(r.get('milp_unpruned_s'))} | {fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | "
-            f"{r['status']} | {r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {r['gpus_used']} | {agree} |"
-        )
-    print("\n| JAX batch | tables | first call s | steady s | tables/s |")
-    print("|---|---|---|---|---|")
-    for b in batches:
-        print(
-            f"| {b['size']} | {b['batch']} | {b['first_call_s']:.2f} | {b['steady_s']:.3f} | {b['tables_per_s']:.0f} |"
-        )
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "seed": args.seed,
@@ -253,8 +257,15 @@ def main(argv: list[str] | None = None) -> int:
         "backend": jax.default_backend(),
         "machine": platform.machine(),
     }
-    args.out.write_text(json.dumps({"meta": meta, "sizes": rows, "batches": batches}, indent=2))
+    res = {"meta": meta, "sizes": rows, "batches": batches}
+    md = published_table(res)
+    print("\n" + md)
+    args.out.write_text(json.dumps(res, indent=2))
     print(f"\nwrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("allocator_speed", res, md, command_line(__file__, argv))
     return 0
 
 

@@ -16,6 +16,7 @@ from fleetsieve_bayes.campaign.executor import GpuPool
 from fleetsieve_bayes.campaign.makespan import in_flight_cells, profiling_wall_s
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.settings import DecisionSettings
 
 SHIPPED = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
 GRID = SHIPPED.parent / "grid.csv"
@@ -51,14 +52,16 @@ def test_pool_keys_parse_and_default_to_one_cell_at_a_time(tmp_path: Path) -> No
     ],
 )
 def test_bad_pool_keys_are_one_line_errors(tmp_path: Path, extra: str, message: str) -> None:
-    with pytest.raises(InputError) as err:
-        load_campaign(pooled_campaign(tmp_path, extra))
+    from fleetsieve_bayes.backends import make_backend
+
+    with pytest.raises(InputError) as err:  # a misspelt key is the backend's: refused when it is built
+        make_backend(load_campaign(pooled_campaign(tmp_path, extra)), tmp_path)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
 def test_a_pool_smaller_than_the_largest_tp_is_refused(tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     with pytest.raises(InputError, match=r"pool_gpus: 4 GPUs cannot hold cell chat TP8@.*use at least 8"):
         run_campaign(load_campaign(pooled_campaign(tmp_path, "pool_gpus = 4")), tmp_path / "out")
@@ -198,13 +201,13 @@ def test_plan_batch_reserves_a_cell_that_does_not_fit_and_backfills() -> None:
 
 def test_believe_collapses_in_flight_cells_at_posterior_medians() -> None:
     from fleetsieve_bayes.allocation.milp import allocate_milp
-    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.allocation.problem import grid_from_table
     from fleetsieve_bayes.decision.batch import believe
     from fleetsieve_bayes.table import read_table
 
     camp = load_campaign(SHIPPED)
     grid = grid_from_table(read_table(GRID), camp.workload_names)
-    problem = problem_from_campaign(camp)
+    problem = camp.problem()
     rng = np.random.default_rng(0)
     latent = np.exp(rng.normal(0.0, 0.3, size=(200, grid.n_cells, 4)))
     latent[..., 3] = rng.uniform(0.9, 1.0, size=(200, grid.n_cells))
@@ -217,8 +220,7 @@ def test_believe_collapses_in_flight_cells_at_posterior_medians() -> None:
     measured = np.zeros(grid.n_cells, bool)
     observed = np.full((grid.n_cells, 4), np.nan)
     b = believe(
-        grid, problem, post, measured, observed, [3, 7],
-        credible_level=0.9, repeatability=0.0, epsilon=0.05,
+        grid, problem, post, measured, observed, [3, 7], DecisionSettings(credible_level=0.9, epsilon=0.05),
         allocate=lambda v: allocate_milp(grid, v, problem),
     )
     assert b.measured.sum() == 2 and b.measured[[3, 7]].all()
@@ -236,7 +238,7 @@ class Stop(Exception):
 
 @pytest.fixture(scope="module")
 def pooled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     tmp = tmp_path_factory.mktemp("pool16")
     out = tmp / "run"
@@ -260,7 +262,8 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_half_the_wall_clock_at_15
     # The simulated clock makes the pool deterministic at a fixed seed. One at a time the
     # same campaign measures 8 cells: 2,400 s and 10,800 GPU-s (test_campaign.py). A pool
     # starts cells on believed (not measured) values of the ones in flight, so it measures
-    # some that one at a time skips: 11 cells, 1,200 s (0.50x) and 15,600 GPU-s (1.44x).
+    # some that one at a time skips (docs/results.md, "Profiling several cells at once"):
+    # 11 cells, 1,200 s (0.50x) and 15,600 GPU-s (1.44x).
     assert r["profiling_wall_s"] == 1200.0
     assert r["gpu_seconds"] == 15600.0 and len(r["measured"]) == 11
     assert r["pool"] == {"pool_gpus": 16, "executor": "local", "clock": "simulated"}
@@ -288,7 +291,7 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_half_the_wall_clock_at_15
 
 @pytest.mark.slow  # the resume test below checks the same decisions too
 def test_same_seed_same_decisions(pooled_run: tuple[Path, dict], tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     _, first = pooled_run
     again = run_campaign(load_campaign(pooled_campaign(tmp_path)), tmp_path / "again").result
@@ -299,7 +302,7 @@ def test_same_seed_same_decisions(pooled_run: tuple[Path, dict], tmp_path: Path)
 def test_interrupted_with_cells_in_flight_resumes_to_the_same_decisions(
     pooled_run: tuple[Path, dict], tmp_path: Path
 ) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     _, first = pooled_run
     camp = load_campaign(pooled_campaign(tmp_path))

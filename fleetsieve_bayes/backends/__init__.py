@@ -3,48 +3,31 @@
 A backend is a :class:`Backend` — a NamedTuple of functions, not a class
 hierarchy. :data:`BACKENDS` is the registry: each name maps to a
 :class:`BackendSpec` whose ``validate`` checks that backend's own
-``[measurement]`` keys when the campaign file is loaded, and whose ``make``
-builds it. ``make_backend`` picks one by the campaign's
-``[measurement] backend`` name.
+``[measurement]`` keys, and whose ``make`` builds it. ``make_backend`` picks
+one by the campaign's ``[measurement] backend`` name and validates its keys
+before building it (a campaign file is also read where no backend is built).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 
-
-class Backend(NamedTuple):
-    """How a campaign obtains measurements.
-
-    Attributes:
-        grid: the candidate cells (fixed for the whole campaign).
-        measure: ``measure(cell_index) -> row`` measures one cell and returns a
-            table row: a dict with every column of
-            :data:`fleetsieve_bayes.table.COLUMNS` (and optionally
-            ``calibration``, ``seed``, ``failure``). A cell that failed (OOM at
-            start-up, server death, …) returns a row with ``failure`` set,
-            ``success_rate`` 0 and ``throughput_rps`` 0: a failure is an
-            observation. Raises ``MeasurementError`` only when the harness
-            itself broke.
-        close: releases whatever the backend holds (servers, GPUs).
-        expected_duration_s: ``(n_cells,)`` expected wall seconds of each cell,
-            for progress display.
-        preflight: ``preflight(cell_index) -> row | None``: a row to record at
-            zero GPU-seconds without measuring (e.g. a TP whose weights and KV
-            cache cannot fit on its GPUs), or None to measure for real.
-    """
-
-    grid: CellGrid
-    measure: Callable[[int], dict[str, Any]]
-    close: Callable[[], None]
-    expected_duration_s: Any
-    preflight: Callable[[int], dict[str, Any] | None]
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "BACKENDS",
+    "backend_spec",
+    "validate_backend",
+    "make_backend",
+    "ReplayBackend",
+    "VllmBackend",
+]
 
 
 class BackendSpec(NamedTuple):
@@ -105,5 +88,27 @@ def validate_backend(campaign: Campaign) -> None:
 
 
 def make_backend(campaign: Campaign, out_dir: Path) -> Backend:
-    """The backend named by ``campaign.measurement.backend``."""
-    return backend_spec(campaign).make(campaign, out_dir)
+    """The backend named by ``campaign.measurement.backend``, its ``[measurement]`` keys
+    validated first.
+
+    Raises:
+        InputError: an unknown backend, or a bad key of its own (one line naming the file and key).
+    """
+    spec = backend_spec(campaign)
+    spec.validate(campaign)
+    return spec.make(campaign, out_dir)
+
+
+def ReplayBackend(campaign: Campaign) -> Backend:  # noqa: N802 (reads as the object it builds)
+    """The replay backend of a campaign whose ``[measurement]`` names a ``table``: measuring
+    a cell returns its row of that table (``delay_s`` / ``time_scale`` slow it down)."""
+    spec = _replay_spec()
+    spec.validate(campaign)
+    return spec.make(campaign, Path("."))
+
+
+def VllmBackend(campaign: Campaign, out_dir: Path) -> Backend:  # noqa: N802
+    """The vLLM backend of a campaign (servers started per cell; logs under ``out_dir``)."""
+    spec = _vllm_spec()
+    spec.validate(campaign)
+    return spec.make(campaign, Path(out_dir))

@@ -6,6 +6,11 @@ Formats (detected from the content):
   ``benchmarks/benchmark_serving.py``): one cell per JSON object; a file
   written with ``--append-result`` holds several objects, one after another.
 - GuideLLM ``benchmarks.json``, current and 0.3 schemas: one cell per benchmark.
+- AIPerf ``profile_export_aiperf.json``, inference-perf ``stage_<i>_lifecycle_metrics.json``,
+  SGLang ``bench_serving`` JSONL and llm-d-benchmark reports (YAML): one module
+  each, ``ingest_aiperf``, ``ingest_inference_perf``, ``ingest_sglang`` and
+  ``ingest_llmd``, with its conversion table in its docstring; their rows are
+  built by the same :func:`_row` / :func:`_finish` as the formats here.
 
 Conversions (every unit converted to seconds / requests per second):
 
@@ -22,7 +27,10 @@ vLLM
   requests; the time the client was sending is estimated as ``duration −``
   the fastest successful request's end-to-end time (the drain lasts at least
   that long), and ``throughput_rps`` = ``completed`` / that time, capped at
-  ``offered_rps × success_rate``. ``offered_rps`` = ``request_rate`` for an
+  ``offered_rps × success_rate``. A file with no per-request times cannot
+  take the drain out; when every request of its open-loop run completed, the
+  server kept up, and ``throughput_rps`` = ``offered_rps`` (the row carries a
+  ``note`` saying so) rather than ``completed / duration``. ``offered_rps`` = ``request_rate`` for an
   open-loop run (a finite rate and no ``max_concurrency``). A closed-loop run
   (``request_rate`` ``"inf"``, or a ``max_concurrency`` cap) has no open-loop
   rate: its offered rate is the rate the client actually sent
@@ -59,9 +67,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.backends.failures import NO_SUCCESS
+from fleetsieve_bayes.backends.ingest_rows import (
+    finish_row,
+    ingest_row,
+    itl_sums,
+    json_number,
+    json_numbers,
+    optional_json_number,
+    p99_or_inf,
+    row_labels,
+)
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.table import THROUGHPUT_SLACK, WINDOW_EDGE_REQUESTS, max_throughput_rps
 
 __all__ = ["ingest_file", "rows_from_vllm_bench", "rows_from_guidellm", "read_json_objects"]
 
@@ -95,15 +111,38 @@ def read_json_objects(path: Path) -> list[Any]:
 
 
 def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None = None,
-                loads: Sequence[str] = ()) -> list[dict[str, Any]]:
+                loads: Sequence[str] = (), details: bool = False) -> list[dict[str, Any]]:
     """Rows of one result file (format detected from its content).
 
     Args:
         loads: load labels, one per cell of the file in order; empty to take
             them from metadata / the strategy / the request rate.
+        details: keep, besides the table columns, ``note`` (what a reader read
+            differently from the file's own numbers, and why) and ``lengths``
+            (the run's mean prompt and output tokens) where a reader sets them.
     """
+    rows = _ingest_file(Path(path), workload=workload, tp=tp, loads=loads)
+    if not details:
+        for r in rows:
+            r.pop("note", None)
+            r.pop("lengths", None)
+    return rows
+
+
+def _ingest_file(path: Path, *, workload: str | None, tp: int | None,
+                 loads: Sequence[str]) -> list[dict[str, Any]]:
     path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        from fleetsieve_bayes.backends.ingest_llmd import read_llmd_report, rows_from_llmd
+
+        if loads and len(loads) != 1:
+            raise InputError(f"{path}: one llm-d report is one cell but {len(loads)} load labels were given")
+        return rows_from_llmd(read_llmd_report(path), str(path), workload=workload, tp=tp,
+                              load=loads[0] if loads else None)
     objs = read_json_objects(path)
+    other = _other_format(path, objs, workload=workload, tp=tp, loads=loads)
+    if other is not None:
+        return other
     if len(objs) == 1 and isinstance(objs[0], dict) and "benchmarks" in objs[0]:
         return rows_from_guidellm(objs[0], str(path), workload=workload, tp=tp, loads=loads)
     if all(isinstance(o, dict) and "completed" in o and "duration" in o for o in objs):
@@ -114,116 +153,32 @@ def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None
                                  tp=tp, load=loads[k] if loads else None)
             for k, o in enumerate(objs)
         ]
-    raise InputError(f"{path}: not a vllm bench serve result (no 'completed'/'duration') "
-                     f"nor a GuideLLM benchmarks.json (no 'benchmarks' list)")
+    raise InputError(f"{path}: unknown result format: not a vllm bench serve result (no 'completed'/'duration'), "
+                     "a GuideLLM benchmarks.json, an AIPerf profile_export_aiperf.json, an inference-perf "
+                     "lifecycle report, an SGLang bench_serving JSONL or an llm-d report (.yaml)")
 
 
-# --- field readers: JSON numbers only, one line naming the field otherwise ------------------
+def _other_format(path: Path, objs: list[Any], *, workload: str | None, tp: int | None,
+                  loads: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Rows of an AIPerf, inference-perf or SGLang file (their modules), or None for another format."""
+    from fleetsieve_bayes.backends.ingest_aiperf import is_aiperf, rows_from_aiperf
+    from fleetsieve_bayes.backends.ingest_inference_perf import (
+        is_inference_perf,
+        rows_from_inference_perf,
+    )
+    from fleetsieve_bayes.backends.ingest_sglang import is_sglang, rows_from_sglang
 
-
-def _number(src: str, value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        what = "null" if value is None else f"{type(value).__name__} {value!r}"
-        raise InputError(f"{src}: field {field!r}: expected a number, got {what}")
-    x = float(value)
-    if math.isnan(x) or x < 0:
-        raise InputError(f"{src}: field {field!r}: expected a non-negative number, got {value!r}")
-    return x
-
-
-def _opt(src: str, data: dict[str, Any], key: str) -> float | None:
-    """A non-negative number, or None when the key is absent or null."""
-    v = data.get(key)
-    return None if v is None else _number(src, v, key)
-
-
-def _numbers(src: str, data: dict[str, Any], key: str) -> np.ndarray | None:
-    """A per-request list of numbers ``(n,)``, or None when absent."""
-    v = data.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise InputError(f"{src}: field {key!r}: expected a list of numbers, got {type(v).__name__}")
-    return np.array([_number(src, x, f"{key}[{i}]") for i, x in enumerate(v)], dtype=np.float64)
-
-
-def _itl_sums(src: str, data: dict[str, Any]) -> np.ndarray | None:
-    v = data.get("itls")
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise InputError(f"{src}: field 'itls': expected a list of lists, got {type(v).__name__}")
-    out = []
-    for i, x in enumerate(v):
-        if not isinstance(x, list):
-            raise InputError(f"{src}: field 'itls[{i}]': expected a list of numbers, got {type(x).__name__}")
-        out.append(sum(_number(src, y, f"itls[{i}]") for y in x))
-    return np.asarray(out, dtype=np.float64)
-
-
-def _tp(src: str, t: Any) -> int:
-    """A TP label: ``2``, ``2.0`` or ``"2.0"`` (``--metadata`` values are strings) → 2."""
-    try:
-        f = float(str(t).strip())
-    except ValueError:
-        raise InputError(f"{src}: tp label {t!r} is not an integer") from None
-    if not math.isfinite(f) or f != int(f):
-        raise InputError(f"{src}: tp label {t!r} is not an integer")
-    if f < 1:
-        raise InputError(f"{src}: tp label must be >= 1, got {t!r}")
-    return int(f)
-
-
-def _labels(src: str, meta: dict[str, Any], workload: str | None, tp: int | None,
-            load: str | None) -> tuple[str, int, str]:
-    w = workload if workload is not None else meta.get("workload")
-    t = tp if tp is not None else meta.get("tp", meta.get("tensor_parallel_size"))
-    ld = load if load is not None else meta.get("load")
-    for name, v in (("workload", w), ("tp", t), ("load", ld)):
-        if v is None or str(v).strip() == "":
-            raise InputError(f"{src}: no {name} label (give --{name} or put {name}=… in the result's metadata)")
-    return str(w), _tp(src, t), str(ld)
-
-
-def _p99(x: np.ndarray) -> float:
-    return float(np.percentile(x, 99)) if x.size else math.inf
-
-
-def _check_row(src: str, row: dict[str, Any]) -> dict[str, Any]:
-    """Refuse a row no measurement can produce (rather than write it)."""
-    s, thr, off = row["success_rate"], row["throughput_rps"], row["offered_rps"]
-    if not 0.0 <= s <= 1.0:
-        raise InputError(f"{src}: success rate {s:g} outside [0, 1] (more completed than sent?)")
-    if not (off > 0 and math.isfinite(off)):
-        raise InputError(f"{src}: offered rate {off:g} req/s is not a positive number")
-    if thr > max_throughput_rps(off, float(row["duration_s"])):
-        raise InputError(f"{src}: throughput {thr:.4g} req/s exceeds the offered {off:.4g} req/s "
-                         f"by more than {100 * (THROUGHPUT_SLACK - 1):.0f} % (+{WINDOW_EDGE_REQUESTS} "
-                         "requests over the run)")
-    return row
-
-
-def _row(labels: tuple[str, int, str], offered: float, throughput: float, ttft_s: float, comp_s: float,
-         success: float, duration: float) -> dict[str, Any]:
-    """A measurement-table row of an ingested result (every source's row has this one shape)."""
-    w, t, ld = labels
-    return {
-        "workload": w, "tp": t, "load": ld,
-        "offered_rps": offered,
-        "throughput_rps": throughput,
-        "ttft_p99_s": ttft_s,
-        "completion_p99_s": comp_s,
-        "success_rate": success,
-        "duration_s": duration,
-        "failure": "",
-    }
-
-
-def _finish(src: str, row: dict[str, Any], n_ok: float) -> dict[str, Any]:
-    if n_ok <= 0:
-        row.update(throughput_rps=0.0, ttft_p99_s=math.inf, completion_p99_s=math.inf, success_rate=0.0,
-                   failure=NO_SUCCESS)
-    return _check_row(src, row)
+    for test, reader in ((is_aiperf, rows_from_aiperf), (is_inference_perf, rows_from_inference_perf),
+                         (is_sglang, rows_from_sglang)):
+        if objs and all(test(o) for o in objs):
+            if loads and len(loads) != len(objs):
+                raise InputError(f"{path}: {len(objs)} result(s) in the file but {len(loads)} load labels")
+            rows: list[dict[str, Any]] = []
+            for k, o in enumerate(objs):
+                src = str(path) if len(objs) == 1 else f"{path}: line {k + 1}"
+                rows.extend(reader(o, src, workload=workload, tp=tp, load=loads[k] if loads else None))
+            return rows
+    return None
 
 
 # --- vLLM ----------------------------------------------------------------------------------
@@ -248,10 +203,10 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
     if data.get("ramp_up_strategy") is not None:
         raise InputError(f"{src}: a ramp-up run (ramp_up_strategy={data['ramp_up_strategy']!r}) has no single "
                          f"offered rate; measure each rate separately")
-    duration = _number(src, data.get("duration"), "duration")
+    duration = json_number(src, data.get("duration"), "duration")
     if duration <= 0:
         raise InputError(f"{src}: field 'duration': must be positive, got {duration:g}")
-    completed = _number(src, data.get("completed"), "completed")
+    completed = json_number(src, data.get("completed"), "completed")
     n_sent, errors = _vllm_sent(src, data, completed)
     success = completed / n_sent
     req = _vllm_requests(src, data, errors)
@@ -272,15 +227,39 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
 
     meta = dict(data)
     meta.setdefault("load", default_load)
-    labels = _labels(src, meta, workload, tp, load)
-    row = _row(labels, offered, min(completed / sending, offered * success), ttft_s, comp_s, success, duration)
-    return _finish(src, row, completed)
+    labels = row_labels(src, meta, workload, tp, load)
+    throughput = min(completed / sending, offered * success)
+    open_loop = _is_open_loop(data)
+    note = ""
+    if open_loop and e2e is None and starts is None and completed >= n_sent:
+        # No per-request times: the drain after the last arrival cannot be taken out of
+        # `duration`, and completed / duration reads it as lost throughput. Every request of
+        # an open-loop run completed, so the server kept up with the offered rate.
+        throughput = offered
+        note = (f"{src}: no per-request times; every one of {completed:g} requests of the open-loop run "
+                f"completed, so throughput = the offered {offered:g} req/s (completed / duration, "
+                f"{completed / duration:.4g} req/s, counts the drain)")
+    row = ingest_row(labels, offered, throughput, ttft_s, comp_s, success, duration)
+    out = finish_row(src, row, completed)
+    if completed > 0 and data.get("total_input_tokens") and data.get("total_output_tokens"):
+        from fleetsieve_bayes.backends.ingest_common import with_lengths
+
+        with_lengths(out, data["total_input_tokens"] / completed, data["total_output_tokens"] / completed)
+    if note:
+        out["note"] = note
+    return out
+
+
+def _is_open_loop(data: dict[str, Any]) -> bool:
+    rate = data.get("request_rate")
+    finite = isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
+    return finite and data.get("max_concurrency") is None
 
 
 def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float, list[Any] | None]:
     """``(requests sent, per-request errors)``: sent is completed + failed, else one per
     error entry (an empty error is a success), else the prompts."""
-    failed = _opt(src, data, "failed")
+    failed = optional_json_number(src, data, "failed")
     errors = data.get("errors")
     if errors is not None and not isinstance(errors, list):
         raise InputError(f"{src}: field 'errors': expected a list, got {type(errors).__name__}")
@@ -289,7 +268,7 @@ def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float,
     elif errors is not None:
         n_sent = float(len(errors))
     else:
-        n_sent = _opt(src, data, "num_prompts") or completed
+        n_sent = optional_json_number(src, data, "num_prompts") or completed
     if n_sent <= 0:
         raise InputError(f"{src}: no requests (completed + failed is 0)")
     return n_sent, errors
@@ -297,10 +276,10 @@ def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float,
 
 def _vllm_requests(src: str, data: dict[str, Any], errors: list[Any] | None) -> _VllmRequests:
     """The per-request arrays, all of one length, and which requests succeeded."""
-    ttfts = _numbers(src, data, "ttfts")
-    lats = _numbers(src, data, "latencies")
-    itl_sum = _itl_sums(src, data)
-    starts = _numbers(src, data, "start_times")
+    ttfts = json_numbers(src, data, "ttfts")
+    lats = json_numbers(src, data, "latencies")
+    itl_sum = itl_sums(src, data)
+    starts = json_numbers(src, data, "start_times")
     n_req = next((len(a) for a in (ttfts, lats, itl_sum, starts) if a is not None), None)
     for name, arr in (("ttfts", ttfts), ("latencies", lats), ("itls", itl_sum), ("start_times", starts)):
         if arr is not None and len(arr) != n_req:
@@ -320,11 +299,11 @@ def _vllm_requests(src: str, data: dict[str, Any], errors: list[Any] | None) -> 
 
 def _vllm_ttft(src: str, data: dict[str, Any], req: _VllmRequests, completed: float) -> float:
     """p99 TTFT in seconds: the file's own p99, else from the successful requests' TTFTs."""
-    p99_ttft = _opt(src, data, "p99_ttft_ms")
+    p99_ttft = optional_json_number(src, data, "p99_ttft_ms")
     if p99_ttft is not None:
         return p99_ttft / 1000.0
     if req.ttfts is not None:
-        return _p99(req.successful(req.ttfts))
+        return p99_or_inf(req.successful(req.ttfts))
     if completed > 0:
         raise InputError(f"{src}: missing field 'p99_ttft_ms' (and no per-request 'ttfts'); run vllm bench serve "
                          f"with --percentile-metrics including ttft")
@@ -333,14 +312,14 @@ def _vllm_ttft(src: str, data: dict[str, Any], req: _VllmRequests, completed: fl
 
 def _vllm_completion(src: str, data: dict[str, Any], e2e: np.ndarray | None) -> float:
     """p99 end-to-end seconds: the file's p99 (e2el, else latency), else from ``e2e``; NaN when unobserved."""
-    p99_e2el = _opt(src, data, "p99_e2el_ms")
-    p99_latency = _opt(src, data, "p99_latency_ms")
+    p99_e2el = optional_json_number(src, data, "p99_e2el_ms")
+    p99_latency = optional_json_number(src, data, "p99_latency_ms")
     if p99_e2el is not None:
         return p99_e2el / 1000.0
     if p99_latency is not None:
         return p99_latency / 1000.0
     if e2e is not None:
-        return _p99(e2e)
+        return p99_or_inf(e2e)
     return math.nan  # unobserved: this file has no completion timing
 
 
@@ -350,10 +329,10 @@ def _vllm_offered(src: str, data: dict[str, Any], achieved: float) -> tuple[floa
     if rate_raw is None or (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity")):
         rate = math.inf
     else:
-        rate = _number(src, rate_raw, "request_rate")
+        rate = json_number(src, rate_raw, "request_rate")
     conc = data.get("max_concurrency")
     if conc is not None:
-        conc = _number(src, conc, "max_concurrency")
+        conc = json_number(src, conc, "max_concurrency")
     if math.isfinite(rate) and rate > 0 and conc is None:
         offered = rate  # open loop
     elif math.isfinite(rate) and rate > 0:
@@ -384,7 +363,7 @@ def _count(src: str, totals: dict[str, Any], key: str) -> float:
     v = totals.get(key, 0)
     if isinstance(v, dict):  # some writers nest {"count": n}
         v = v.get("count")
-    return _number(src, v, f"request_totals.{key}")
+    return json_number(src, v, f"request_totals.{key}")
 
 
 def _strategy(b: dict[str, Any]) -> dict[str, Any]:
@@ -397,7 +376,7 @@ def _strategy(b: dict[str, Any]) -> dict[str, Any]:
 def _guidellm_p99(where: str, metrics: dict[str, Any], key: str) -> float:
     """``metrics.<key>.successful.percentiles.p99`` as a number (null or a string: one line)."""
     v = _get(where, metrics, key, "successful", "percentiles", "p99")
-    return _number(where, v, f"metrics.{key}.successful.percentiles.p99")
+    return json_number(where, v, f"metrics.{key}.successful.percentiles.p99")
 
 
 def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None = None,
@@ -430,10 +409,10 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
 
         duration = b.get("duration")
         if duration is None and "start_time" in b and "end_time" in b:
-            duration = _number(where, b["end_time"], "end_time") - _number(where, b["start_time"], "start_time")
+            duration = json_number(where, b["end_time"], "end_time") - json_number(where, b["start_time"], "start_time")
         if duration is None:
             raise InputError(f"{where}: missing field 'duration'")
-        duration = _number(where, duration, "duration")
+        duration = json_number(where, duration, "duration")
         if duration <= 0:
             raise InputError(f"{where}: field 'duration': must be positive, got {duration:g}")
 
@@ -457,7 +436,7 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
             num = rate if open_loop else strat.get("streams", strat.get("max_concurrency"))
             label = f"{kind or 'bench'}@{num:g}" if isinstance(num, (int, float)) and not isinstance(num, bool) \
                 else (kind or f"bench{i}")
-        labels = _labels(where, {}, workload, tp, label)
-        row = _row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
-        rows.append(_finish(where, row, ok))
+        labels = row_labels(where, {}, workload, tp, label)
+        row = ingest_row(labels, offered, min(ok / duration, offered * success), ttft_s, comp_s, success, duration)
+        rows.append(finish_row(where, row, ok))
     return rows

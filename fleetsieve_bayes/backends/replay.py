@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from fleetsieve_bayes.allocation.problem import grid_from_table
-from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table

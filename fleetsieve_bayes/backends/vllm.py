@@ -80,7 +80,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
-from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.failures import (
     MEMORY_GUARD,

@@ -9,20 +9,24 @@ and adds only optional keys. Every problem is reported as one
 
 from __future__ import annotations
 
-import difflib
-import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.decision.intervals import (
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import (
     KNEE_GUARD,
     MODEL_MARGIN,
     SUCCESS_MARGIN,
+    DecisionSettings,
     IntervalRules,
 )
-from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.validation import Validator
 
 __all__ = [
     "SLO",
@@ -140,9 +144,38 @@ class Campaign:
     risk: float = 0.05
 
     @property
+    def settings(self) -> DecisionSettings:
+        """The decision's settings of this file as one value (:class:`DecisionSettings`)."""
+        return DecisionSettings.from_campaign(self)
+
+    @property
     def interval_rules(self) -> IntervalRules:
         """The interval rules of ``[model]`` as one value (:class:`IntervalRules`)."""
         return IntervalRules(self.tail_margin, self.success_margin, self.knee_guard)
+
+    def problem(self, *, demand_scale: float = 1.0) -> AllocationProblem:
+        """The allocation problem: arrays of the classes, demand multiplied by ``demand_scale``.
+
+        Raises:
+            InputError: a (scaled) demand outside the range the allocators resolve
+                (:data:`fleetsieve_bayes.allocation.problem.DEMAND_RANGE`).
+        """
+        ws = self.workloads
+        inf = np.inf
+        demand = np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64)
+        where = str(self.path) + ("" if demand_scale == 1.0 else f" (demand × {demand_scale:g})")
+        check_demand(demand, self.workload_names, source=where)
+        return AllocationProblem(
+            demand=demand,
+            critical=np.array([w.critical for w in ws], dtype=bool),
+            floor=np.array([w.floor for w in ws], dtype=np.float64),
+            success_min=np.array([w.slo.success_min for w in ws], dtype=np.float64),
+            ttft_max=np.array([inf if w.slo.ttft_p99_s is None else w.slo.ttft_p99_s for w in ws]),
+            completion_max=np.array(
+                [inf if w.slo.completion_p99_s is None else w.slo.completion_p99_s for w in ws]
+            ),
+            gpus=int(self.gpus),
+        )
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -170,68 +203,6 @@ _POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
 EXECUTORS = ("local", "ray")
 
 
-class _Ctx:
-    """Formats one-line errors naming the file and the field."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, message: str) -> InputError:
-        return InputError(f"{self.path}: {where}: {message}")
-
-    def check_keys(self, where: str, table: dict[str, Any], allowed: set[str]) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, sorted(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise self.fail(
-                    where, f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}"
-                )
-
-    def table(self, where: str, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected a table, got {type(value).__name__}")
-        return value
-
-    def string(self, where: str, value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def number(
-        self,
-        where: str,
-        value: Any,
-        *,
-        lo: float | None = None,
-        hi: float | None = None,
-        lo_open: bool = False,
-        hi_open: bool = False,
-    ) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, f"expected a number, got {value!r}")
-        x = float(value)
-        if not math.isfinite(x):
-            raise self.fail(where, f"expected a finite number, got {value!r}")
-        if lo is not None and (x < lo or (lo_open and x == lo)):
-            raise self.fail(where, f"must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
-        if hi is not None and (x > hi or (hi_open and x == hi)):
-            raise self.fail(where, f"must be {'<' if hi_open else '<='} {hi:g}, got {value!r}")
-        return x
-
-    def integer(self, where: str, value: Any, *, lo: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"expected an integer, got {value!r}")
-        if value < lo:
-            raise self.fail(where, f"must be >= {lo}, got {value!r}")
-        return value
-
-    def boolean(self, where: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(where, f"expected true or false, got {value!r}")
-        return value
-
-
 def load_campaign(path: str | Path) -> Campaign:
     """Read and validate a campaign TOML file.
 
@@ -254,7 +225,8 @@ def load_campaign(path: str | Path) -> Campaign:
 
 def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
-    ctx = _Ctx(path)
+    ctx = Validator(path)
+    refuse_todo(ctx, raw)
     ctx.check_keys("top level", raw, _TOP_KEYS)
     name = ctx.string("name", raw.get("name", path.stem))
 
@@ -327,14 +299,30 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         risk=risk,
         raw=raw,
     )
-    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
-    from fleetsieve_bayes.backends import validate_backend
-
-    validate_backend(campaign)
     return campaign
 
 
-def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
+def refuse_todo(ctx: Validator, raw: dict[str, Any]) -> None:
+    """A value still marked ``"TODO…"`` (a skeleton written by ``classes``) is refused, naming it."""
+
+    def walk(value: Any, keys: list[str]) -> None:
+        if isinstance(value, str) and re.match(r"TODO(:|\s|$)", value.strip()):
+            if keys[0] == "workloads":
+                w = raw["workloads"][int(keys[1])]
+                name = f"{w['name']!r}" if isinstance(w, dict) and "name" in w else f"#{int(keys[1]) + 1}"
+                where = f"[[workloads]] {name} {'.'.join(keys[2:])}"
+            else:
+                where = f"[{keys[0]}] {'.'.join(keys[1:])}" if len(keys) > 1 else keys[0]
+            raise ctx.fail(where, f"still {value.strip()!r}; fill it in before running")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for k, v in items:
+            walk(v, [*keys, str(k)])
+
+    for key, value in raw.items():
+        walk(value, [key])
+
+
+def _parse_workloads(ctx: Validator, raw: dict[str, Any]) -> tuple[Workload, ...]:
     """The ``[[workloads]]`` array: names unique, demand > 0, an SLO with ``success_min``."""
     raw_workloads = raw.get("workloads")
     if raw_workloads is None:
@@ -394,14 +382,14 @@ def _name_or_path(value: str, base_dir: Path) -> str:
     return value
 
 
-def _check_file(ctx: _Ctx, where: str, p: Path) -> None:
+def _check_file(ctx: Validator, where: str, p: Path) -> None:
     if p.is_dir():
         raise ctx.fail(where, f"{p} is a directory, not a table file")
     if not p.is_file():
         raise ctx.fail(where, f"file not found: {p}")
 
 
-def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
+def _seed_tables(ctx: Validator, value: Any, base_dir: Path) -> tuple[Path, ...]:
     where = "[measurement] seed_tables"
     if not isinstance(value, list):
         raise ctx.fail(where, f"expected a list of table paths, got {value!r}")
@@ -415,7 +403,7 @@ def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
+def _pool(ctx: Validator, meas: dict[str, Any]) -> ProfilingPool:
     """The ``[measurement]`` keys shared by every backend: pool size and executor."""
     pool_gpus = (
         ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
@@ -431,13 +419,8 @@ def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
     return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
 
 
-def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:
+def _section(ctx: Validator, raw: dict[str, Any], name: str) -> Any:
     """A required top-level section, or an error naming it."""
     if name not in raw:
         raise ctx.fail(f"[{name}]", "missing section")
     return raw[name]
-
-
-# The one TOML validator (one-line errors naming the file and the field), also
-# used by the inference presets (fleetsieve_bayes.model.presets).
-Validator = _Ctx

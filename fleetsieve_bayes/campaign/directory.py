@@ -241,7 +241,7 @@ def read_measurements(view: CampaignView) -> pd.DataFrame:
     path = view.directory / "measurements.csv"
     if path.is_file():
         return read_table(path)
-    rows = [r.row for r in view.measurements]
+    rows = [r.row for r in view.measurements if r.phase != "production"]  # live windows are no table rows
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     return validate_table(pd.DataFrame(rows), source=f"{view.directory / JOURNAL_NAME}")

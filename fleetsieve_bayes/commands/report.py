@@ -23,12 +23,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="campaign TOML, for SLO lines and demands when the journal does not record them",
     )
+    p.add_argument("--plan", type=Path, default=None,
+                   help="a plan directory (plan --out) of this campaign: adds the deployment and packing")
+    p.add_argument("--verify", type=Path, default=None,
+                   help="a verify --json report of that plan: adds the live windows against the predictions")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from fleetsieve_bayes.reporting.report import write_report
 
-    path, report = write_report(args.directory, args.out, campaign_file=args.campaign)
+    path, report = write_report(args.directory, args.out, campaign_file=args.campaign,
+                                plan=args.plan, verify=args.verify)
     print(f"report: {path} ({len(report.figures)} figures)")
     return 0

@@ -32,11 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start a new decision (in a new --out) from OLD_DIR's measurements: allowed when only "
         "demands, SLOs, floors, the GPU budget or the stopping rule changed",
     )
+    p.add_argument(
+        "--production",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="VERIFY.json",
+        help="a `verify --json` report (repeatable): its live windows enter the new campaign as "
+        "production observations of their planned cells, with a wider noise",
+    )
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.reporting.progress import make_progress
 
     campaign = load_campaign(args.campaign)
@@ -49,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
             seed=args.seed,
             on_event=on_event,
             reuse_measurements=args.reuse_measurements,
+            production=args.production,
         )
     if args.json:
         print(json.dumps(outcome.result, indent=2))
@@ -74,5 +84,12 @@ def main(args: argparse.Namespace) -> int:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
             else:
                 print(f"  {describe_unserved(name, why.get(name, {}))}")
+        if r.get("production"):
+            from fleetsieve_bayes.deploy.production import describe_change
+
+            prod = r["production"]
+            print(f"  production: {prod['windows']} live window(s) of {len(prod['cells'])} cell(s)")
+            for entry in prod["changed"]:
+                print(f"  {describe_change(entry)}")
         print(f"result: {Path(args.out) / 'result.json'}")
     return 0

@@ -70,6 +70,7 @@ __all__ = [
     "NutsTrace",
     "SviKernel",
     "fit",
+    "assemble",
     "mass_from_draws",
     "restart_chains",
     "bind_model",
@@ -531,7 +532,7 @@ def _fit_nuts(
         "lp": -trace.potential_energy,
     }
     last_states = [jax.device_get(r[0]) for r in results]
-    return _assemble(
+    return assemble(
         samples, stats, data, seed, method="nuts", state={"key": objs.key, "states": last_states}
     )
 
@@ -547,7 +548,7 @@ def restart_chains(
     two chains do not start together), with its own random key: an exact
     sample of the donor's region needs no new warm-up. Used by the certifying
     posterior to pull a chain out of a minor mode
-    (:func:`fleetsieve_bayes.model.certifying.minor_mode_chains`).
+    (:func:`fleetsieve_bayes.model.converged_fit.minor_mode_chains`).
 
     Args:
         posterior: a NUTS fit of this process (``state`` set), ``params``
@@ -654,7 +655,7 @@ def _fit_svi(
     }
     stats = {"diverging": np.zeros((2, half), dtype=bool)}
     loss_trace = np.concatenate([np.asarray(x) for x in losses])
-    post = _assemble(
+    post = assemble(
         samples,
         stats,
         data,
@@ -666,7 +667,7 @@ def _fit_svi(
     return post
 
 
-def _assemble(
+def assemble(
     samples: dict[str, Any],
     stats: dict[str, np.ndarray],
     data: ModelData,

@@ -370,6 +370,8 @@ def build_report(
     measurements: pd.DataFrame,
     bounds: pd.DataFrame,
     idata: Any | None,
+    plan: dict[str, Any] | None = None,
+    verify: dict[str, Any] | None = None,
 ) -> Report:
     """Render the report for ``view``.
 
@@ -377,6 +379,8 @@ def build_report(
         measurements: the measurement table (docs/contracts.md columns).
         bounds: ``bounds.csv`` (:data:`fleetsieve_bayes.table.BOUNDS_COLUMNS`).
         idata: the posterior InferenceData, or ``None``.
+        plan: a ``plan.json`` of this campaign: adds the Deployment section.
+        verify: a ``verify --json`` report of that plan: adds its live windows.
     """
 
     figures: dict[str, Any] = {}
@@ -418,6 +422,10 @@ def build_report(
 
     for section in (_decision_html, _gap_html, _per_class_html, _measurements_html, _diagnostics_html):
         parts.extend(section(view, measurements, bounds, idata, figures))
+    if plan is not None:
+        from fleetsieve_bayes.reporting.deployment import deployment_html
+
+        parts.extend(deployment_html(plan, verify, figures, _figure))
 
     parts.append(
         '<p class="note">Sources: journal.jsonl, result.json, bounds.csv, measurements.csv, posterior.nc '
@@ -433,7 +441,8 @@ def build_report(
 
 
 def write_report(
-    directory: str | Path, out: str | Path | None = None, *, campaign_file: str | Path | None = None
+    directory: str | Path, out: str | Path | None = None, *, campaign_file: str | Path | None = None,
+    plan: str | Path | None = None, verify: str | Path | None = None,
 ) -> tuple[Path, Report]:
     """Read a campaign directory and write its HTML report (default ``DIR/report.html``).
 
@@ -444,11 +453,22 @@ def write_report(
     measurements = read_measurements(view)
     bounds = read_bounds(view, measurements)
     idata = read_posterior(view)
-    report = build_report(view, measurements, bounds, idata)
+    plan_json = verify_json = None
+    if plan is not None:
+        from fleetsieve_bayes.deploy.plan import read_plan
+
+        plan_json = read_plan(plan)
+    if verify is not None:
+        from fleetsieve_bayes.deploy.production import read_verify
+
+        if plan_json is None:
+            raise InputError("--verify needs --plan (the plan the live windows are judged against)")
+        verify_json = read_verify(verify)
+    report = build_report(view, measurements, bounds, idata, plan=plan_json, verify=verify_json)
     path = Path(out) if out is not None else view.directory / "report.html"
     if path.is_dir():
         path = path / "report.html"  # `--out DIR` means "into DIR"
-    from fleetsieve_bayes.campaign.journal import atomic_write_text
+    from fleetsieve_bayes.atomic import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--die-after", type=int, default=0, help="exit abruptly when request N+1 arrives (0: never)")
     p.add_argument("--spawn-worker", action="store_true", help="start a child process in the same group")
     p.add_argument("--ignore-sigterm", action="store_true")
+    # /metrics with vLLM's names and buckets (testing/fake_metrics.py), and its failure injection.
+    p.add_argument("--metrics-missing", default="", help="comma-separated vLLM metric names to leave out")
+    p.add_argument("--metrics-legacy-names", action="store_true",
+                   help="expose vllm:gpu_cache_usage_perc (before its rename to kv_cache_usage_perc)")
+    p.add_argument("--metrics-reset-after", type=int, default=0,
+                   help="zero every counter once N requests have finished (an engine restart)")
+    p.add_argument("--not-vllm-metrics", action="store_true", help="serve a /metrics without vllm:* series")
+    p.add_argument("--abort-every", type=int, default=0,
+                   help="every N-th request ends without [DONE], counted finished_reason=abort (0: never)")
     args, _unknown = p.parse_known_args(argv)  # tolerate vLLM-style extra args
     return args
 
@@ -82,6 +91,13 @@ class _State:
         self.received = 0
         self.completed = 0
         self.running = 0
+        from fleetsieve_bayes.testing.fake_metrics import FakeMetrics
+
+        self.metrics = FakeMetrics(
+            args.model, missing=[m for m in args.metrics_missing.split(",") if m],
+            legacy_names=args.metrics_legacy_names, reset_after=args.metrics_reset_after,
+            kv_slots=self.n_slots,
+        )
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -94,6 +110,24 @@ async def _sleep_until(t: float) -> None:
     delay = t - asyncio.get_running_loop().time()
     if delay > 0:
         await asyncio.sleep(delay)
+
+
+def _check_request(args: argparse.Namespace, body: dict[str, Any]) -> tuple[int, int] | web.Response:
+    """A completion request's ``(prompt tokens, max_tokens)``, or the error vLLM answers it with."""
+    if body.get("model") != args.model:
+        return _error(404, f"The model `{body.get('model')}` does not exist.")
+    prompt = body.get("prompt", "")
+    n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+    max_tokens = int(body.get("max_tokens") or 16)
+    if max_tokens < 1:
+        return _error(400, "max_tokens must be at least 1")
+    if args.vocab_size and isinstance(prompt, list):
+        bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < args.vocab_size]
+        if bad:
+            return _error(400, f"Token id {bad[0]} is out of vocabulary")
+    if args.max_model_len and n_in + max_tokens > args.max_model_len:
+        return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
+    return n_in, max_tokens
 
 
 def make_app(args: argparse.Namespace) -> web.Application:
@@ -111,37 +145,31 @@ def make_app(args: argparse.Namespace) -> web.Application:
         return web.json_response({"object": "list", "data": [entry]})
 
     async def metrics(_: web.Request) -> web.Response:
-        text = (
-            f"vllm:num_requests_running {state.running}\n"
-            f"vllm:request_success_total {state.completed}\n"
-        )
-        return web.Response(text=text)
+        if args.not_vllm_metrics:
+            return web.Response(text=f"# TYPE http_requests_total counter\nhttp_requests_total {state.received}\n")
+        return web.Response(text=state.metrics.render(state.running),
+                            content_type="text/plain", charset="utf-8")
 
     async def completions(request: web.Request) -> web.StreamResponse:
         state.received += 1
+        aborts = bool(args.abort_every) and state.received % args.abort_every == 0
         if args.die_after and state.received > args.die_after:
             os._exit(3)  # abrupt: in-flight streams break, like an engine crash
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "body is not JSON")
-        if body.get("model") != args.model:
-            return _error(404, f"The model `{body.get('model')}` does not exist.")
-        prompt = body.get("prompt", "")
-        n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
-        max_tokens = int(body.get("max_tokens") or 16)
-        if max_tokens < 1:
-            return _error(400, "max_tokens must be at least 1")
-        if args.vocab_size and isinstance(prompt, list):
-            bad = [t for t in prompt if not isinstance(t, int) or not 0 <= t < args.vocab_size]
-            if bad:
-                return _error(400, f"Token id {bad[0]} is out of vocabulary")
-        if args.max_model_len and n_in + max_tokens > args.max_model_len:
-            return _error(400, f"This model's maximum context length is {args.max_model_len} tokens.")
+        checked = _check_request(args, body)
+        if isinstance(checked, web.Response):
+            return checked
+        n_in, max_tokens = checked
         stream = bool(body.get("stream", False))
         loop = asyncio.get_running_loop()
         created = int(time.time())
+        arrived = loop.time()
+        state.metrics.waiting += 1
         async with state.slots:
+            state.metrics.waiting -= 1
             state.running += 1
             try:
                 start = loop.time() + args.prefill_delay_per_token * n_in
@@ -151,6 +179,8 @@ def make_app(args: argparse.Namespace) -> web.Application:
                     await resp.prepare(request)
                 for k in range(1, max_tokens + 1):
                     await _sleep_until(start + k * state.step)
+                    if k == 1:
+                        first_at = loop.time()
                     if stream:
                         chunk = {
                             "id": f"cmpl-{state.received}",
@@ -163,7 +193,15 @@ def make_app(args: argparse.Namespace) -> web.Application:
                         await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 usage = {"prompt_tokens": n_in, "completion_tokens": max_tokens,
                          "total_tokens": n_in + max_tokens}
+                if aborts:  # the engine aborted it: the client gets no clean end
+                    state.metrics.finish(first_at - arrived, loop.time() - arrived, reason="abort")
+                    if not stream:
+                        return _error(500, "request aborted by the engine")
+                    await resp.write(b'data: {"error": {"message": "request aborted by the engine"}}\n\n')
+                    await resp.write_eof()
+                    return resp
                 state.completed += 1
+                state.metrics.finish(first_at - arrived, loop.time() - arrived)
                 if not stream:
                     return web.json_response({
                         "id": f"cmpl-{state.received}", "object": "text_completion",

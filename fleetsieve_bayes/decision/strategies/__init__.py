@@ -9,7 +9,9 @@ One module per strategy family, each exposing builders with one interface
 - :mod:`.targeted` — ``targeted``;
 - :mod:`.bo` — ``constrained-bo``.
 
-:mod:`.registry` is the only list of names; :func:`make_strategy` builds one.
+:mod:`.registry` is the only list of names; :func:`make_strategy` builds one,
+and each has an object (``Fleetsieve()``, ``Random()``, …) that
+``run_campaign(strategy=...)`` accepts as well as the name.
 """
 
 from fleetsieve_bayes.decision.strategies.base import (
@@ -19,7 +21,20 @@ from fleetsieve_bayes.decision.strategies.base import (
     select_cell,
 )
 from fleetsieve_bayes.decision.strategies.naive import grid_order
-from fleetsieve_bayes.decision.strategies.registry import REGISTRY, STRATEGY_NAMES, make_strategy
+from fleetsieve_bayes.decision.strategies.registry import (
+    REGISTRY,
+    STRATEGY_NAMES,
+    ConstrainedBO,
+    Fleetsieve,
+    GridOrder,
+    MaxUncertainty,
+    NamedStrategy,
+    Random,
+    SharedUncertainty,
+    Targeted,
+    ValueOfInformation,
+    make_strategy,
+)
 from fleetsieve_bayes.decision.strategies.uncertainty import interval_widths
 
 __all__ = [
@@ -29,6 +44,15 @@ __all__ = [
     "Strategy",
     "StrategyContext",
     "make_strategy",
+    "NamedStrategy",
+    "Fleetsieve",
+    "Random",
+    "GridOrder",
+    "MaxUncertainty",
+    "SharedUncertainty",
+    "Targeted",
+    "ValueOfInformation",
+    "ConstrainedBO",
     "select_cell",
     "grid_order",
     "interval_widths",

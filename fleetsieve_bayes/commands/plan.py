@@ -1,0 +1,61 @@
+"""``fleetsieve-bayes plan DIR --nodes N --gpus-per-node G --out PLAN_DIR``: deployable artefacts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fleetsieve_bayes.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="turn a certified campaign into launch scripts, Kubernetes manifests and plan.json",
+        description="Pack the certified fleet's replicas onto nodes exactly and write plan.json "
+        "(per class: the operating point, its posterior predictions and the certificate), "
+        "launch/node_N.sh (vllm serve per replica with CUDA_VISIBLE_DEVICES and a port) and "
+        "k8s/*.yaml (Deployment, Service and HorizontalPodAutoscaler per class, validated "
+        "against the Kubernetes schemas).",
+    )
+    p.add_argument("directory", type=Path, help="campaign directory (run --out)")
+    p.add_argument("--nodes", type=int, required=True, help="nodes of the deployment")
+    p.add_argument("--gpus-per-node", type=int, required=True, help="GPUs on each node")
+    p.add_argument("--out", type=Path, required=True, help="plan directory to write")
+    p.add_argument("--format", default="launch,k8s",
+                   help="comma-separated artefacts: launch, k8s (default both; plan.json always)")
+    p.add_argument("--model", default=None,
+                   help="model the replicas serve (default: the campaign's [measurement] model)")
+    p.add_argument("--image", default="vllm/vllm-openai:latest", help="container image of the manifests")
+    p.add_argument("--hosts", default=None,
+                   help="comma-separated host name of each node (default node-0, node-1, …)")
+    p.add_argument("--namespace", default=None, help="Kubernetes namespace of the manifests")
+    p.add_argument("--allow-uncertified", action="store_true",
+                   help="plan an uncertified or infeasible campaign's allocation, marked as such everywhere")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from fleetsieve_bayes.deploy.plan import build_plan, write_plan
+
+    formats = [f.strip() for f in str(args.format).split(",") if f.strip()]
+    if not formats:
+        raise InputError("--format: name at least one of launch, k8s")
+    plan = build_plan(args.directory, args.nodes, args.gpus_per_node, allow_uncertified=args.allow_uncertified,
+                      model=args.model, image=args.image, namespace=args.namespace,
+                      hosts=None if args.hosts is None else [h.strip() for h in args.hosts.split(",")])
+    written = write_plan(plan, args.out, formats)
+    mark = "" if plan["certified"] else "  [UNCERTIFIED]"
+    print(f"plan: {args.out} ({plan['status']}{mark}): {plan['gpus_used']} of "
+          f"{plan['nodes'] * plan['gpus_per_node']} GPUs on {plan['nodes']} node(s), packing {plan['packing_method']}")
+    for c in plan["classes"]:
+        t = c["autoscaler_target"]
+        print(f"  {c['workload']}: TP{c['tp']}@{c['load']} ×{c['replicas']}  "
+              f"autoscaler target {t['per_replica']} {t['unit']} per replica")
+    per_node: dict[int, list[str]] = {}
+    for p in plan["placements"]:
+        per_node.setdefault(p["node"], []).append(f"{p['workload']}#{p['index']}(GPUs {p['gpus'][0]}-{p['gpus'][-1]})")
+    for n in range(plan["nodes"]):
+        print(f"  node {n}: " + (", ".join(per_node.get(n, [])) or "empty"))
+    print(f"  wrote {len(written)} files")
+    return 0

@@ -1,0 +1,229 @@
+"""Kubernetes manifests of a plan, checked against the real Kubernetes schemas.
+
+Per class (:func:`manifests`): an ``apps/v1`` Deployment (the certified
+replica count, one container whose ``nvidia.com/gpu`` limit is the class's TP
+and whose command is the campaign's server template with
+``--tensor-parallel-size``, a readiness probe on ``/health``), a ``v1``
+Service, and an ``autoscaling/v2`` HorizontalPodAutoscaler on a per-pod
+custom metric whose target is the certified load setting:
+
+* a concurrency cell: ``vllm_num_requests_running`` (vLLM's
+  ``vllm:num_requests_running``) averaging the cell's concurrency;
+* a rate cell: ``vllm_request_success_per_second``
+  (``rate(vllm:request_success_total[2m])``) averaging the cell's requests/s.
+
+``prometheus-adapter-rules.yaml`` is a ConfigMap with the prometheus-adapter
+rules that serve those two names. The HPA's ``minReplicas`` is 1 and its
+``maxReplicas`` the certified replicas plus what the nodes' spare GPUs hold at
+the class's TP, so scaling out never takes GPUs from another class.
+
+:func:`validate_manifests` checks every object with ``kubernetes-validate``
+(bundled JSON schemas of Kubernetes :data:`K8S_VERSION`, strict: an unknown
+field is an error).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fleetsieve_bayes.errors import EnvironmentProblem, InputError
+
+__all__ = ["K8S_VERSION", "manifests", "validate_manifests", "render_yaml", "dns_name"]
+
+K8S_VERSION = "1.31"
+CONTAINER_PORT = 8000
+_METRIC_RUNNING = "vllm_num_requests_running"
+_METRIC_RATE = "vllm_request_success_per_second"
+
+ADAPTER_RULES = f"""rules:
+- seriesQuery: 'vllm:num_requests_running{{namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: "namespace"}}
+      pod: {{resource: "pod"}}
+  name:
+    as: "{_METRIC_RUNNING}"
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+- seriesQuery: 'vllm:request_success_total{{namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: "namespace"}}
+      pod: {{resource: "pod"}}
+  name:
+    as: "{_METRIC_RATE}"
+  metricsQuery: 'sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[2m])) by (<<.GroupBy>>)'
+"""
+
+
+def dns_name(text: str) -> str:
+    """A DNS-1123 label from ``text`` (lower case, ``[a-z0-9-]``, at most 63 characters)."""
+    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (s or "x")[:63].rstrip("-")
+
+
+def _quantity(x: float) -> str:
+    """A Kubernetes quantity: an integer, or milli-units."""
+    if float(x).is_integer():
+        return str(int(x))
+    return f"{max(1, round(float(x) * 1000))}m"
+
+
+def _labels(plan: dict[str, Any], workload: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": dns_name(f"{plan['campaign']}-{workload}"),
+        "app.kubernetes.io/managed-by": "fleetsieve-bayes",
+        "fleetsieve-bayes/class": dns_name(workload),
+    }
+
+
+def _annotations(plan: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
+    cert = plan.get("certificate") or {}
+    return {
+        "fleetsieve-bayes/certified": "true" if plan["certified"] else "false",
+        "fleetsieve-bayes/status": str(plan["status"]),
+        "fleetsieve-bayes/campaign-fingerprint": str(cert.get("campaign_fingerprint")),
+        "fleetsieve-bayes/cell": f"TP{c['tp']}@{c['load']}",
+    }
+
+
+def _meta(plan: dict[str, Any], name: str, c: dict[str, Any]) -> dict[str, Any]:
+    m: dict[str, Any] = {"name": name, "labels": _labels(plan, c["workload"]), "annotations": _annotations(plan, c)}
+    if plan.get("namespace"):
+        m["namespace"] = plan["namespace"]
+    return m
+
+
+def _argv(plan: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    from fleetsieve_bayes.deploy.launch import replica_command
+
+    s = plan["server"]
+    argv = replica_command(s["command"], s["extra_args"], model=s["model"], tp=int(c["tp"]), port=CONTAINER_PORT)
+    if "--tensor-parallel-size" not in argv and "-tp" not in argv:
+        argv += ["--tensor-parallel-size", str(c["tp"])]
+    return argv
+
+
+def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, Any]]:
+    name = dns_name(f"{plan['campaign']}-{c['workload']}")
+    labels = _labels(plan, c["workload"])
+    selector = {k: labels[k] for k in ("app.kubernetes.io/instance", "fleetsieve-bayes/class")}
+    tp = int(c["tp"])
+    env = [{"name": k, "value": str(v)} for k, v in sorted(plan["server"]["env"].items())]
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": plan["image"],
+        "command": _argv(plan, c),
+        "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {"nvidia.com/gpu": str(tp)}, "requests": {"nvidia.com/gpu": str(tp)}},
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 180,  # large models take many minutes to load
+        },
+    }
+    if env:
+        container["env"] = env
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(plan, name, c),
+        "spec": {
+            "replicas": int(c["replicas"]),
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": str(CONTAINER_PORT),
+                    "prometheus.io/path": "/metrics"}},
+                "spec": {"containers": [container]},
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(plan, name, c),
+        "spec": {"selector": selector, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}]},
+    }
+    target = c["autoscaler_target"]
+    per = target.get("per_replica")
+    spare = plan["nodes"] * plan["gpus_per_node"] - int(plan["gpus_used"])
+    max_replicas = int(c["replicas"]) + spare // tp
+    objs = [deployment, service]
+    if per is not None and per > 0:
+        metric = _METRIC_RUNNING if c["load_kind"] == "concurrency" else _METRIC_RATE
+        objs.append({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": _meta(plan, name, c),
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": 1,
+                "maxReplicas": max(max_replicas, 1),
+                "metrics": [{
+                    "type": "Pods",
+                    "pods": {"metric": {"name": metric},
+                             "target": {"type": "AverageValue", "averageValue": _quantity(per)}},
+                }],
+            },
+        })
+    return objs
+
+
+def manifests(plan: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """``(file stem, objects)`` per class, then the prometheus-adapter rules ConfigMap."""
+    out = [(dns_name(c["workload"]), _class_objects(plan, c)) for c in plan["classes"]]
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "fleetsieve-prometheus-adapter-rules",
+                     "labels": {"app.kubernetes.io/managed-by": "fleetsieve-bayes"}},
+        "data": {"config.yaml": ADAPTER_RULES},
+    }
+    if plan.get("namespace"):
+        cm["metadata"]["namespace"] = plan["namespace"]
+    out.append(("prometheus-adapter-rules", [cm]))
+    return out
+
+
+def validate_manifests(objects: list[dict[str, Any]], version: str = K8S_VERSION) -> None:
+    """Check each object against the Kubernetes ``version`` schemas (strict).
+
+    Raises:
+        InputError: the first object that fails, its kind, name and the field.
+        EnvironmentProblem: ``kubernetes-validate`` is not installed.
+    """
+    try:
+        import kubernetes_validate
+    except ImportError:
+        raise EnvironmentProblem(
+            "validating manifests needs kubernetes-validate (pip install 'fleetsieve-bayes[deploy]')"
+        ) from None
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(x) for x in getattr(exc, "path", ())) or "(object)"
+            first = str(getattr(exc, "message", exc)).splitlines()[0]
+            raise InputError(
+                f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: field {where}: {first} "
+                f"(Kubernetes {version} schema)"
+            ) from None
+        except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
+            raise InputError(f"{obj.get('apiVersion')} {obj.get('kind')}: no Kubernetes {version} schema ({exc})") from None
+
+
+def render_yaml(objects: list[dict[str, Any]]) -> str:
+    """The objects as a multi-document YAML stream (JSON documents when PyYAML is missing)."""
+    try:
+        import yaml
+    except ImportError:
+        return "\n---\n".join(json.dumps(o, indent=2) for o in objects) + "\n"
+    return "---\n" + "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

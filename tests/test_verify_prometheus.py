@@ -1,0 +1,119 @@
+"""``verify --prometheus`` against a real Prometheus server scraping fake vLLM servers.
+
+Prometheus is the Debian package's binary (``.ci/run`` installs it). These
+tests fail, never skip, when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_report import build_campaign_dir
+
+from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync
+from fleetsieve_bayes.backends.traces import Schedule
+from fleetsieve_bayes.cli import main as cli_main
+from fleetsieve_bayes.deploy.plan import build_plan, write_plan
+from fleetsieve_bayes.deploy.verify import read_direct, read_prometheus
+from fleetsieve_bayes.testing import running_fake_server
+from fleetsieve_bayes.testing.fake_metrics import E2E_BUCKETS, TTFT_BUCKETS
+from fleetsieve_bayes.testing.prometheus import prometheus_binary, running_prometheus
+
+FLAGS = ("--slots", "64", "--token-delay", "0.15")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_prometheus() -> None:
+    if prometheus_binary() is None:
+        pytest.fail("the Prometheus binary is missing: apt-get install prometheus (.ci/run installs it)")
+
+
+def _query(base: str, promql: str) -> list:
+    url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())["data"]["result"]
+
+
+def _wait_up(base: str, n: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(_query(base, "up == 1")) >= n:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"Prometheus did not scrape {n} targets in {timeout_s:g} s")
+
+
+def _traffic(url: str, n: int, rate: float) -> None:
+    sched = Schedule(np.arange(n) / rate, np.full(n, 8), np.full(n, 12), np.arange(n))
+    run_cell_sync(LoadSpec(endpoint=url, model="m", warmup_s=0.0, duration_s=n / rate, request_timeout_s=30.0), sched)
+
+
+def _neighbours(edges: tuple[float, ...], x: float) -> tuple[float, float]:
+    """The edges one bucket beyond each side of the bucket holding ``x``."""
+    le = [0.0, *edges, float("inf")]
+    j = next(i for i, b in enumerate(le) if x <= b)
+    return le[max(j - 2, 0)], le[min(j + 1, len(le) - 1)]
+
+
+def test_prometheus_reading_is_within_one_bucket_of_the_direct_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "c"
+    build_campaign_dir(d, posterior=False)
+    write_plan(build_plan(d, 2, 8), tmp_path / "plan", ["launch"])
+    with running_fake_server(*FLAGS, model="m") as chat:
+        host = chat.split("//")[1]
+        with running_prometheus({"chat": [host]}, scrape_interval_s=1.0) as prom:
+            _wait_up(prom, 1)
+            time.sleep(2.0)  # samples before the traffic
+
+            def drive() -> None:
+                _traffic(chat, 60, 15.0)
+                time.sleep(2.5)  # the last state scraped
+
+            t0 = time.monotonic()
+            direct = read_direct({"chat": [chat + "/metrics"]}, 0.0, during=drive)["chat"]
+            window = time.monotonic() - t0 + 2.0  # covers the traffic and a sample before it
+            via = read_prometheus(prom, {"chat": 'class="chat"'}, window)["chat"]
+            rc = cli_main(["verify", str(tmp_path / "plan"), "--prometheus", prom,
+                           "--window", f"{window:.0f}s", "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    with capsys.disabled():
+        print(f"\ndirect: finished {direct.finished:g}, TTFT p99 in [{direct.ttft_p99.lo:g}, {direct.ttft_p99.hi:g}], "
+              f"e2e p99 in [{direct.completion_p99.lo:g}, {direct.completion_p99.hi:g}]; Prometheus ({window:.1f} s): "
+              f"finished {via.finished:.2f}, TTFT p99 in [{via.ttft_p99.lo:g}, {via.ttft_p99.hi:g}] "
+              f"(histogram_quantile {via.ttft_p99.interpolated:.4f}), e2e p99 in [{via.completion_p99.lo:g}, "
+              f"{via.completion_p99.hi:g}] (histogram_quantile {via.completion_p99.interpolated:.4f})")
+    assert report["source"]["kind"] == "prometheus"
+    assert [c["workload"] for c in report["classes"]] == ["chat"] and report["unread_classes"] == ["code"]
+    assert direct.finished == 60 and direct.served == 60
+    # increase() extrapolates to the window's edges: counts agree within a few percent.
+    assert via.finished == pytest.approx(60, rel=0.15) and via.success_rate == pytest.approx(1.0)
+    for name, edges, a, b in (("ttft", TTFT_BUCKETS, direct.ttft_p99, via.ttft_p99),
+                              ("completion", E2E_BUCKETS, direct.completion_p99, via.completion_p99)):
+        lo, hi = _neighbours(edges, a.hi)
+        assert lo <= b.lo and b.hi <= hi, (name, a, b)  # Prometheus' bucket is the direct one or a neighbour
+        assert lo <= b.interpolated <= hi, (name, a, b)  # histogram_quantile's value likewise
+
+
+def test_prometheus_counter_reset_and_missing_class(tmp_path: Path) -> None:
+    from fleetsieve_bayes.errors import EnvironmentProblem, InputError
+
+    with (running_fake_server(*FLAGS, "--metrics-reset-after", "10", model="m") as chat,
+          running_prometheus({"chat": [chat.split("//")[1]]}, scrape_interval_s=1.0) as prom):
+        _wait_up(prom, 1)
+        time.sleep(1.5)
+        traffic = threading.Thread(target=_traffic, args=(chat, 40, 20.0))
+        traffic.start()
+        time.sleep(6.0)
+        with pytest.raises(EnvironmentProblem, match="reset"):
+            read_prometheus(prom, {"chat": 'class="chat"'}, 20.0)
+        with pytest.raises(InputError, match="no vllm:\\* series for class code"):
+            read_prometheus(prom, {"code": 'class="code"'}, 20.0)
+        traffic.join()
