@@ -1,4 +1,4 @@
-"""Shared fixtures. The shipped example lives in examples/; ../shared is optional."""
+"""Shared fixtures. Every test reads the package's own data (fleetsieve_bayes.resources)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
-
-
-@pytest.fixture(scope="session")
-def shared_grid() -> Path:
-    path = SHARED / "data" / "h100_31b_fp8_grid.csv"
-    if not path.exists():
-        pytest.skip("../shared is not present")
-    return path
 
 
 # CI runs must be reproducible: hypothesis explores a fixed set of examples

@@ -16,8 +16,6 @@ JAX in test_allocation_jax.py via ``KNOWN_CASES``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -31,9 +29,10 @@ from fleetsieve_bayes.allocation.problem import (
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h100_31b_fp8" / "campaign.toml"
+EXAMPLE = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
 
 # (id, demand scale, gpus, TP restriction, critical floors {class: δ},
 #  expected {class: (tp, load, replicas)} or None if infeasible,

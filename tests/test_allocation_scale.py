@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,8 +28,9 @@ from fleetsieve_bayes.allocation.problem import (
     check_demand,
 )
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.resources import data_dir
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h100_31b_fp8" / "campaign.toml"
+EXAMPLE = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
 TPS = (1, 2, 4)
 LOADS = ("L1", "L2")
 

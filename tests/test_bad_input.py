@@ -15,9 +15,9 @@ from tiny_campaign import write_tiny
 from fleetsieve_bayes import cli
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.journal import Cell, Header, MeasurementRecord, RoundRecord, Side
+from fleetsieve_bayes.resources import data_dir
 
-REPO = Path(__file__).resolve().parent.parent
-CARD = REPO / "models" / "dense-31b-fp8-h100.toml"
+CARD = data_dir("priors") / "dense-31b-fp8-h100.toml"
 
 
 def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -23,10 +23,11 @@ from fleetsieve_bayes.allocation.problem import (
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.journal import read_journal
 from fleetsieve_bayes.campaign.runner import run_campaign
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
+EXAMPLE = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
+GRID = EXAMPLE.parent / "grid.csv"
 RESULT_KEYS = {"status", "gpu_seconds", "measured", "allocation", "timings"}
 
 
@@ -69,7 +70,9 @@ def shipped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, outcome.result
 
 
-def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: tuple[Path, dict]) -> None:
+def test_shipped_campaign_certifies_chat_and_code_tp4_c96_x2_in_10800_gpu_seconds(
+    shipped_run: tuple[Path, dict],
+) -> None:
     out, result = shipped_run
     on_disk = json.loads((out / "result.json").read_text())
     assert on_disk == result
@@ -79,16 +82,19 @@ def test_shipped_campaign_is_certified_with_the_oracle_allocation(shipped_run: t
         "chat": {"tp": 4, "load": "C96", "replicas": 2},
         "code": {"tp": 4, "load": "C96", "replicas": 2},
     }
-    assert result["gpu_seconds"] < 30600  # the full grid
+    # Replay is deterministic at a fixed seed: 8 of the 22 cells (the full grid is 30,600 GPU-s),
+    # one at a time, 2,400 s of profiling.
+    assert result["gpu_seconds"] == 10800.0 and result["startup_gpu_seconds"] == 0.0
+    assert result["profiling_wall_s"] == 2400.0
     assert result["timings"]["rounds"] == len(result["timings"]["per_round_s"])
-    # The initial design comes first and nothing is measured twice.
+    # The initial design comes first, then the two cells of the allocation.
     cells = [(m["workload"], m["tp"], m["load"]) for m in result["measured"]]
-    assert len(cells) == len(set(cells))
-    assert cells[:6] == [
+    assert cells == [
         ("chat", 2, "C32"), ("chat", 4, "C64"), ("chat", 8, "C64"),
         ("code", 2, "C16"), ("code", 4, "C64"), ("code", 8, "C96"),
+        ("code", 4, "C96"), ("chat", 4, "C96"),
     ]  # fmt: skip
-    grid_df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv").set_index(["workload", "tp", "load"])
+    grid_df = read_table(GRID).set_index(["workload", "tp", "load"])
     spent = sum(grid_df.loc[c, "duration_s"] * c[1] for c in cells)
     assert result["gpu_seconds"] == pytest.approx(spent)
     # bounds.csv: every cell, with the documented columns, measured cells collapsed.
@@ -135,7 +141,7 @@ def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict]) -> None
 
 
 def test_tail_feasible_tp8_is_chosen_at_c128(tmp_path: Path) -> None:
-    df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv")
+    df = read_table(GRID)
     only = df[(df["workload"] == "chat") & (df["load"] == "C128")]
     only.to_csv(tmp_path / "c128.csv", index=False)
     workloads = """
@@ -171,7 +177,7 @@ name = "code"
 demand_rps = 16.0
 slo = { success_min = 0.99, ttft_p99_s = 5.0 }
 """
-    table = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
+    table = GRID
     result = run_campaign(load_campaign(_campaign_file(tmp_path, table=table, workloads=workloads)), tmp_path / "o").result
     assert result["status"] == "certified-infeasible"
     assert result["allocation"] is None
@@ -188,7 +194,7 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tupl
     """Kill -9 the shipped campaign mid-run, resume: same final result, nothing measured twice, journal intact."""
     _, reference = shipped_run
     campaign = _campaign_file(
-        tmp_path, table=REPO / "examples" / "h100_31b_fp8" / "grid.csv", extra_measurement="delay_s = 0.4"
+        tmp_path, table=GRID, extra_measurement="delay_s = 0.4"
     )
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -218,7 +224,7 @@ def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tupl
 
 def test_ctrl_c_stops_cleanly_and_keeps_the_journal(tmp_path: Path) -> None:
     campaign = _campaign_file(
-        tmp_path, table=REPO / "examples" / "h100_31b_fp8" / "grid.csv", extra_measurement="delay_s = 0.5"
+        tmp_path, table=GRID, extra_measurement="delay_s = 0.5"
     )
     out = tmp_path / "interrupted"
     proc = subprocess.Popen(
@@ -230,7 +236,9 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_journal(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    # It stops when the fit under way returns (a compiled program does not see the signal):
+    # seconds here, minutes on a crowded machine.
+    _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130
     assert stderr.strip().splitlines()[-1] == "fleetsieve-bayes run: interrupted"
     assert "Traceback" not in stderr

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from fleetsieve_bayes.cli import main
+from fleetsieve_bayes.resources import data_dir
 
-EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "h100_31b_fp8"
+EXAMPLE_DIR = data_dir("examples") / "h100_31b_fp8"
 CAMPAIGN = EXAMPLE_DIR / "campaign.toml"
 TP4_C96_X2 = {"tp": 4, "load": "C96", "replicas": 2}
 

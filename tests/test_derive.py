@@ -23,10 +23,12 @@ from fleetsieve_bayes.model.derive import (
     roofline,
 )
 from fleetsieve_bayes.model.priors import load_card
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+EXAMPLES = data_dir("examples")
+# The example cards' commands name the shipped architecture by its path in the source tree.
+SOURCE_ROOT = data_dir("priors").parents[2]
 H100 = "h100-sxm-80gb"
 CHAT = Workload(1000, 250)
 
@@ -146,15 +148,15 @@ def test_shipped_derived_cards_are_current(tmp_path: Path) -> None:
         argv = first.removeprefix("# fleetsieve-bayes ").split()
         out = tmp_path / f"{example}.toml"
         argv[argv.index("--out") + 1] = str(out)
-        argv[argv.index("--config") + 1] = str(ROOT / argv[argv.index("--config") + 1])
+        argv[argv.index("--config") + 1] = str(SOURCE_ROOT / argv[argv.index("--config") + 1])
         assert main(argv) == 0
         strip = lambda text: text.split("\n", 1)[1]  # noqa: E731 - the command line names the paths
-        assert strip(out.read_text()).replace(str(ROOT) + "/", "") == strip(shipped.read_text())
+        assert strip(out.read_text()).replace(str(SOURCE_ROOT) + "/", "") == strip(shipped.read_text())
 
 
 def test_priors_derive_cli(tmp_path: Path, capsys) -> None:
     out = tmp_path / "c.toml"
-    assert main(["priors", "derive", "--config", str(ROOT / "models/architectures/llama-3.1-70b.json"),
+    assert main(["priors", "derive", "--config", str(data_dir("priors") / "architectures" / "llama-3.1-70b.json"),
                  "--gpu", H100, "--dtype", "fp8", "--tp", "1,2,4,8", "--out", str(out)]) == 0
     assert "knee TP" in capsys.readouterr().out
     card = load_card(out)

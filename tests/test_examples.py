@@ -22,7 +22,7 @@ from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = data_dir("examples")
 
 
 def test_8b_table_script_reproduces_the_shipped_file(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_example_campaigns_load(name: str) -> None:
 
 def test_examples_ship_with_the_package() -> None:
     assert (data_dir("examples") / "h100_31b_fp8" / "campaign.toml").is_file()
-    assert (data_dir("models") / "dense-8b-bf16-h100.toml").is_file()
+    assert (data_dir("priors") / "dense-8b-bf16-h100.toml").is_file()
 
 
 @pytest.mark.slow

@@ -19,16 +19,17 @@ from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.model.diagnostics import summarize
 from fleetsieve_bayes.model.inference import Posterior, fit, load_preset, prior_predictive
 from fleetsieve_bayes.model.joint import latent_metrics, model_data
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-GRID_CSV = "examples/h100_31b_fp8/grid.csv"
+GRID_CSV = data_dir("examples") / "h100_31b_fp8" / "grid.csv"
 CARD = "dense-31b-fp8-h100"
 GROUPS = {"posterior", "posterior_predictive", "observed_data", "sample_stats"}
 
 
 @pytest.fixture(scope="module")
-def shipped(repo):
-    df = read_table(repo / GRID_CSV)
+def shipped():
+    df = read_table(GRID_CSV)
     grid = grid_from_table(df, ("chat", "code"))
     return grid, values_from_table(grid, df)
 

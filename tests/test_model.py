@@ -25,9 +25,10 @@ from fleetsieve_bayes.model.joint import (
     usable_mask,
 )
 from fleetsieve_bayes.model.priors import load_card
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
-GRID_CSV = "examples/h100_8b_bf16/grid_synthetic.csv"
+GRID_CSV = data_dir("examples") / "h100_8b_bf16" / "grid_synthetic.csv"
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,10 @@ from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.makespan import in_flight_cells
 from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.errors import MeasurementError
+from fleetsieve_bayes.resources import data_dir
 
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
+SHIPPED = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
+GRID = SHIPPED.parent / "grid.csv"
 ORACLE = {"chat": {"tp": 4, "load": "C96", "replicas": 2}, "code": {"tp": 4, "load": "C96", "replicas": 2}}
 
 
@@ -59,7 +60,7 @@ def _peak(recs: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def test_ray_runs_cells_side_by_side_on_their_gpus(local_ray: Any, tmp_path: Path) -> None:
-    table = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
+    table = GRID
     out = tmp_path / "out"
     r = run_campaign(load_campaign(ray_campaign(tmp_path, table)), out).result
     assert r["status"] == "certified-feasible" and r["allocation"] == ORACLE
@@ -77,7 +78,7 @@ def test_ray_runs_cells_side_by_side_on_their_gpus(local_ray: Any, tmp_path: Pat
 
 def test_a_failing_task_keeps_the_others_and_resume_re_runs_it(local_ray: Any, tmp_path: Path) -> None:
     table = tmp_path / "grid.csv"
-    shutil.copy(REPO / "examples" / "h100_31b_fp8" / "grid.csv", table)
+    shutil.copy(GRID, table)
     camp = load_campaign(ray_campaign(tmp_path, table))
     out = tmp_path / "out"
     hidden = tmp_path / "grid.hidden"

@@ -17,9 +17,9 @@ from fleetsieve_bayes.campaign.journal import read_records
 from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.inference import load_preset
+from fleetsieve_bayes.resources import data_dir
 
-REPO = Path(__file__).resolve().parent.parent
-CARD = REPO / "models" / "dense-31b-fp8-h100.toml"
+CARD = data_dir("priors") / "dense-31b-fp8-h100.toml"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_changed_demand_is_refused_naming_the_field(
 def test_every_decision_input_is_fingerprinted(tmp_path: Path) -> None:
     """Card content, preset, table content, seed and strategy changes are each named."""
     a = tmp_path / "a"
-    shutil.copytree(REPO / "models", a / "cards")
+    shutil.copytree(data_dir("priors"), a / "cards")
     base = write_tiny(a, family="cards/dense-31b-fp8-h100.toml")
     fp0, in0 = _fp(base)
     assert mismatch(fp0, *(_fp(base)[:1]), in0, in0) is None

@@ -20,10 +20,10 @@ import pandas as pd
 import pytest
 
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table, write_table
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "h100_31b_fp8"
+EXAMPLE = data_dir("examples") / "h100_31b_fp8"
 GRID = EXAMPLE / "grid.csv"
 CAMPAIGN = EXAMPLE / "campaign.toml"
 

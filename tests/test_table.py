@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import COLUMNS, gpu_seconds, read_table, write_table
 
 HEADER = ",".join(COLUMNS)
 ROW = "chat,4,C96,6.6,6.596,0.93,15.98,0.992,300"
 
 
-def test_shipped_grid_reads(shared_grid: Path) -> None:
-    df = read_table(shared_grid)
+def test_shipped_grid_is_the_reference_h100_grid_and_reads() -> None:
+    # examples/h100_31b_fp8/grid.csv is the measured H100 grid (31B FP8) byte for byte.
+    path = data_dir("examples") / "h100_31b_fp8" / "grid.csv"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == (
+        "f0af001111d487e244f9d8a7c8b16e1bb381eec8c3fe82183e2f982bc94c4a21"
+    )
+    df = read_table(path)
     assert len(df) == 22
     assert df["tp"].dtype == np.int64
     assert df["calibration"].sum() == 4  # the code TP2 calibration cells

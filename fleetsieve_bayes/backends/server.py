@@ -8,6 +8,12 @@ and we verify that nothing of it is left. vLLM's tensor-parallel workers can
 outlive a killed parent and keep GPU memory, so descendants that left the
 group are tracked through ``/proc`` as well.
 
+A server never outlives the process that started it, even one killed with
+SIGKILL: it is started with a parent-death signal, and a watchdog process
+kills its whole group when this process is gone
+(:mod:`fleetsieve_bayes.backends.lifeline`). A resumed campaign therefore
+finds no server, worker or held port of the run it resumes.
+
 The command is a template: an argument list (never a shell string) whose
 items may contain ``{model}``, ``{tp}`` and ``{port}``; nothing else in an
 item is interpreted, so JSON arguments with braces pass through unchanged.
@@ -15,11 +21,15 @@ item is interpreted, so JSON arguments with braces pass through unchanged.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +50,7 @@ __all__ = [
     "probe",
     "group_members",
     "log_tail",
+    "guard_descendants",
 ]
 
 DEFAULT_COMMAND: tuple[str, ...] = (
@@ -119,17 +130,99 @@ def start_server(
         child_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     if env:
         child_env.update(env)
+    command = list(command)
+    if not command or shutil.which(command[0], path=child_env.get("PATH")) is None:
+        raise FileNotFoundError(f"executable not found: {command[0] if command else ''!r}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    line = _lifeline()
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            list(command),
+        proc = line.spawn(
+            [sys.executable, "-I", _LIFELINE_SCRIPT, "exec", str(os.getpid()), "--", *command],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_env,
             start_new_session=True,
         )
+    line.watch(proc.pid)
     return ServerHandle(proc=proc, port=port, log_path=log_path, started=time.monotonic())
+
+
+_LIFELINE_SCRIPT = str(Path(__file__).resolve().with_name("lifeline.py"))
+
+
+class _Lifeline:
+    """This process's spawner thread and server watchdog (see :mod:`.lifeline`)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        # One long-lived thread starts every server: the parent-death signal
+        # fires when the starting thread dies, which is then this process's death.
+        self.spawner = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleetsieve-spawn")
+        self.watchdog: subprocess.Popen[bytes] | None = None
+        self.groups: set[int] = set()
+
+    def spawn(self, argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        return self.spawner.submit(subprocess.Popen, argv, **kwargs).result()
+
+    def _send(self, line: str) -> None:
+        for _ in range(2):
+            if self.watchdog is None or self.watchdog.poll() is not None:
+                self.watchdog = subprocess.Popen(
+                    [sys.executable, "-I", _LIFELINE_SCRIPT, "watch", str(self.pid)],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # terminal signals to the campaign do not reach it
+                )
+                assert self.watchdog.stdin is not None
+                self.watchdog.stdin.write(b"".join(b"+%d\n" % g for g in self.groups))
+            try:
+                assert self.watchdog.stdin is not None
+                self.watchdog.stdin.write(line.encode() + b"\n")
+                self.watchdog.stdin.flush()
+                return
+            except (BrokenPipeError, OSError):
+                self.watchdog = None
+
+    def guard(self) -> None:
+        """Start the watchdog now (it also notes this process's other descendants)."""
+        with self.lock:
+            if self.watchdog is None or self.watchdog.poll() is not None:
+                self._send("")
+
+    def watch(self, pgid: int) -> None:
+        with self.lock:
+            self.groups.add(pgid)
+            self._send(f"+{pgid}")
+
+    def unwatch(self, pgid: int) -> None:
+        with self.lock:
+            if pgid in self.groups:
+                self.groups.discard(pgid)
+                self._send(f"-{pgid}")
+
+
+def guard_descendants() -> None:
+    """Make every process this one starts from now on die with it, servers or not.
+
+    Starts this process's watchdog (:mod:`.lifeline`), which SIGKILLs the
+    descendants it has seen once this process is gone; for example the
+    processes of a local Ray that a campaign starts.
+    """
+    _lifeline().guard()
+
+
+_LIFELINES: dict[int, _Lifeline] = {}
+_LIFELINES_LOCK = threading.Lock()
+
+
+def _lifeline() -> _Lifeline:
+    """This process's :class:`_Lifeline` (a forked child gets its own)."""
+    with _LIFELINES_LOCK:
+        line = _LIFELINES.get(os.getpid())
+        if line is None:
+            line = _LIFELINES[os.getpid()] = _Lifeline()
+        return line
 
 
 def probe(url: str, timeout_s: float = 2.0) -> int | None:
@@ -242,7 +335,10 @@ def stop_server(handle: ServerHandle, *, grace_s: float = 10.0) -> set[int]:
             time.sleep(0.05)
     with contextlib.suppress(subprocess.TimeoutExpired):
         handle.proc.wait(timeout=1.0)
-    return group_members(pgid, tracked)
+    left = group_members(pgid, tracked)
+    if not left:
+        _lifeline().unwatch(pgid)
+    return left
 
 
 def log_tail(path: Path, n_bytes: int = 20_000) -> str:

@@ -326,6 +326,9 @@ def _ensure_ray(ray: Any, campaign: Any) -> bool:
     """Join (or start) Ray unless it is already initialised; True when started here."""
     if ray.is_initialized():
         return False
+    from fleetsieve_bayes.backends.server import guard_descendants
+
+    guard_descendants()  # a local Ray's processes die with the campaign, even on SIGKILL
     address = campaign.pool.ray_address
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)

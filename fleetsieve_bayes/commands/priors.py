@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = sub.add_parser(
         "show", help="prior median and 90%% interval of the knee TP and per-GPU capacity per TP"
     )
-    show.add_argument("name", help="card name (file stem under models/) or path")
+    show.add_argument("name", help="card name (a shipped card's file stem, `priors list`) or path")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.add_argument("--tp", default=None, help="TPs to summarise, e.g. 1,2,4,8 (default: the card's)")
     show.add_argument("--draws", type=int, default=4000, help="prior draws (default 4000)")

@@ -19,7 +19,7 @@ reads 1.01 on the same draws). They are reported
 (``r_hat_max_parameters``, ``ess_bulk_min_parameters``) and
 ``fleetsieve-bayes diagnose`` lists them.
 
-:func:`fit_certifying` runs the ``certify`` preset (``inference/certify.toml``:
+:func:`fit_certifying` runs the ``certify`` preset (``fleetsieve_bayes/data/presets/certify.toml``:
 four chains of 400 warm-up and 400 draws, target acceptance 0.95, tree depth
 10, the chains in threads) with the same compiled NUTS runner as every round's
 fit (:func:`fleetsieve_bayes.model.inference.fit`; chains start from

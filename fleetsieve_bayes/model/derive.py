@@ -61,7 +61,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.resources import data_dir, legacy_path
 
 __all__ = [
     "GpuSpec",
@@ -153,7 +153,7 @@ TAIL_ENGINE: dict[str, float] = {
 
 
 class GpuSpec(NamedTuple):
-    """One row of ``models/hardware/gpus.toml`` (public datasheet numbers)."""
+    """One row of ``fleetsieve_bayes/data/priors/hardware/gpus.toml`` (public datasheet numbers)."""
 
     name: str
     description: str
@@ -189,7 +189,7 @@ _GPU_REQUIRED = ("memory_gb", "hbm_bandwidth_tb_s", "bf16_dense_tflops", "pcie_g
 
 
 def gpu_table_path() -> Path:
-    return data_dir("models") / "hardware" / "gpus.toml"
+    return data_dir("priors") / "hardware" / "gpus.toml"
 
 
 def load_gpus(path: str | Path | None = None) -> dict[str, GpuSpec]:
@@ -407,19 +407,19 @@ def architecture_from_fields(
 
 def list_architectures() -> list[str]:
     """Names (file stems) of the shipped architecture configs."""
-    return sorted(p.stem for p in (data_dir("models") / "architectures").glob("*.json"))
+    return sorted(p.stem for p in (data_dir("priors") / "architectures").glob("*.json"))
 
 
 def load_architecture(name_or_path: str | Path) -> Architecture:
-    """A config.json by path, or a shipped architecture by name (``models/architectures/``).
+    """A config.json by path, or a shipped architecture by name (``fleetsieve_bayes/data/priors/architectures/``).
 
     Raises:
         InputError: not found (did-you-mean), not JSON, incomplete.
     """
     s = str(name_or_path)
-    p = Path(s)
+    p = legacy_path(s) or Path(s)
     if not p.is_file():
-        shipped = data_dir("models") / "architectures" / f"{s}.json"
+        shipped = data_dir("priors") / "architectures" / f"{s}.json"
         if shipped.is_file():
             p = shipped
         else:

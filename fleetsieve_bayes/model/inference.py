@@ -1,6 +1,6 @@
 """Fitting :func:`fleetsieve_bayes.model.joint.fleet_model` with NUTS or SVI: the sampler driver and the Posterior.
 
-Presets (TOML under ``inference/``) are parsed in
+Presets (TOML under ``fleetsieve_bayes/data/presets/``) are parsed in
 :mod:`fleetsieve_bayes.model.presets` and posteriors stored by
 :mod:`fleetsieve_bayes.model.storage` (both re-exported here). The compiled
 pieces of a run are NamedTuples (:class:`NutsKernel`, :class:`SviKernel`) and

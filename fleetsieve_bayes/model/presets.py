@@ -1,6 +1,6 @@
 """Inference presets (TOML): NUTS and SVI settings, parsed like the campaign file.
 
-Presets live under ``inference/`` (``default``, ``fast``, ``svi``) and are
+Presets live under ``fleetsieve_bayes/data/presets/`` (``default``, ``fast``, ``svi``) and are
 referenced by name or path from the campaign's ``[model] inference``. They
 are validated with the campaign file's validator
 (:class:`fleetsieve_bayes.validation.Validator`): an unknown key is an
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.resources import data_dir, legacy_path
 from fleetsieve_bayes.validation import Validator
 
 __all__ = ["InferencePreset", "load_preset", "list_presets", "parse_preset", "GUIDES", "CHAIN_METHODS", "ADAPTATIONS"]
@@ -69,26 +69,28 @@ _SECTIONS = {
 
 def list_presets() -> list[str]:
     """Names of the shipped presets."""
-    return sorted(p.stem for p in data_dir("inference").glob("*.toml"))
+    return sorted(p.stem for p in data_dir("presets").glob("*.toml"))
 
 
 def _preset_path(name_or_path: str | Path) -> Path:
     s = str(name_or_path)
     p = Path(s)
     if not (p.suffix == ".toml" or "/" in s):
-        p = data_dir("inference") / f"{s}.toml"
+        p = data_dir("presets") / f"{s}.toml"
         if not p.is_file():
             names = list_presets()
             close = difflib.get_close_matches(s, names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InputError(f"inference preset {s!r} not found{hint}; shipped: {', '.join(names)}")
     if not p.is_file():
+        p = legacy_path(p) or p
+    if not p.is_file():
         raise InputError(f"{p}: inference preset not found")
     return p
 
 
 def load_preset(name_or_path: str | Path) -> InferencePreset:
-    """Load an inference preset by name (``inference/<name>.toml``) or path.
+    """Load an inference preset by name (``fleetsieve_bayes/data/presets/<name>.toml``) or path.
 
     Raises:
         InputError: not found, bad TOML, unknown key (did-you-mean), bad value.

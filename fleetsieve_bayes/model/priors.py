@@ -1,7 +1,7 @@
 """Model-family prior cards: every hyperprior of :func:`fleetsieve_bayes.model.joint.fleet_model`.
 
-A card is a TOML file under ``models/`` (shipped; found with
-``fleetsieve_bayes.resources.data_dir("models")``) describing one model family
+A card is a TOML file under ``fleetsieve_bayes/data/priors/`` (shipped; found with
+``fleetsieve_bayes.resources.data_dir("priors")``) describing one model family
 on one GPU type. A campaign names it by file stem (``family =
 "dense-31b-fp8-h100"``) or by path. Swapping priors for a new family means
 adding a card; the model code does not change.
@@ -101,7 +101,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.resources import data_dir, legacy_path
 
 __all__ = ["PriorCard", "DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
 
@@ -347,7 +347,7 @@ def card_fields(card: PriorCard) -> list[tuple[str, Any]]:
 
 def list_cards() -> list[str]:
     """Names (file stems) of the shipped prior cards, sorted."""
-    return sorted(p.stem for p in data_dir("models").glob("*.toml"))
+    return sorted(p.stem for p in data_dir("priors").glob("*.toml"))
 
 
 def card_path(name_or_path: str | Path) -> Path:
@@ -360,9 +360,11 @@ def card_path(name_or_path: str | Path) -> Path:
     p = Path(s)
     if p.suffix == ".toml" or "/" in s or p.is_file():
         if not p.is_file():
+            p = legacy_path(p) or p
+        if not p.is_file():
             raise InputError(f"{p}: prior card not found")
         return p
-    shipped = data_dir("models") / f"{s}.toml"
+    shipped = data_dir("priors") / f"{s}.toml"
     if shipped.is_file():
         return shipped
     names = list_cards()
@@ -372,7 +374,7 @@ def card_path(name_or_path: str | Path) -> Path:
 
 
 def load_card(name_or_path: str | Path) -> PriorCard:
-    """Load and validate a prior card by name (file stem under ``models/``) or path.
+    """Load and validate a prior card by name (file stem under ``fleetsieve_bayes/data/priors/``) or path.
 
     Raises:
         InputError: missing file, bad TOML, unknown section/key (did-you-mean),
