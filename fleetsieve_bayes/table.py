@@ -9,7 +9,9 @@ empty (NaN after reading) when the row's source had no completion timing at
 all (e.g. an ingested result without end-to-end latencies): unobserved, never
 zero. Nothing else may be NaN. The optional ``startup_s`` is the server
 start-up time a measured cell paid (0 when it reused a running server); it is
-not part of ``duration_s`` except for a start-up failure.
+not part of ``duration_s`` except for a start-up failure. The optional ``gpu``
+names the GPU type the row ran on (a pool's ``gpu`` in the campaign); empty or
+absent means the campaign's single pool.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ COLUMNS: tuple[str, ...] = (
 )
 # `failure` is empty for a normal cell, or a failure class from a backend
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "gpu")
 # bounds.csv in a campaign directory: the final round's credible interval of
 # every cell (measured cells collapse to their measured values).
 BOUNDS_COLUMNS: tuple[str, ...] = (
@@ -155,6 +157,8 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         out["failure"] = [
             "" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]
         ]
+    if "gpu" in df.columns:  # GPU type of the row; "" = the campaign's single pool
+        out["gpu"] = ["" if v is None or str(v).strip().lower() in _EMPTY else str(v).strip() for v in df["gpu"]]
     _check_unique_cells(out, source=source, label=label, row_offset=row_offset)
     return out
 
@@ -276,14 +280,16 @@ def _parse_startup(values: Iterable[Any], where: _Where) -> np.ndarray:
 
 
 def _check_unique_cells(out: pd.DataFrame, *, source: str, label: str, row_offset: int) -> None:
-    """One row per (workload, tp, load): a repeat names both rows."""
-    keys = list(zip(out["workload"], out["tp"], out["load"], strict=True))
-    first: dict[tuple[str, int, str], int] = {}
+    """One row per (workload, tp, load[, gpu]): a repeat names both rows."""
+    gpus = out["gpu"] if "gpu" in out.columns else [""] * len(out)
+    keys = list(zip(out["workload"], out["tp"], out["load"], gpus, strict=True))
+    first: dict[tuple[str, int, str, str], int] = {}
     for i, key in enumerate(keys):
         if key in first:
+            on = f", gpu={key[3]}" if key[3] else ""
             raise InputError(
                 f"{source}: {label} {i + row_offset}: duplicate cell "
-                f"(workload={key[0]}, tp={key[1]}, load={key[2]}), first at {label} {first[key] + row_offset}"
+                f"(workload={key[0]}, tp={key[1]}, load={key[2]}{on}), first at {label} {first[key] + row_offset}"
             )
         first[key] = i
 
