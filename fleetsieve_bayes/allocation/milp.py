@@ -19,28 +19,26 @@ solves, each stage fixing the previous optimum up to the relative tolerance:
    since t = 0 adds nothing);
 2. maximise ``τ`` with ``r_i ≥ τ·T`` (``T = min_i s_i/λ_i``) → τ*;
 3. add ``τ ≥ τ*·(1 − tol)``, maximise goodput ``Σ x_i`` (divided by Σ s_i) → g*;
-4. add goodput ``≥ g*·(1 − tol)``, minimise dollars per hour → c* (several
-   priced pools only; with one pool it is stage 5);
-5. add cost ``≤ c*·(1 + tol)``, minimise GPUs.
-
-GPU pools: a cell q runs on pool p(q); the budget is ``Σ_{q∈p} n_q·TP_q ≤
-G_p`` per pool, with ``Σ n_q·TP_q ≤ G`` over all pools when ``G`` is
-tighter, and ``Σ price_p(q)·TP_q·n_q ≤ cap·(1 + tol)`` under a dollar cap.
-With one pool the cap only lowers the budget (``floor(cap·(1 + tol)/price)``
-GPUs) and the model is exactly the single-type one.
+4. add goodput ``≥ g*·(1 − tol)``, minimise GPUs (the objective's stage 5;
+   its stage 4, dollars, is this one with one pool).
 
 CBC runs with zero relative gap and integrality tolerance 1e-9, and the
 objectives reported are recomputed in float64 from the integer replica
 counts.
 
+GPU pools: a grid with several pools is solved by the per-pool GPU-level
+formulation of :mod:`fleetsieve_bayes.allocation.milp_pools` (stage 4 there
+minimises dollars per hour). With one pool, dollars are proportional to GPUs
+(stage 4 is stage 5, "min GPUs" below), and a dollar cap only lowers the
+budget to ``floor(cap·(1 + tol)/price)`` GPUs
+(:func:`~fleetsieve_bayes.allocation.problem.effective_single_budget`).
+
 Exact reduction: a cell with TP ≥ and capacity ≤ another admissible cell of the
 same class is dominated (the other serves at least as much with at most as
 many GPUs in every stage), so per class only the Pareto front of
-(TP, capacity) enters the MILP (``prune=True``; ≤ one cell per distinct TP);
-with pools, the front is taken per (class, pool) (a cell on another pool
-draws on another budget and another price). The reported cell is then chosen
-canonically (as in the JAX allocator): for the class's pool and GPUs w_i, the
-lowest-index admissible cell of that pool whose served rate
+(TP, capacity) enters the MILP (``prune=True``; ≤ one cell per distinct TP).
+The reported cell is then chosen canonically (as in the JAX allocator): for
+the class's GPUs w_i, the lowest-index admissible cell whose served rate
 ``min(λ_i, floor(w_i/TP_q)·c_q)`` is within ``tol`` (relative) of the best.
 """
 
@@ -66,7 +64,6 @@ from fleetsieve_bayes.allocation.problem import (
     effective_single_budget,
     pool_counts,
     pool_prices,
-    priced,
     within_cap,
 )
 
@@ -133,7 +130,7 @@ def canonical_cells(
 
     Args:
         values: ``(n_cells, 4)``; adm: bool ``(n_cells,)``; demand, w: ``(n_classes,)``.
-        pool: ``(n_classes,)`` the pool each class's GPUs are on (None: pool 0).
+        pool: ``(n_classes,)`` the pool each class's GPUs are on (None: any cell).
 
     Returns:
         ``cell (n_classes,)`` (-1 for none) and ``replicas (n_classes,)``, int64.
@@ -178,21 +175,12 @@ class _Scaled(NamedTuple):
 
 
 def _scaled(
-    grid: CellGrid,
-    cap: np.ndarray,
-    lam: np.ndarray,
-    lo: np.ndarray,
-    per_class: list[list[int]],
-    budget: np.ndarray,
-    tol: float,
+    grid: CellGrid, cap: np.ndarray, lam: np.ndarray, lo: np.ndarray, per_class: list[list[int]], gpus: int, tol: float
 ) -> _Scaled:
     k = len(per_class)
     s = np.zeros(k)
-    pool = grid.gpu_idx
     for i, cells in enumerate(per_class):
-        s[i] = max(
-            (min(lam[i], (int(budget[pool[q]]) // int(grid.tp[q])) * cap[q]) for q in cells), default=0.0
-        )
+        s[i] = max((min(lam[i], (gpus // int(grid.tp[q])) * cap[q]) for q in cells), default=0.0)
     coef = {(i, q): float(min(cap[q], lam[i]) / s[i]) for i, cells in enumerate(per_class) for q in cells}
     rho = s / lam
     with np.errstate(divide="ignore", invalid="ignore"):  # ρ_i = 0: unservable class
@@ -200,34 +188,10 @@ def _scaled(
     return _Scaled(per_class, coef, s, rho, float(rho.min()), float(s.sum()), u_floor)
 
 
-class _Budget(NamedTuple):
-    """The GPU constraints: per pool, over all pools, and in dollars (scaled to O(1))."""
-
-    pools: np.ndarray  # int64 (n_pools,), GPUs each pool can give
-    total: int | None  # Σ GPUs ≤ total, when tighter than Σ pools (several pools only)
-    price: np.ndarray  # float64 (n_pools,), dollars per GPU-hour (ones when unpriced)
-    cap: float | None  # dollars per hour, within_cap(cap, tol) (several pools only)
-    cost_scale: float  # Σ_p price_p·pools_p: the stage-4 objective is cost / cost_scale
-
-
-def _cost_expr(grid: CellGrid, budget: _Budget, n_vars: dict[tuple[int, int], mip.Var], scale: float) -> mip.LinExpr:
-    pool = grid.gpu_idx
-    return mip.xsum(
-        float(budget.price[pool[q]] * int(grid.tp[q]) / scale) * nv for (_, q), nv in n_vars.items()
-    )
-
-
 def _stage_model(
-    grid: CellGrid,
-    inst: _Scaled,
-    budget: _Budget,
-    tau_min: float,
-    good_min: float | None,
-    cost_max: float | None = None,
+    grid: CellGrid, inst: _Scaled, gpus: int, tau_min: float, good_min: float | None
 ) -> tuple[mip.Model, dict[tuple[int, int], mip.Var], list[mip.Var], mip.Var, mip.LinExpr]:
     """A fresh model with the stage constraints fixed so far (all in scaled units).
-
-    ``cost_max``: the stage-4 optimum's bound, in units of ``budget.cost_scale``.
 
     Each stage gets its own model: re-solving one CBC model after adding a
     constraint and flipping the objective sense was seen to report a feasible
@@ -246,11 +210,10 @@ def _stage_model(
     n_vars: dict[tuple[int, int], mip.Var] = {}
     u = [m.add_var(lb=0.0, ub=1.0) for _ in inst.per_class]
     tau = m.add_var(lb=max(tau_min, 0.0), ub=1.0)
-    pool = grid.gpu_idx
     for i, cells in enumerate(inst.per_class):
         ys = []
         for q in cells:
-            ub = int(budget.pools[pool[q]]) // int(grid.tp[q])
+            ub = gpus // int(grid.tp[q])
             y = m.add_var(var_type=mip.BINARY)
             nv = m.add_var(var_type=mip.INTEGER, lb=0, ub=ub)
             m += nv <= ub * y
@@ -267,19 +230,7 @@ def _stage_model(
             m += u[i] >= float(inst.t_scale / inst.rho[i]) * tau
     gpu_expr = mip.xsum(int(grid.tp[q]) * nv for (_, q), nv in n_vars.items())
     if n_vars:
-        if grid.n_pools == 1:
-            m += gpu_expr <= int(budget.pools[0])
-        else:
-            for p in range(grid.n_pools):
-                on_p = [(q, nv) for (_, q), nv in n_vars.items() if pool[q] == p]
-                if on_p:
-                    m += mip.xsum(int(grid.tp[q]) * nv for q, nv in on_p) <= int(budget.pools[p])
-            if budget.total is not None:
-                m += gpu_expr <= budget.total
-            if budget.cap is not None:
-                m += _cost_expr(grid, budget, n_vars, budget.cap) <= 1.0
-            if cost_max is not None:
-                m += _cost_expr(grid, budget, n_vars, budget.cost_scale) <= cost_max
+        m += gpu_expr <= gpus
     if good_min is not None:
         m += _goodput_expr(inst, u) >= good_min
     return m, n_vars, u, tau, gpu_expr
@@ -328,7 +279,8 @@ def allocate_milp(
         tol: relative stage tolerance (:func:`~fleetsieve_bayes.allocation.objective.within`).
         time_limit: seconds per stage for CBC (None: no limit). A stage that
             hits it without a proven optimum raises ``RuntimeError``.
-        prune: restrict each class to its (TP, capacity) Pareto front (exact).
+        prune: restrict each class to its (TP, capacity) Pareto front (exact;
+            the pool formulation always works on GPU levels).
 
     Returns:
         An :class:`Allocation` (status ``"feasible"`` or ``"infeasible"``).
@@ -338,75 +290,45 @@ def allocate_milp(
     """
     check_demand(problem.demand)
     values = np.asarray(values, np.float64)
-    k = grid.n_classes
+    if grid.n_pools > 1:
+        from fleetsieve_bayes.allocation.milp_pools import allocate_pools_milp
+
+        return allocate_pools_milp(grid, values, problem, tol=tol, time_limit=time_limit)
+    k, gpus = grid.n_classes, effective_single_budget(problem, tol)
     lam = np.asarray(problem.demand, np.float64)
     adm = admissible(grid, values, problem)
     cap = values[:, 0]
-    budget = _budget(grid, problem, tol)
-    pool = grid.gpu_idx
     if prune:
-        per_class = pareto_cells(grid, values, adm, budget.pools)
+        per_class = pareto_cells(grid, values, adm, gpus)
     else:
         per_class = [
-            [
-                int(q)
-                for q in np.flatnonzero(adm & (grid.workload_idx == i))
-                if grid.tp[q] <= budget.pools[pool[q]]
-            ]
+            [int(q) for q in np.flatnonzero(adm & (grid.workload_idx == i)) if grid.tp[q] <= gpus]
             for i in range(k)
         ]
     lo = np.where(problem.critical, problem.floor, 0.0)
-    inst = _scaled(grid, cap, lam, lo, per_class, budget.pools, tol)
+    inst = _scaled(grid, cap, lam, lo, per_class, gpus, tol)
     if np.any(inst.u_floor > 1.0):  # a critical floor above what the class can reach alone
         return infeasible_allocation(k, problem)
     t_scale = inst.t_scale if inst.t_scale > 0 else 1.0  # some class unservable: t* = 0
 
-    m, n_vars, u, tau, _ = _stage_model(grid, inst, budget, 0.0, None)
+    m, n_vars, u, tau, _ = _stage_model(grid, inst, gpus, 0.0, None)
     m.objective = mip.maximize(tau)
     if not _optimize(m, "2 (max min-fulfillment)", time_limit):
         return infeasible_allocation(k, problem)
     tau_star = max(float(tau.x), _served(n_vars, cap, lam)[0] / t_scale) if inst.t_scale > 0 else 0.0
-    m, n_vars, u, tau, _ = _stage_model(grid, inst, budget, within(tau_star, tol), None)
+    m, n_vars, u, tau, _ = _stage_model(grid, inst, gpus, within(tau_star, tol), None)
     m.objective = mip.maximize(_goodput_expr(inst, u))
     if not _optimize(m, "3 (max goodput)", time_limit):
         raise RuntimeError("allocate_milp: stage 3 infeasible after stage 2 (numerical trouble)")
     if n_vars:
         g_star = max(float(m.objective_value), _served(n_vars, cap, lam)[1] / inst.g_scale)
-        good_min = within(g_star, tol)
-        cost_max = None
-        if grid.n_pools > 1 and priced(problem):
-            m, n_vars, u, tau, _ = _stage_model(grid, inst, budget, within(tau_star, tol), good_min)
-            m.objective = mip.minimize(_cost_expr(grid, budget, n_vars, budget.cost_scale))
-            if not _optimize(m, "4 (min dollars per hour)", time_limit):
-                raise RuntimeError("allocate_milp: stage 4 infeasible after stage 3 (numerical trouble)")
-            c_star = sum(
-                round(nv.x) * int(grid.tp[q]) * float(budget.price[pool[q]]) for (_, q), nv in n_vars.items()
-            )
-            cost_max = within_cap(c_star, tol) / budget.cost_scale
-        m, n_vars, u, tau, gpu_expr = _stage_model(
-            grid, inst, budget, within(tau_star, tol), good_min, cost_max
-        )
+        m, n_vars, u, tau, gpu_expr = _stage_model(grid, inst, gpus, within(tau_star, tol), within(g_star, tol))
         m.objective = mip.minimize(gpu_expr)
-        if not _optimize(m, "5 (min GPUs)", time_limit):
-            raise RuntimeError("allocate_milp: stage 5 infeasible after stage 4 (numerical trouble)")
+        if not _optimize(m, "4 (min GPUs)", time_limit):
+            raise RuntimeError("allocate_milp: stage 4 infeasible after stage 3 (numerical trouble)")
 
     w = np.zeros(k, np.int64)
-    on = np.zeros(k, np.int64)
     for (i, q), nv in n_vars.items():
-        n = int(round(nv.x))
-        w[i] += n * int(grid.tp[q])
-        if n > 0:
-            on[i] = pool[q]
-    cell, reps = canonical_cells(grid, values, adm, lam, w, tol, on)
+        w[i] += int(round(nv.x)) * int(grid.tp[q])
+    cell, reps = canonical_cells(grid, values, adm, lam, w, tol)
     return allocation_from_choice(grid, values, problem, cell, reps, feasible=True)
-
-
-def _budget(grid: CellGrid, problem: AllocationProblem, tol: float) -> _Budget:
-    pools = pool_budgets(grid, problem, tol)
-    price = pool_prices(problem, grid.n_pools)
-    if grid.n_pools == 1:
-        return _Budget(pools, None, price, None, float(price[0] * max(int(pools[0]), 1)))
-    total = int(problem.gpus) if int(problem.gpus) < int(pools.sum()) else None
-    cap = float(problem.usd_per_hour_max)
-    cap_scaled = within_cap(cap, tol) if np.isfinite(cap) else None
-    return _Budget(pools, total, price, cap_scaled, float(max(np.dot(price, pools), 1e-12)))
