@@ -36,6 +36,7 @@ __all__ = [
     "validate_table",
     "gpu_seconds",
     "startup_gpu_seconds",
+    "profiling_usd",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -320,6 +321,26 @@ def write_table(df: pd.DataFrame, path: str | Path) -> None:
 def gpu_seconds(df: pd.DataFrame) -> float:
     """Profiling cost of the rows: Σ duration_s × tp."""
     return float((df["duration_s"] * df["tp"]).sum())
+
+
+def profiling_usd(df: pd.DataFrame, usd_per_gpu_hour: Mapping[str, float], default_gpu: str = "") -> float:
+    """Dollars the rows cost: Σ ``duration_s × tp`` × the hourly price of the row's GPU / 3600.
+
+    ``usd_per_gpu_hour``: price by GPU type (case-insensitive); a row without
+    a ``gpu`` is on ``default_gpu``.
+
+    Raises:
+        InputError: a row's GPU has no price.
+    """
+    prices = {k.lower(): float(v) for k, v in usd_per_gpu_hour.items()}
+    gpus = df["gpu"] if "gpu" in df.columns else [""] * len(df)
+    total = 0.0
+    for g, d, tp in zip(gpus, df["duration_s"], df["tp"], strict=True):
+        name = (str(g).strip() if g is not None and str(g) != "nan" else "") or default_gpu
+        if name.lower() not in prices:
+            raise InputError(f"no price for GPU {name!r} (priced: {', '.join(sorted(prices))})")
+        total += float(d) * int(tp) * prices[name.lower()] / 3600.0
+    return total
 
 
 def startup_gpu_seconds(rows: Iterable[Mapping[str, Any]]) -> float:

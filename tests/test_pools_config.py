@@ -225,3 +225,23 @@ def test_run_refuses_several_pools(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "[[fleet.pools]]: `run` profiles one GPU type" in err[-1]
     assert not (tmp_path / "out").exists()
+
+
+def test_profiling_cost_in_dollars() -> None:
+    from fleetsieve_bayes.table import gpu_seconds, profiling_usd
+
+    df = read_table(FIXTURE / "grid.csv")
+    prices = {"H100-SXM-80GB": 4.0, "a100-80gb": 1.8}
+    h100 = df[df["gpu"] == "h100-sxm-80gb"]
+    a100 = df[df["gpu"] == "a100-80gb"]
+    want = gpu_seconds(h100) * 4.0 / 3600 + gpu_seconds(a100) * 1.8 / 3600
+    assert profiling_usd(df, prices) == pytest.approx(want)
+    # every row ran 300 s
+    assert gpu_seconds(h100) == 300.0 * int(h100["tp"].sum())
+    old = read_table(EXAMPLE.parent / "grid.csv")
+    assert profiling_usd(old, prices, default_gpu="h100-sxm-80gb") == pytest.approx(gpu_seconds(old) * 4.0 / 3600)
+    with pytest.raises(InputError, match="no price for GPU 'a100-80gb'"):
+        profiling_usd(df, {"h100-sxm-80gb": 4.0})
+    c = load_campaign(CAMPAIGN)
+    grid = grid_from_table(df, c.workload_names, pools=c.pool_names)
+    np.testing.assert_allclose(grid.cost_usd(np.array([4.0, 1.8])), grid.cost_gpu_s * np.where(grid.gpu == 0, 4.0, 1.8) / 3600)

@@ -114,6 +114,17 @@ class CellGrid(NamedTuple):
         """Expected profiling cost of each cell, ``duration_s × tp``; shape ``(n_cells,)``."""
         return self.duration_s * self.tp
 
+    def cost_usd(self, usd_per_gpu_hour: np.ndarray) -> np.ndarray:
+        """Expected profiling cost of each cell in dollars, ``cost_gpu_s × price of its pool / 3600``.
+
+        Args:
+            usd_per_gpu_hour: ``(n_pools,)``.
+
+        Returns:
+            ``(n_cells,)`` float64.
+        """
+        return self.cost_gpu_s * np.asarray(usd_per_gpu_hour, np.float64)[self.gpu_idx] / 3600.0
+
     def key(self, i: int) -> tuple[Any, ...]:
         """``(workload, tp, load)`` of cell ``i``; ``(workload, tp, load, gpu)`` with several pools."""
         base = (self.workloads[int(self.workload_idx[i])], int(self.tp[i]), self.load[i])
