@@ -246,6 +246,57 @@ def test_one_pool_dollar_cap_is_a_gpu_budget(solver: str) -> None:
     assert capped.usd_per_hour == pytest.approx(2.0 * ten.gpus_used)
 
 
+# ----------------------------------------------------------------------------- CBC regressions
+
+# Two instances on which CBC's clique strengthening went wrong (now off in milp_pools.py):
+# a 2.0 $/h fleet returned as the stage-4 optimum (1.5 $/h: code on the cheaper pool),
+# and a feasible stage-4 model declared infeasible. Both fully served at 1.5 $/h, 3 GPUs.
+_CBC_GRID = CellGrid(
+    workloads=("w0", "w1"),
+    workload_idx=np.array([0, 0, 0, 1, 1, 1, 1]),
+    tp=np.ones(7, np.int64),
+    load=tuple(f"L{i}" for i in range(7)),
+    offered_rps=np.ones(7),
+    duration_s=np.full(7, 60.0),
+    gpu=np.array([0, 0, 2, 0, 0, 1, 1]),
+    pools=("gpu0", "gpu1", "gpu2"),
+)
+_CBC_VALUES = np.array([[0.25, 0.5, 10.0, s] for s in (0.98, 0.98, 1.0, 0.98, 1.0, 0.98, 1.0)])
+_CBC_PROBLEM = AllocationProblem(
+    demand=np.array([0.75, 0.25]),
+    critical=np.array([True, False]),
+    floor=np.array([0.25, 0.25]),
+    success_min=np.full(2, 0.99),
+    ttft_max=np.full(2, 2.0),
+    completion_max=np.full(2, np.inf),
+    gpus=3,
+    pool_gpus=np.array([1, 1, 2]),
+    usd_per_gpu_hour=np.array([1.0, 0.5, 0.5]),
+)
+_CBC_VALUES_2 = _CBC_VALUES.copy()
+_CBC_VALUES_2[2, 0] = 0.5  # w0's one admissible cell serves 0.5 req/s per replica
+CBC_CASES = [
+    (_CBC_VALUES_2, _CBC_PROBLEM, 1.0),
+    (
+        _CBC_VALUES,
+        _CBC_PROBLEM._replace(
+            demand=np.array([0.5, 0.25]), critical=np.array([False, True]), usd_per_gpu_hour=np.full(3, 0.5)
+        ),
+        0.75,
+    ),
+]
+
+
+@pytest.mark.parametrize("solver", ["milp", "jax"])
+@pytest.mark.parametrize("case", range(len(CBC_CASES)))
+def test_cbc_clique_strengthening_regressions(case: int, solver: str) -> None:
+    values, problem, goodput = CBC_CASES[case]
+    alloc = (allocate_milp if solver == "milp" else allocate_jax)(_CBC_GRID, values, problem)
+    _check(alloc, _CBC_GRID, values, problem)
+    assert alloc.min_fulfillment == 1.0 and alloc.goodput_rps == goodput
+    assert alloc.usd_per_hour == 1.5 and alloc.gpus_used == 3
+
+
 # ----------------------------------------------------------------------------- random agreement
 
 MAX_POOLS, MAX_CLASSES, MAX_CELLS, MAX_POOL_GPUS, LEVELS = 3, 3, 24, 5, (1, 2, 4)

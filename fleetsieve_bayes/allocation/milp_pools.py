@@ -97,6 +97,18 @@ def pool_options(
     )
 
 
+def _no_clique_strengthening(m: mip.Model) -> None:
+    """Switch off CBC's clique strengthening (``clqstr``).
+
+    On these multiple-choice rows (one ``Σ z ≤ 1`` per class) it was seen to
+    declare feasible models infeasible and to return a costlier fleet as the
+    stage-4 optimum (cases in tests/test_allocation_pools.py, ``CBC_CASES``).
+    """
+    from mip.cbc import cbc_set_parameter
+
+    cbc_set_parameter(m.solver, "clqstr", "off")
+
+
 def _optimize(m: mip.Model, stage: str, time_limit: float | None) -> bool:
     kwargs = {} if time_limit is None else {"max_seconds": float(time_limit)}
     status = m.optimize(**kwargs)
@@ -159,6 +171,7 @@ def allocate_pools_milp(
         m.max_mip_gap_abs = 1e-10
         m.integer_tol = 1e-9
         m.preprocess = 0  # as in the single-pool model (milp.py)
+        _no_clique_strengthening(m)
         z = [m.add_var(var_type=mip.BINARY) for _ in range(n_o)]
         tau = m.add_var(lb=max(tau_min, 0.0), ub=1.0)
         mine = [np.flatnonzero(opt.klass == i) for i in range(k)]
