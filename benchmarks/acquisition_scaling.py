@@ -104,6 +104,20 @@ def run(n_loads: int, n_draws: int, n_fantasies: int, repeats: int, n_related: i
     }
 
 
+def published_table(res: dict) -> str:
+    """The markdown table of a run's JSON ``res``."""
+    lines = [
+        "| cells | draws | F | n_related | compile s | warm s | ms/candidate | fallback share | median ESS | chosen |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in res["rows"]:
+        lines.append(
+            f"| {r['cells']} | {r['draws']} | {r['fantasies']} | {r['n_related'] or 'all'} | {r['compile_s']:.1f} | "
+            f"{r['warm_s']:.3f} | {r['per_candidate_ms']:.1f} | {r['fallback_share']:.2f} | {r['median_ess_min']:.3f} | {r['chosen']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loads", type=int, nargs="+", default=[2, 4, 8], help="loads per (class, TP); cells = 8 × loads")
@@ -112,22 +126,23 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--related", type=int, default=8, help="n_related for the approximate rows (0: skip)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "acquisition_scaling.json")
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/acquisition_scaling.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
     rows = []
     for n_loads in args.loads:
         rows.append(run(n_loads, args.draws, args.fantasies, args.repeats, None))
         if args.related:
             rows.append(run(n_loads, args.draws, args.fantasies, args.repeats, args.related))
-    print("| cells | draws | F | n_related | compile s | warm s | ms/candidate | fallback share | median ESS | chosen |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        print(
-            f"| {r['cells']} | {r['draws']} | {r['fantasies']} | {r['n_related'] or 'all'} | {r['compile_s']:.1f} | "
-            f"{r['warm_s']:.3f} | {r['per_candidate_ms']:.1f} | {r['fallback_share']:.2f} | {r['median_ess_min']:.3f} | {r['chosen']} |"
-        )
+    res = {"rows": rows, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    md = published_table(res)
+    print(md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": rows, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}, indent=2))
+    args.out.write_text(json.dumps(res, indent=2))
     print(f"\nwrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("acquisition_scaling", res, md, command_line(__file__))
 
 
 if __name__ == "__main__":

@@ -263,6 +263,45 @@ def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     return grid, values_from_table(grid, df), problem_from_campaign(campaign)
 
 
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown tables of a run's JSON ``res``: exact solves per size, then JAX batch throughput."""
+
+    def fmt(x: Any) -> str:
+        return "timeout" if x is None else f"{x * 1e3:.1f}"
+
+    lines = [
+        "| classes × cells/class × GPUs | MILP pruned ms | MILP full ms | JAX first call ms | JAX steady ms | status | min r | goodput | GPUs | agree |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["sizes"]:
+        agree = r["jax_agrees"] and r.get("unpruned_agrees") in (True, None)
+        lines.append(
+            f"| {r['classes']}×{r['cells_per_class']}×{r['gpus']} | {fmt(r['milp_s'])} | "
+            f"{fmt(r.get('milp_unpruned_s'))} | {fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | "
+            f"{r['status']} | {r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {r['gpus_used']} | {agree} |"
+        )
+    lines += ["", "| JAX batch | tables | first call s | steady s | tables/s |", "|---|---|---|---|---|"]
+    for b in res["batches"]:
+        lines.append(
+            f"| {b['size']} | {b['batch']} | {b['first_call_s']:.2f} | {b['steady_s']:.3f} | {b['tables_per_s']:.0f} |"
+        )
+    if res.get("pools"):
+        lines += [
+            "",
+            "| pools × classes × cells/class × GPUs/pool | MILP ms | JAX first call ms | JAX steady ms "
+            "| status | min r | goodput | $/h | GPUs per pool | agree |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in res["pools"]:
+            usd = "—" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}"
+            lines.append(
+                f"| {r['pools']}×{r['classes']}×{r['cells_per_class']}×{r['gpus_per_pool']} | {fmt(r['milp_s'])} | "
+                f"{fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | {r['status']} | "
+                f"{r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {usd} | {r['pool_gpus_used']} | {r['jax_agrees']} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -291,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path(__file__).resolve().parent / "results" / "allocator_speed.json",
     )
+    p.add_argument("--publish", action="store_true", help="write benchmarks/published/allocator_speed.json, its docs/results.md section and MANIFEST.json")
     args = p.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
@@ -317,41 +357,6 @@ def main(argv: list[str] | None = None) -> int:
         pool_rows.append(bench_pools(prng, n_p, k, per, g, repeats=args.repeats))
         print(f"done pools {spec}", flush=True)
 
-    def fmt(x: Any) -> str:
-        return "timeout" if x is None else f"{x * 1e3:.1f}"
-
-    print(
-        "\n| classes × cells/class × GPUs | MILP pruned ms | MILP full ms | JAX first call ms | JAX steady ms | status | min r | goodput | GPUs | agree |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        agree = r["jax_agrees"] and r.get("unpruned_agrees") in (True, None)
-        print(
-            f"| {r['classes']}×{r['cells_per_class']}×{r['gpus']} | {fmt(r['milp_s'])} | "
-            f"{fmt(r.get('milp_unpruned_s'))} | {fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | "
-            f"{r['status']} | {r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {r['gpus_used']} | {agree} |"
-        )
-    print("\n| JAX batch | tables | first call s | steady s | tables/s |")
-    print("|---|---|---|---|---|")
-    for b in batches:
-        print(
-            f"| {b['size']} | {b['batch']} | {b['first_call_s']:.2f} | {b['steady_s']:.3f} | {b['tables_per_s']:.0f} |"
-        )
-
-    if pool_rows:
-        print(
-            "\n| pools × classes × cells/class × GPUs/pool | MILP ms | JAX first call ms | JAX steady ms "
-            "| status | min r | goodput | $/h | GPUs per pool | agree |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for r in pool_rows:
-            usd = "—" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}"
-            print(
-                f"| {r['pools']}×{r['classes']}×{r['cells_per_class']}×{r['gpus_per_pool']} | {fmt(r['milp_s'])} | "
-                f"{fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | {r['status']} | "
-                f"{r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {usd} | {r['pool_gpus_used']} | {r['jax_agrees']} |"
-            )
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "seed": args.seed,
@@ -359,8 +364,17 @@ def main(argv: list[str] | None = None) -> int:
         "backend": jax.default_backend(),
         "machine": platform.machine(),
     }
-    args.out.write_text(json.dumps({"meta": meta, "sizes": rows, "batches": batches, "pools": pool_rows}, indent=2))
+    res = {"meta": meta, "sizes": rows, "batches": batches}
+    if pool_rows:
+        res["pools"] = pool_rows
+    md = published_table(res)
+    print("\n" + md)
+    args.out.write_text(json.dumps(res, indent=2))
     print(f"\nwrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("allocator_speed", res, md, command_line(__file__, argv))
     return 0
 
 

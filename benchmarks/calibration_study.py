@@ -155,6 +155,42 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
     }
 
 
+def published_table(res: dict) -> str:
+    """The markdown tables of a run's JSON ``res`` (the studies it holds)."""
+    level, out = res["level"], []
+    if "loo_cell" in res:
+        lc = res["loo_cell"]
+        out += [f"Leave one cell out (shipped grid, 22 cells, preset {res['preset']}, {level:.0%}):", "",
+                "| intervals | " + " | ".join(lc["per_metric"]) + " | overall |",
+                "|---|" + "---|" * (len(lc["per_metric"]) + 1),
+                f"| with margins (tails {lc['tail_margin']}, success {lc['success_margin']}) | "
+                + " | ".join(f"{v:.2f}" for v in lc["per_metric"].values()) + f" | {lc['overall']:.3f} |",
+                "| posterior predictive alone | "
+                + " | ".join(f"{v:.2f}" for v in lc["per_metric_no_margin"].values()) + f" | {lc['overall_no_margin']:.3f} |",
+                "", "Cells missed (with the margins):", "",
+                "| cell | metric | measured | interval |", "|---|---|---|---|"]
+        for r in lc["cells"]:
+            for j, name in enumerate(METRICS):
+                if not r["covered"][j]:
+                    out.append(f"| {r['cell']} | {name} | {r['measured'][j]:.4g} | [{r['lo'][j]:.4g}, {r['hi'][j]:.4g}] |")
+        out.append("")
+    if "loo_tp" in res:
+        lt = res["loo_tp"]
+        missed = [r for r in lt["cells"] if not r["covered"]]
+        out += [f"Leave one TP out, per-GPU served throughput ({level:.0%}): coverage {lt['coverage']:.3f}"
+                + (f"; missed: {', '.join(r['cell'] for r in missed)}" if missed else ""), ""]
+    if "sbc" in res:
+        s = res["sbc"]
+        pm = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric"].items())
+        pm0 = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric_no_margin"].items())
+        out += [f"Simulated fleets drawn from the card ({s['fleets']} fleets, held-out cells, {level:.0%}):", "",
+                "| intervals | coverage | per metric | worst fleet | knee z mean | knee z sd |",
+                "|---|---|---|---|---|---|",
+                f"| posterior predictive | {s['coverage_no_margin']:.3f} | {pm0} | | {s['knee_z_mean']:.2f} | {s['knee_z_sd']:.2f} |",
+                f"| with margins | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |", ""]
+    return "\n".join(out).strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="fast")
@@ -164,6 +200,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "calibration_study.json")
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/calibration_<studies>_<preset>.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
     load_preset(args.preset)
     grid, obs = shipped()
@@ -172,42 +209,21 @@ def main() -> None:
     t0 = time.perf_counter()
     if "loo-cell" in studies:
         res["loo_cell"] = loo_cell(grid, obs, args.preset, args.level)
-        lc = res["loo_cell"]
-        print(f"\n## Leave one cell out (shipped grid, 22 cells, preset {args.preset}, {args.level:.0%})\n")
-        print("| cell | metric | measured | interval | covered |\n|---|---|---|---|---|")
-        for r in lc["cells"]:
-            for j, name in enumerate(METRICS):
-                print(f"| {r['cell']} | {name} | {r['measured'][j]:.4g} | "
-                      f"[{r['lo'][j]:.4g}, {r['hi'][j]:.4g}] | {'yes' if r['covered'][j] else '**no**'} |")
-        print(f"\ncoverage per metric, margins (tails {lc['tail_margin']}, success {lc['success_margin']}): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in lc["per_metric"].items())
-              + f"; overall {lc['overall']:.3f}")
-        print("coverage per metric, no margin: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in lc["per_metric_no_margin"].items())
-              + f"; overall {lc['overall_no_margin']:.3f}")
     if "loo-tp" in studies:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
-        print(f"\n## Leave one TP out: per-GPU served throughput ({args.level:.0%})\n")
-        print("| cell | measured /GPU | interval /GPU | covered |\n|---|---|---|---|")
-        for r in res["loo_tp"]["cells"]:
-            print(f"| {r['cell']} | {r['per_gpu_measured']:.3g} | [{r['per_gpu_lo']:.3g}, "
-                  f"{r['per_gpu_hi']:.3g}] | {'yes' if r['covered'] else '**no**'} |")
-        print(f"\ncoverage {res['loo_tp']['coverage']:.3f}")
     if "sbc" in studies:
-        s = sbc(grid, args.preset, args.level, args.fleets, args.extra, args.seed)
-        res["sbc"] = s
-        print(f"\n## Simulated fleets from the prior ({s['fleets']} fleets, held-out cells)\n")
-        print("| intervals | coverage | per metric | worst fleet | knee z mean | knee z sd |\n"
-              "|---|---|---|---|---|---|")
-        pm = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric"].items())
-        pm0 = ", ".join(f"{k} {v:.2f}" for k, v in s["coverage_per_metric_no_margin"].items())
-        print(f"| posterior predictive | {s['coverage_no_margin']:.3f} | {pm0} | | "
-              f"{s['knee_z_mean']:.2f} | {s['knee_z_sd']:.2f} |")
-        print(f"| with margins (tails {MODEL_MARGIN}, success {SUCCESS_MARGIN}) | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |")
+        res["sbc"] = sbc(grid, args.preset, args.level, args.fleets, args.extra, args.seed)
     res["seconds"] = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    md = published_table(res)
+    print(md)
     args.out.write_text(json.dumps(res, indent=1))
     print(f"\n{res['seconds']:.0f} s; wrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        kinds = "_".join(sorted({s.split("-")[0] for s in studies}))
+        publish(f"calibration_{kinds}_{args.preset}", res, md, command_line(__file__))
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=1, help="attempts per fleet; the later ones run with the programs compiled"
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/certification_time.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args(argv)
     runs: dict[str, dict[str, Any]] = {}
     for path in args.runs:
@@ -146,16 +147,40 @@ def main(argv: list[str] | None = None) -> int:
     summary = _summary(np.array([r["seconds"] for r in rows]))
     if args.repeat > 1:
         summary["compiled"] = _summary(np.array([r["seconds_compiled"][-1] for r in rows]))
-    for label, sm in (("first attempt", summary), ("compiled", summary.get("compiled"))):
+    res = {"summary": summary, "rows": rows}
+    md = published_table(res)
+    print("\n" + md)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    print(f"JSON: {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("certification_time", res, md, command_line(__file__, argv))
+    return 0
+
+
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown table of a run's JSON ``res``: one row per fleet, then the summary."""
+    compiled = "compiled" in res["summary"]
+    lines = [
+        "| fleet | cells | attempt s" + (" | compiled s" if compiled else "") + " | r_hat | ESS | draws | outcome |",
+        "|---|---:|---:" + ("|---:" if compiled else "") + "|---:|---:|---:|---|",
+    ]
+    for r in res["rows"]:
+        again = f" | {r['seconds_compiled'][-1]:.1f}" if compiled else ""
+        lines.append(
+            f"| {r['fleet']} | {r['cells']} | {r['seconds']:.1f}{again} | {r['r_hat_max']:.3f} | "
+            f"{r['ess_bulk_min']:.0f} | {r['draws']} | {r['status']} |"
+        )
+    lines.append("")
+    for label, sm in (("first attempt", res["summary"]), ("compiled", res["summary"].get("compiled"))):
         if sm is not None:
-            print(
-                f"\n{label}: {sm['attempts']} attempts, median {sm['median_s']:.1f} s, 90th percentile "
+            lines.append(
+                f"- {label}: {sm['attempts']} attempts, median {sm['median_s']:.1f} s, 90th percentile "
                 f"{sm['p90_s']:.1f} s, max {sm['max_s']:.1f} s, {sm['share_within_30s']:.0%} within 30 s"
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
-    print(f"JSON: {args.out}")
-    return 0
+    return "\n".join(lines)
 
 
 def _summary(secs: np.ndarray) -> dict[str, Any]:

@@ -69,10 +69,27 @@ def run_one(campaign: Path, family: str, seed: int, work: Path) -> dict:
     return result
 
 
+def published_table(res: dict) -> str:
+    """The markdown table of a run's JSON ``res``: GPU-seconds per grid and card."""
+    lines = [
+        "| grid | card | GPU-seconds per seed | mean | × hand-written | × generic | same allocation as hand-written |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, sm in res["summary"].items():
+        grid, label = key.split("/", 1)
+        per_seed = " / ".join(f"{r['gpu_seconds']:,.0f}" for r in res["rows"] if r["grid"] == grid and r["card"] == label)
+        lines.append(
+            f"| {grid} | {label} | {per_seed} | {sm['mean_gpu_seconds']:,.0f} | {sm['vs_hand_written']:.2f} "
+            f"| {sm['vs_generic']:.2f} | {'yes' if sm['same_allocation_as_hand_written'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0", help="comma-separated campaign seeds (default 0)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "derived_priors.json"))
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/derived_priors.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
@@ -87,8 +104,6 @@ def main() -> None:
                         "allocation": r["allocation"], "wall_s": round(r["wall_s"], 1),
                     })
                     print(f"{grid} {label} seed {seed}: {r['status']} {r['gpu_seconds']:,.0f} GPU-s", file=sys.stderr)
-    print("| grid | card | GPU-seconds per seed | mean | × hand-written | × generic | same allocation as hand-written |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
     summary = {}
     for grid in GRIDS:
         mean = {}
@@ -97,23 +112,26 @@ def main() -> None:
         for label in GRIDS[grid]["cards"]:
             mine = [r for r in rows if r["grid"] == grid and r["card"] == label]
             hand = {r["seed"]: r["allocation"] for r in rows if r["grid"] == grid and r["card"] == "hand-written"}
-            same = all(r["allocation"] == hand[r["seed"]] for r in mine)
             summary[f"{grid}/{label}"] = {
                 "mean_gpu_seconds": mean[label],
                 "vs_hand_written": mean[label] / mean["hand-written"],
                 "vs_generic": mean[label] / mean["generic"],
-                "same_allocation_as_hand_written": same,
+                "same_allocation_as_hand_written": all(r["allocation"] == hand[r["seed"]] for r in mine),
             }
-            per_seed = " / ".join(f"{r['gpu_seconds']:,.0f}" for r in mine)
-            print(f"| {grid} | {label} | {per_seed} | {mean[label]:,.0f} | {mean[label] / mean['hand-written']:.2f} "
-                  f"| {mean[label] / mean['generic']:.2f} | {'yes' if same else 'no'} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    res = {
         "seeds": seeds, "rows": rows, "summary": summary,
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
-    }, indent=2))
+    }
+    md = published_table(res)
+    print(md)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
     print(f"\nwrote {out}", file=sys.stderr)
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("derived_priors", res, md, command_line(__file__))
 
 
 if __name__ == "__main__":

@@ -95,12 +95,34 @@ def bench(grid: CellGrid, obs: np.ndarray, card: str, preset: str, refits: int) 
     }
 
 
+def published_table(res: dict) -> str:
+    """The markdown table of a run's JSON ``res``, then NUTS-fast against SVI per grid."""
+    lines = [
+        "| grid | preset | first fit (s) | warm refit (s) | warm / 300 s cell | draws | r_hat max | div | mean steps |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        steps = f"{r['mean_steps']:.1f}" if r["mean_steps"] is not None else "-"
+        rh = f"{r['r_hat_max']:.3f}" if r["r_hat_max"] is not None else "-"
+        lines.append(f"| {r['grid']} | {r['preset']} | {r['first_s']:.1f} | {r['warm_s']:.2f} | "
+                     f"{r['warm_s'] / 300:.2%} | {r['n_draws']} | {rh} | {r['divergences']} | {steps} |")
+    by = {(r["grid"], r["preset"]): r for r in res["rows"]}
+    lines.append("")
+    for name in dict.fromkeys(r["grid"] for r in res["rows"]):
+        if (name, "fast") in by and (name, "svi") in by:
+            f, s = by[(name, "fast")], by[(name, "svi")]
+            lines.append(f"- {name}: warm refit NUTS-fast / SVI = {f['warm_s'] / s['warm_s']:.2f}; "
+                         f"first fit NUTS-fast / SVI = {f['first_s'] / s['first_s']:.2f}")
+    return "\n".join(lines).strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="500", help="synthetic grid sizes (cells), comma-separated; '' for none")
     ap.add_argument("--presets", default="fast,svi")
     ap.add_argument("--refits", type=int, default=4)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "inference_speed.json")
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/inference_speed.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
     df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv")
     g = grid_from_table(df, ("chat", "code"))
@@ -115,22 +137,16 @@ def main() -> None:
             r.update(grid=name, preset=preset, n_cells=grid.n_cells)
             rows.append(r)
             print(f"{name} {preset}: first {r['first_s']:.1f} s, warm {r['warm_s']:.2f} s", flush=True)
-    print("\n| grid | preset | first fit (s) | warm refit (s) | warm / 300 s cell | draws | r_hat max | div | mean steps |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        steps = f"{r['mean_steps']:.1f}" if r["mean_steps"] is not None else "-"
-        rh = f"{r['r_hat_max']:.3f}" if r["r_hat_max"] is not None else "-"
-        print(f"| {r['grid']} | {r['preset']} | {r['first_s']:.1f} | {r['warm_s']:.2f} | "
-              f"{r['warm_s'] / 300:.2%} | {r['n_draws']} | {rh} | {r['divergences']} | {steps} |")
-    by = {(r["grid"], r["preset"]): r for r in rows}
-    for name, *_ in cases:
-        if (name, "fast") in by and (name, "svi") in by:
-            f, s = by[(name, "fast")], by[(name, "svi")]
-            print(f"\n{name}: warm refit NUTS-fast / SVI = {f['warm_s'] / s['warm_s']:.2f}; "
-                  f"first fit NUTS-fast / SVI = {f['first_s'] / s['first_s']:.2f}")
+    res = {"machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}
+    md = published_table(res)
+    print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}, indent=1))
+    args.out.write_text(json.dumps(res, indent=1))
     print(f"wrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("inference_speed", res, md, command_line(__file__))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Profiling wall clock and GPU-seconds to the certificate, by profiling pool size (issue 15).
+"""Profiling wall clock and GPU-seconds to the certificate, by profiling pool size.
 
 For each scenario — the shipped grid and a few synthetic ground-truth fleets
 (:mod:`fleetsieve_bayes.evaluation.synthetic`) — runs the campaign with one
@@ -189,6 +189,17 @@ def suite_means(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown table of a run's JSON ``res``, then the means over the synthetic fleets."""
+    lines = [markdown(res["summary"])]
+    if res.get("suite_means"):
+        lines += ["", "Synthetic fleets, means over fleets:", ""]
+        for k, v in res["suite_means"].items():
+            lines.append(f"- {k}: wall ratio {v['mean_wall_ratio']:.2f}, GPU-s ratio {v['mean_gpu_ratio']:.2f}, "
+                         f"ε-correct {v['eps_correct']:.2f}, false certificates {v['false_certificates']} ({v['fleets']} fleets)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("campaign", nargs="?", type=Path, default=DEFAULT_CAMPAIGN)
@@ -199,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--random-seeds", type=int, default=2, help="random-baseline orders per scenario and pool")
     p.add_argument("--strategies", nargs="*", default=["fleetsieve", "random"])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--publish", action="store_true", help="write benchmarks/published/parallel_profiling.json, its docs/results.md section and MANIFEST.json")
     args = p.parse_args(argv)
 
     runs: list[dict[str, Any]] = []
@@ -222,24 +234,24 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(r)
     ok = [r for r in runs if "error" not in r]
     rows = summarise(ok)
-    md = markdown(rows)
     means = suite_means(rows)
-    print(md)
-    if means:
-        print("\nsynthetic fleets, means over fleets:")
-        for k, v in means.items():
-            print(f"  {k}: wall ratio {v['mean_wall_ratio']:.2f}, GPU-s ratio {v['mean_gpu_ratio']:.2f}, "
-                  f"ε-correct {v['eps_correct']:.2f}, false certificates {v['false_certificates']} ({v['fleets']} fleets)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    res = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "summary": rows,
         "suite_means": means,
         "runs": runs,
         "errors": [r for r in runs if "error" in r],
         "total_s": time.perf_counter() - t0,
-    }, indent=2, default=str) + "\n")
+    }
+    md = published_table(res)
+    print(md)
+    args.out.write_text(json.dumps(res, indent=2, default=str) + "\n")
     print(f"\nJSON: {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("parallel_profiling", json.loads(json.dumps(res, default=str)), md, command_line(__file__, argv))
     return 0
 
 

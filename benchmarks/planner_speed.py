@@ -82,6 +82,33 @@ def acquisition_point(n_loads: int, n_draws: int, repeats: int) -> dict:
     }
 
 
+def published_table(res: dict) -> str:
+    """The markdown tables of a run's JSON ``res``: the shipped campaign's rounds, then the kernel."""
+    lines = []
+    shipped = res.get("shipped")
+    if shipped:
+        lines += [f"Shipped grid: {shipped['status']}, {shipped['gpu_seconds']:.0f} GPU-s", "",
+                  "| round | fit s | allocate s | acquire s | planning s |", "|---:|---:|---:|---:|---:|"]
+        for r in shipped["rounds"]:
+            lines.append(f"| {r['round']} | {r['fit_s']:.2f} | {r['allocate_s']:.2f} | {r['acquire_s']:.2f} | {r['total_s']:.2f} |")
+        if shipped["later_rounds_max_s"] is not None:
+            lines += ["", f"After round 1: max {shipped['later_rounds_max_s']:.2f} s, median "
+                      f"{shipped['later_rounds_median_s']:.2f} s per round (target < {shipped['target_s']:.0f} s)."]
+        lines.append("")
+    points = res["acquisition"]
+    base = points[0]["ms_per_candidate"]
+    lines += ["Acquisition kernel against candidates:", "",
+              "| cells | candidates | mode | first call s | warm s | ms / candidate | vs smallest |",
+              "|---:|---:|---|---:|---:|---:|---:|"]
+    for p in points:
+        mode = "exact" if p["exact"] else "n_related=16"
+        lines.append(
+            f"| {p['cells']} | {p['candidates']} | {mode} | {p['first_call_s']:.1f} | {p['warm_s']:.3f} | "
+            f"{p['ms_per_candidate']:.2f} | {p['ms_per_candidate'] / base:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--campaign", type=Path, default=REPO / "examples" / "h100_31b_fp8" / "campaign.toml")
@@ -91,37 +118,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-campaign", action="store_true")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "planner_speed.json")
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/planner_speed.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
 
     out: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     if not args.skip_campaign:
         shipped = shipped_rounds(args.campaign, args.seed)
         out["shipped"] = shipped
-        print(f"## Shipped grid: {shipped['status']}, {shipped['gpu_seconds']:.0f} GPU-s\n")
-        print("| round | fit s | allocate s | acquire s | planning s |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in shipped["rounds"]:
-            print(f"| {r['round']} | {r['fit_s']:.2f} | {r['allocate_s']:.2f} | {r['acquire_s']:.2f} | {r['total_s']:.2f} |")
-        if shipped["later_rounds_max_s"] is not None:
-            print(
-                f"\nAfter round 1: max {shipped['later_rounds_max_s']:.2f} s, median "
-                f"{shipped['later_rounds_median_s']:.2f} s per round (target < {shipped['target_s']:.0f} s).\n"
-            )
     points = [acquisition_point(n, args.draws, args.repeats) for n in args.loads]
     out["acquisition"] = points
-    base = points[0]["ms_per_candidate"]
-    print("## Acquisition kernel vs candidates\n")
-    print("| cells | candidates | mode | first call s | warm s | ms / candidate | vs smallest |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    for p in points:
-        mode = "exact" if p["exact"] else "n_related=16"
-        print(
-            f"| {p['cells']} | {p['candidates']} | {mode} | {p['first_call_s']:.1f} | {p['warm_s']:.3f} | "
-            f"{p['ms_per_candidate']:.2f} | {p['ms_per_candidate'] / base:.2f}× |"
-        )
+    md = published_table(out)
+    print(md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2, default=float))
     print(f"\nwrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("planner_speed", json.loads(json.dumps(out, default=float)), md, command_line(__file__))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Profiling cost of the acquisition strategies against ground truth (issue 5).
+"""Profiling cost of the acquisition strategies against ground truth.
 
 Runs every strategy to its stopping rule on a replayed campaign, many times
 (random: one run per reveal order = seed), and reports per strategy:
@@ -317,7 +317,7 @@ def campaign_markdown(res: dict[str, Any]) -> str:
     lines = []
     for name, sc in res["scenarios"].items():
         o = sc["oracle"]
-        lines.append(f"\n### {name}: oracle min fulfillment {o['min_fulfillment']:.3f}, goodput "
+        lines.append(f"\n**{name}**: oracle min fulfillment {o['min_fulfillment']:.3f}, goodput "
                      f"{o['goodput_rps']:.2f} req/s; full grid {o['full_gpu_s']:.0f} GPU-s, hindsight floor {o['floor_gpu_s']:.0f} GPU-s; "
                      f"random must spend ≥ {o['random_floor_gpu_s']:.0f} GPU-s in expectation to reveal the committed cells "
                      f"(so saving at the floor ≤ {o['max_saving_vs_random_floor']:.1%})\n")
@@ -539,31 +539,28 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("campaign", nargs="?", default=str(DEFAULT_CAMPAIGN), help="campaign TOML (default: the shipped H100 grid)")
     p.add_argument("--strategies", default="fleetsieve,random,grid", help="comma-separated strategy names")
-    p.add_argument("--orders", type=int, default=20, help="random reveal orders (seeds); issue target: 200")
+    p.add_argument("--orders", type=int, default=20, help="random reveal orders (seeds)")
     p.add_argument("--fs-seeds", type=int, default=3, help="seeds of fleetsieve (posterior sampling noise)")
     p.add_argument("--demand-scale", type=float, default=1.0)
     p.add_argument("--split", action="store_true", help="also run one-class (chat-only, code-only) campaigns")
     p.add_argument("--suite", type=int, default=0, help="run N synthetic fleets instead of the campaign")
     p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--suite-family", choices=("hard", "v1"), default="hard",
-                   help="hard: issue 12's suite (failures, closed loop, SLOs on cells); v1: the first suite")
+                   help="hard: the suite of docs/results.md (failures, closed loop, SLOs on cells); v1: the easier suite")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--fleets", default="", help="with --suite: only these fleet numbers, in this order (e.g. 30,31,24)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
     p.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
+    p.add_argument("--publish", action="store_true", help="write benchmarks/published/<study>.json, its docs/results.md section and MANIFEST.json")
     args = p.parse_args(argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     out = args.out or (DEFAULT_OUT.with_name("profiling_cost_suite.json") if args.suite else DEFAULT_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if args.suite:
-        res = bench_suite(args)
-        md = suite_markdown(res)
-    else:
-        res = bench_campaign(args)
-        md = campaign_markdown(res)
+    res = bench_suite(args) if args.suite else bench_campaign(args)
+    md = published_table(res)
     res["meta"] = {
         "command": " ".join(["python", "benchmarks/profiling_cost.py", *(argv if argv is not None else sys.argv[1:])]),
         "campaign": None if args.suite else str(args.campaign),
@@ -580,7 +577,28 @@ def main(argv: list[str] | None = None) -> int:
         plot(res, out.with_suffix(".png"))
     print(md)
     print(f"\nJSON: {out}" + ("" if args.suite else f"; plot: {out.with_suffix('.png')}"))
+    if args.publish:
+        from publish import command_line, publish
+
+        publish(study_name(args), json.loads(json.dumps(res, default=_json_default)), md, command_line(__file__, argv))
     return 0
+
+
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown of a run's JSON ``res`` (a campaign run or a synthetic suite)."""
+    return suite_markdown(res) if "campaigns" in res else campaign_markdown(res)
+
+
+def study_name(args: argparse.Namespace) -> str:
+    """The published study a run belongs to: ``profiling_cost_1.3x``, ``…_split``, ``…_floors``, ``…_suite40_seed1``."""
+    if args.suite:
+        return f"profiling_cost_suite{args.suite}" + (f"_seed{args.suite_seed}" if args.suite_seed else "")
+    name = f"profiling_cost_{args.demand_scale:g}x" if args.demand_scale != 1.0 else "profiling_cost_1.0x"
+    if args.floors_only:
+        name += "_floors"
+    elif args.split:
+        name += "_split"
+    return name
 
 
 def _json_default(o: Any) -> Any:

@@ -142,6 +142,20 @@ def study_state(
     }
 
 
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown table of a run's JSON ``res``: one row per state."""
+    lines = [
+        "| state | regret now (IS / refit) | rank corr. | mean abs. error | same best | IS best in refit top 2 | ESS min |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in res["states"]:
+        lines.append(
+            f"| {s['state']} | {s['expected_regret_now_is']:.4f} / {s['expected_regret_now_refit']:.4f} | "
+            f"{s['spearman']:.2f} | {s['mean_abs_error']:.4f} | {s['same_best']} | {s['best_is_in_refit_top2']} | {s['ess_min']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fleets", default="14,16,21", help="suite fleet numbers (hard suite, suite seed 0)")
@@ -151,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fantasies", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--publish", action="store_true", help="write benchmarks/published/regret_score_accuracy.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args(argv)
     import sys
 
@@ -168,16 +183,16 @@ def main(argv: list[str] | None = None) -> int:
             states.append(
                 study_state(path, label, n_top=args.cells, n_random=args.random, n_fantasies=args.fantasies, seed=args.seed)
             )
-    print("\n| state | regret now (IS / refit) | rank corr. | mean abs. error | same best | IS best in refit top 2 | ESS min |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for s in states:
-        print(
-            f"| {s['state']} | {s['expected_regret_now_is']:.4f} / {s['expected_regret_now_refit']:.4f} | "
-            f"{s['spearman']:.2f} | {s['mean_abs_error']:.4f} | {s['same_best']} | {s['best_is_in_refit_top2']} | {s['ess_min']:.3f} |"
-        )
+    res = {"args": {k: str(v) for k, v in vars(args).items()}, "states": states}
+    md = published_table(res)
+    print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "states": states}, indent=1))
+    args.out.write_text(json.dumps(res, indent=1))
     print(f"\nwrote {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish("regret_score_accuracy", res, md, command_line(__file__, argv))
     return 0
 
 

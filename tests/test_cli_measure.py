@@ -65,7 +65,7 @@ def test_prompts_stay_inside_the_served_vocabulary(trace, tmp_path, capsys) -> N
                    "--duration", "1", "--warmup", "0.2", "--vocab-size", "500", "--json"])
         row_ok = json.loads(capsys.readouterr().out)
         # Without the vocabulary the legacy range [1000, 30000) is used: every request fails,
-        # and the row says so (it used to read success 0 with an empty failure label).
+        # and the row says so (a failure label, not success 0 with an empty one).
         bad = main(["measure", "--endpoint", url, "--model", "m", "--trace", str(trace), "--scale", "2",
                     "--duration", "1", "--warmup", "0.2", "--records", str(records), "--json"])
         cap = capsys.readouterr()

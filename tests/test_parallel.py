@@ -257,12 +257,9 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_a_third_of_the_wall_clock
     }
     # One at a time the same campaign measures 9 cells: 2,400 s and 10,800 GPU-s
     # (benchmarks/parallel_profiling.py --suite 0 --pools 16). A pool starts cells
-    # on believed (not measured) values of the ones in flight, so it measures some
-    # that one at a time would have skipped: 1,500 s and 13,200 GPU-s with the
-    # first overload model, 1,200 s and 15,600 GPU-s with the per-class overload
-    # at a prior median of 30 (a first batch that took chat TP4@C128 instead of
-    # code TP4@C96), 900 s and 10,800 GPU-s at the median of 5. On three suite
-    # fleets the pool cost 0.98-1.18x the GPU-s of one at a time (README, issue 15).
+    # on believed (not measured) values of the ones in flight, so it can measure
+    # some that one at a time skips (docs/results.md, "Profiling several cells at
+    # once"); at the default prior it takes 900 s and 10,800 GPU-s.
     assert r["profiling_wall_s"] <= 0.55 * 2400.0
     assert r["gpu_seconds"] <= 1.5 * 10800.0
     assert r["pool"] == {"pool_gpus": 16, "executor": "local", "clock": "simulated"}

@@ -123,7 +123,7 @@ def _suite(n: int = 40, seed: int = 0) -> list[tuple]:
     return out
 
 
-def test_hard_suite_covers_the_issue_12_family(tmp_path: Path) -> None:
+def test_hard_suite_covers_every_kind_of_difficulty(tmp_path: Path) -> None:
     """The benchmark's first 40 fleets hold every kind of difficulty the suite promises."""
     suite = _suite()
     specs = [s for s, _, _ in suite]

@@ -169,7 +169,7 @@ def measured_state(grid: CellGrid, records: list[Any]) -> tuple[np.ndarray, np.n
     is known for every load of its class and TP: those cells count as measured
     with the failed cell's values, at no cost and without a record of their own
     (the journal, ``measurements.csv`` and the GPU-seconds hold only what ran).
-    On the suite, measuring them one by one cost 26 runs over 40 fleets.
+    Measuring them one by one would cost 26 runs over the 40-fleet suite.
 
     Returns:
         ``measured (n_cells,) bool``, ``observed (n_cells, 4)`` (NaN where

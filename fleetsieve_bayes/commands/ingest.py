@@ -6,7 +6,7 @@ files and the older ``benchmark_serving.py`` results) and GuideLLM
 existing measurements can seed a campaign. Labels (workload, TP, load) come
 from the command line or the result's metadata. The conversions (which key,
 which unit, what "offered" means for a closed-loop run) are in
-:mod:`fleetsieve_bayes.backends.ingest` and the README. A row whose source has
+:mod:`fleetsieve_bayes.backends.ingest` and docs/measuring.md. A row whose source has
 no completion timing leaves ``completion_p99_s`` empty (unobserved).
 """
 

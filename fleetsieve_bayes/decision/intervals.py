@@ -75,7 +75,7 @@ __all__ = [
 # closes and the certificate is false (suite fleet c037: TTFT 1.273 s against
 # an SLO of 1.28 s, 90 % interval [1.39, 5.7] s). With the margin such a cell
 # stays in the optimistic table until it is measured. Throughput and success
-# are not widened: their misses were not decision-relevant on the suite.
+# are not widened: their misses are not decision-relevant on the suite.
 MODEL_MARGIN = 0.1
 
 # ... and of success, on the failure probability 1 − s (natural-log units): an
@@ -86,7 +86,7 @@ MODEL_MARGIN = 0.1
 # ≈ 0.99 four times and 0.943 once, and on the shipped grid success is not
 # even monotone in the load (chat TP4: 0.999, 0.992, 0.995 at C64/C96/C128).
 # The model's smooth logistic curve with one noise scale cannot know that;
-# without this its 90 % intervals held 0.82 of the left-out successes. A
+# without this its 90 % intervals hold 0.82 of the left-out successes. A
 # measured cell is not widened (its own measurement decides), and near 0 or 1
 # the widening is multiplicative on what is left, so 1.0 stays 1.0.
 SUCCESS_MARGIN = 0.7
@@ -95,10 +95,10 @@ SUCCESS_MARGIN = 0.7
 # Load steps beneath a measured cell (same class and TP) that the model alone
 # cannot rule out on its tails (rule 3). Why: the model's curves are smooth, a
 # real knee is not, and a cell measured deep in overload drags the fitted knee
-# below the last load that still meets the SLO. Under uniform random
-# measurement the certificate was fooled exactly there (suite fleet c032: the
-# only chat cell within SLO, TP4@C20 at TTFT 0.546 s against 0.547 s, ruled out
-# by the model after TP4@C22 was measured at 3.5 s; P(ε-optimal) 0.99). One
+# below the last load that still meets the SLO. Without the guard, uniform
+# random measurement fools the certificate exactly there (suite fleet c032: the
+# only chat cell within SLO, TP4@C20 at TTFT 0.546 s against 0.547 s, is ruled
+# out by the model once TP4@C22 is measured at 3.5 s; P(ε-optimal) 0.99). One
 # step is enough: if the cell beneath a measured one is measured and fails
 # too, the guard moves down with it; a cell further down is dominated by an
 # admissible one above it (same class and TP, less throughput).

@@ -151,12 +151,12 @@ def _ceil_sig(x: float, digits: int = 3) -> float:
 def random_spec(rng: np.random.Generator, *, hard: bool = True) -> SyntheticSpec:
     """Draw one spec for the benchmark suite.
 
-    ``hard`` (the default, issue 12's suite): 2–4 classes; 2–5 TPs from
+    ``hard`` (the default; docs/results.md, "Unseen fleets"): 2–4 classes; 2–5 TPs from
     {1, 2, 4, 8, 16} (TP1 in most sets); 4–8 loads; capacity knees inside and
     at both edges; sharp and gradual tail knees; open- and closed-loop
     classes; start-up OOM at the smallest TP and partial failures in overload;
     SLOs on a cell's true value (3 significant digits); critical floors that
-    make some fleets infeasible. ``hard=False`` draws the first suite's family
+    make some fleets infeasible. ``hard=False`` draws the easier ``v1`` family
     (2–4 classes, TPs within {1, 2, 4, 8}, 3–4 loads, open loop, no failures).
     """
     n_classes = int(rng.choice([2, 2, 3, 3, 4]))
@@ -241,8 +241,8 @@ def _class_curve(
         "elasticity": 0.0,
         "closed": False,
     }
-    # Only the new draws consume randomness beyond the first family's, and only
-    # for the new kinds, so the first suite's fleets stay reproducible.
+    # Only these draws consume randomness beyond the v1 family's, and only for
+    # the hard kinds, so v1 fleets stay reproducible.
     if tail_knee == "sharp":
         p["soft"] = _G_SOFT["sharp"]
         p["ttft_amp"] = float(rng.uniform(0.05, 0.2))  # flat, then an explosion

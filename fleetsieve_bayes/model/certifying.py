@@ -29,9 +29,10 @@ step size is tuned under a fixed dense mass — first the covariance of the
 round's cheap posterior (``mass_from``), then that of all four chains'
 first-half draws pooled (a chain in a minor mode left out of the pool and
 moved into the main one). NumPyro's per-chain windows estimate the mass from
-25–200 of one chain's own draws; on the same 12 suite states the pooled
-warm-up converged on all 12 against 10, median attempt 24.1 s against 29.2 s
-(``benchmarks/published/issue12/certification_time_session7_*.json``).
+25–200 of one chain's own draws, which on the hard suite keeps the trees at
+their maximum depth and the chains apart for most of the warm-up
+(``benchmarks/certification_time.py --adaptation windowed`` times the other
+warm-up; docs/results.md, "Certification attempt time").
 A pooled run that cannot reach the criteria within its rounds is redone with
 the windowed warm-up before the fit gives up (``windowed_fallback`` in the
 diagnostics).

@@ -103,7 +103,7 @@ ATTAINABLE: dict[str, float] = {
     "completion_factor": 0.6,  # p99 completion over TTFT + p99 output x step at the reference load
 }
 # Prior widths: how far the roofline is from measured reality (natural-log sds
-# unless named otherwise). See the README's prior-card section.
+# unless named otherwise). See docs/method.md, "Prior cards".
 WIDTHS: dict[str, float] = {
     "capacity_log_sd": 0.6,
     "capacity_class_sd": 0.4,

@@ -156,16 +156,14 @@ _CAP_SHARPNESS = 25.0
 # it cannot serve (a wait of about the service time), and either is relative
 # to the class's own light-load p99. On the shipped grid chat's TTFT grows 3.4×
 # from ρ 1.3 to 2 and code's 2.5× from ρ 1.3 to 3.3; one global Ω fits neither
-# (leave-one-cell-out TTFT 0.82 with one, 0.91 per class; README, issue 12).
+# (leave-one-cell-out TTFT coverage: docs/results.md, "Calibration").
 # The family median is 5: the p99 past saturation grows about 5× per unit of
 # excess load. Open-loop queues in a 300 s window grow faster (the suite's
 # truth: 1 + 6(ρ − 1)), closed loops slower (ρ²: about 1 + 3(ρ − 1)); the
 # shipped grid's code class sits near 1 and its chat class at 30 or more, all
-# inside the prior's 95 % range [0.26, 95]. (The first overload term sat behind
-# the 1/RHO_GAP = 20 of the capped queueing term, where a median of 30 meant
-# 1.5 here; a median of 30 in this term made the shipped campaign's certifying
-# fit need 2,000 draws and 37 s instead of 1,600 and 25 s.)
-# Model constants, like NOISE_DF: the prior cards predate them.
+# inside the prior's 95 % range [0.26, 95]. With a median of 30 the shipped
+# campaign's certifying fit needs 2,000 draws per chain instead of 1,600.
+# Model constants, like NOISE_DF, not prior-card keys.
 OVERLOAD_LOG_MEDIAN = math.log(5.0)
 OVERLOAD_LOG_SD = 1.5
 OVERLOAD_CLASS_SD = 1.0
@@ -421,7 +419,7 @@ def latent_metrics(
     from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``,
     ``overload`` among them) and globals (``sharpness``, ``exponent`` scalars,
     ``tail_slope (2,)``). Without ``overload`` the tails grow past saturation as
-    the first model had them (a power ``β`` of ``ρ``).
+    a power ``β`` of ``ρ``.
     ``tail_elasticity (n_classes, 2)`` is optional (default 0: tails flat in the
     load below saturation)."""
     w, u = data.widx, data.u
@@ -442,8 +440,8 @@ def latent_metrics(
     if "overload" in params:
         log_tails = log_tails + overload_growth(log_rho, params["overload"][w])
     else:
-        # The first model: past saturation the tails grew like ρ^β (a power of the
-        # same amplitude that shapes the knee). Kept for parameter sets without Ω.
+        # Without Ω: past saturation the tails grow like ρ^β (a power of the same
+        # amplitude that shapes the knee), for parameter sets without Ω.
         log_tails = log_tails + params["tail_blowup"][w] * (jax.nn.softplus(4.0 * log_rho) / 4.0)[:, None]
     if "tail_elasticity" in params:
         # Gradual rise with the load below saturation (bigger batches), on the
@@ -608,10 +606,9 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if c.saturation_class_sd > 0:
         # Per class: closed-loop load (N requests in flight) may saturate more
         # gradually than open-loop rates. Off by default (class_sd = 0): on the
-        # hard suite (class_sd 0.5) it took c016 from 2.77x to 2.07x its floor,
-        # but where no class pins its own sharpness it slowed the certifying
-        # chains on more fleets than it helped (mean floor ratio 1.273 against
-        # 1.253 shared; README, issue 12).
+        # hard suite (class_sd 0.5) it helps a fleet whose classes pin their own
+        # sharpness, and where no class does it slows the certifying chains on
+        # more fleets than it helps (a higher mean floor ratio than shared).
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 13]))
     else:
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
