@@ -18,8 +18,12 @@ tighter than the cell-and-replica-count model with big-M links. Stages, each
 a fresh model fixing the previous optimum up to the relative tolerance:
 
 1. critical floors ``r_i ≥ δ_i·(1 − tol)`` (model infeasible → ``"infeasible"``);
-2. maximise ``τ`` with ``r_i ≥ τ·T`` → τ*;
-3. ``τ ≥ τ*·(1 − tol)``, maximise goodput → g*;
+2. the largest threshold t* among the options' fulfillments (and 0) such
+   that every class can reach ``r_i ≥ max(t, δ_i)·(1 − tol)`` at once — by
+   bisection (feasibility falls with t, as in the JAX allocator), each test
+   a small assignment MILP: class i takes pool p with the fewest GPUs
+   reaching the threshold there, under the pool, total and dollar limits;
+3. ``r_i ≥ t*·(1 − tol)``, maximise goodput → g*;
 4. goodput ``≥ g*·(1 − tol)``, minimise dollars per hour → c* (float64 from the levels);
 5. dollars ``≤ c*·(1 + tol)``, minimise GPUs.
 
@@ -119,6 +123,76 @@ def _optimize(m: mip.Model, stage: str, time_limit: float | None) -> bool:
     raise RuntimeError(f"allocate_milp: CBC stopped at stage {stage} with status {status.name}")
 
 
+def _max_min_threshold(
+    opt: PoolOptions,
+    lam: np.ndarray,
+    lo: np.ndarray,
+    budgets: np.ndarray,
+    total: int | None,
+    price: np.ndarray,
+    cap: float,
+    tol: float,
+    time_limit: float | None,
+) -> float | None:
+    """Stages 1–2: the largest feasible threshold t* (module docstring), ``None`` if the floors cannot be met.
+
+    Args:
+        lam, lo: ``(n_classes,)`` demands and critical floors (0 where none);
+        budgets, price: ``(n_pools,)`` GPUs and dollars per GPU-hour of each pool.
+    """
+    k, n_p = lam.shape[0], budgets.shape[0]
+    r_o = opt.served / lam[opt.klass]
+    cache: dict[float, bool] = {}
+
+    def feasible(t: float) -> bool:
+        if t in cache:
+            return cache[t]
+        need = np.zeros((k, n_p), np.int64)  # fewest GPUs on each pool; -1: none reaches it
+        must = np.zeros(k, bool)
+        for i in range(k):
+            s = within(max(t, lo[i]), tol)
+            must[i] = s > 0
+            for p in range(n_p):
+                ok = (opt.klass == i) & (opt.pool == p) & (r_o >= s)
+                need[i, p] = int(opt.gpus[ok].min()) if ok.any() else -1
+        rows = np.flatnonzero(must)
+        if np.any(np.all(need[rows] < 0, axis=1)):
+            cache[t] = False
+            return False
+        m = mip.Model(sense=mip.MINIMIZE, solver_name="CBC")
+        m.verbose = 0
+        m.threads = 1
+        m.preprocess = 0
+        _no_clique_strengthening(m)
+        x = {(i, p): m.add_var(var_type=mip.BINARY) for i in rows for p in range(n_p) if need[i, p] >= 0}
+        for i in rows:
+            m += mip.xsum(v for (j, _), v in x.items() if j == i) == 1
+        for p in range(n_p):
+            on_p = [(int(need[i, q]), v) for (i, q), v in x.items() if q == p]
+            if on_p:
+                m += mip.xsum(n * v for n, v in on_p) <= int(budgets[p])
+        if total is not None and x:
+            m += mip.xsum(int(need[i, p]) * v for (i, p), v in x.items()) <= total
+        if np.isfinite(cap) and x:
+            m += mip.xsum(float(price[p] * need[i, p] / within_cap(cap, tol)) * v for (i, p), v in x.items()) <= 1.0
+        m.objective = mip.minimize(mip.xsum(int(need[i, p]) * v for (i, p), v in x.items()))
+        ok = (not x) or _optimize(m, "2 (max min-fulfillment)", time_limit)
+        cache[t] = bool(ok)
+        return cache[t]
+
+    if not feasible(0.0):
+        return None
+    cand = np.unique(np.concatenate([[0.0], r_o]))
+    a, b = 0, cand.shape[0]  # feasible(cand[a]); cand[b:] infeasible
+    while b - a > 1:
+        mid = (a + b) // 2
+        if feasible(float(cand[mid])):
+            a = mid
+        else:
+            b = mid
+    return float(cand[a])
+
+
 def allocate_pools_milp(
     grid: CellGrid,
     values: np.ndarray,
@@ -208,12 +282,11 @@ def allocate_pools_milp(
         np.add.at(served, opt.klass[pick], opt.served[pick])
         return float(np.min(served / lam)), float(served.sum())
 
-    m, z, tau, *_ = model(0.0, None, None)
-    m.objective = mip.maximize(tau)
-    if not _optimize(m, "2 (max min-fulfillment)", time_limit):
+    t_star = _max_min_threshold(opt, lam, lo, budgets, total, price, cap, tol, time_limit)
+    if t_star is None:
         return infeasible_allocation(k, problem)
-    tau_star = max(float(tau.x), fulfillment(chosen(z))[0] / t_scale) if t_scale > 0 else 0.0
-    pick = chosen(z)
+    tau_star = t_star / t_scale if t_scale > 0 else 0.0
+    pick = np.zeros(n_o, bool)
     if n_o:
         m, z, tau, _, _, good = model(within(tau_star, tol), None, None)
         m.objective = mip.maximize(good)
