@@ -31,6 +31,7 @@ from fleetsieve_bayes.allocation.problem import (
     allocation_to_json,
     within_cap,
 )
+from fleetsieve_bayes.errors import InputError
 
 _padded_solve = jax.jit(solve_jax_problem, static_argnames=("max_gpus", "tol"))
 
@@ -401,3 +402,15 @@ def test_jax_matches_brute_force_on_pools(inst) -> None:
 def test_milp_jax_brute_force_agree_on_pools_many(inst) -> None:
     _check(allocate_milp(*inst), *inst)
     _check(_padded_jax(*inst), *inst)
+
+
+def test_jax_refuses_a_pool_state_space_too_large() -> None:
+    """3 pools of 128 GPUs: 129^4 ≈ 2.8e8 > 2^26; the MILP solves it."""
+    big = PROBLEM._replace(pool_gpus=np.array([128, 128]), gpus=256)
+    grid3 = GRID._replace(pools=(*POOLS, "l40s-48gb"))
+    big3 = big._replace(pool_gpus=np.array([128, 128, 128]), usd_per_gpu_hour=np.array([4.0, 2.0, 1.0]), gpus=384)
+    with pytest.raises(InputError, match=r"3-pool state space \(129\^3 states × 129\) is over 6.71e\+07; solve it with the MILP"):
+        allocate_jax(grid3, VALUES, big3)
+    a = allocate_milp(grid3, VALUES, big3)
+    assert a.feasible and a.min_fulfillment == 1.0 and a.usd_per_hour == 28.0
+    assert allocate_jax(GRID, VALUES, big).usd_per_hour == 28.0  # 2 pools: 129^3 ≈ 2.1e6, fine

@@ -73,6 +73,7 @@ from fleetsieve_bayes.allocation.problem import (
     pool_prices,
     within_cap,
 )
+from fleetsieve_bayes.errors import InputError
 
 __all__ = [
     "DEFAULT_TOL",
@@ -86,6 +87,10 @@ __all__ = [
     "allocation_from_choice",
 ]
 
+# Largest (max_gpus + 1)^(P + 1) (states × one pool axis: the knapsack's gather per
+# class) the pool allocator accepts: 2^26 float32 = 256 MB per array (3 pools of 64
+# GPUs: 65^4 ≈ 1.8e7). Larger pools are the MILP's (allocation/milp_pools.py).
+POOL_STATES_MAX = 1 << 26
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
 _COMPARE_MAX = 1 << 14
@@ -508,10 +513,21 @@ def make_jax_allocator(
 
 
 def _axis_gpus(grid: CellGrid, spec: JaxProblem) -> int:
-    """The static budget axis: the budget with one pool, the largest pool's GPUs with several."""
+    """The static budget axis: the budget with one pool, the largest pool's GPUs with several.
+
+    Raises:
+        InputError: several pools whose state space exceeds :data:`POOL_STATES_MAX`.
+    """
     if grid.n_pools == 1:
         return int(spec.gpus)
-    return max(int(np.max(np.asarray(spec.pool_gpus))), 0)
+    m = max(int(np.max(np.asarray(spec.pool_gpus))), 0)
+    size = (m + 1) ** (grid.n_pools + 1)
+    if size > POOL_STATES_MAX:
+        raise InputError(
+            f"the JAX allocator's {grid.n_pools}-pool state space ({m + 1}^{grid.n_pools} states × {m + 1}) "
+            f"is over {POOL_STATES_MAX:.3g}; solve it with the MILP (--solver milp)"
+        )
+    return m
 
 
 def allocate_jax(
