@@ -90,3 +90,68 @@ def test_gpu_axis_bad_input() -> None:
         cell_log_ratios(grid._replace(pools=("h100-sxm-80gb", "l40s-48gb")), ax)
     with pytest.raises(InputError, match=r"covers TP \[1, 2, 4, 8\], not TP \[16\]"):
         cell_log_ratios(grid._replace(tp=np.where(grid.tp == 8, 16, grid.tp)), ax)
+
+
+# ----------------------------------------------------------------------------- [gpu_axis] in a card
+
+
+def test_priors_derive_writes_one_card_covering_several_gpus(tmp_path: Path) -> None:
+    from fleetsieve_bayes.cli import main
+    from fleetsieve_bayes.model.gpu_axis import axis_from_card
+    from fleetsieve_bayes.model.priors import load_card
+
+    out = tmp_path / "card.toml"
+    argv = ["priors", "derive", "--config", "llama-3.1-70b", "--gpu", "h100-sxm-80gb",
+            "--also-gpus", "a100-80gb,l40s-48gb", "--dtype", "bf16", "--out", str(out)]
+    assert main(argv) == 0
+    card = load_card(out)
+    assert card.gpu_axis_reference == "h100-sxm-80gb" and card.gpu_axis_gpus == ("h100-sxm-80gb", "a100-80gb", "l40s-48gb")
+    got = axis_from_card(card)
+    want = _axis("llama-3.1-70b", "bf16", ("h100-sxm-80gb", "a100-80gb", "l40s-48gb"))
+    assert got.gpus == want.gpus and got.tps == want.tps
+    assert got.feasible.tolist() == want.feasible.tolist()
+    for name in ("log_capacity", "log_ttft", "log_completion"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert np.array_equal(np.isinf(a), np.isinf(b))
+        np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-3)
+    # The card's own prior sections are those of the single-GPU derivation.
+    plain = tmp_path / "plain.toml"
+    assert main([a for a in argv if a not in ("--also-gpus", "a100-80gb,l40s-48gb")][:-1] + [str(plain)]) == 0
+    import tomllib
+
+    with_axis, without = tomllib.loads(out.read_text()), tomllib.loads(plain.read_text())
+    assert with_axis.pop("gpu_axis") and with_axis == without
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('reference = "h100-sxm-80gb"\n', ""), "[gpu_axis] is missing 'gpu_axis.reference'"),
+        (lambda t: t.replace("tp = [1, 2, 4, 8]\nlog_capacity", "tp = [1, 2, 8, 4]\nlog_capacity"), "strictly increasing"),
+        (lambda t: t.replace("tp = [1, 2, 4, 8]\nlog_capacity", "tp = [1, 2, 4]\nlog_capacity"), "must have 3 rows (gpu_axis.gpus) of 3 values"),
+        (lambda t: t.replace("[gpu_axis]\n", "[gpu_axis]\nratio = 1.0\n"), "unknown key 'gpu_axis.ratio'"),
+        (lambda t: t.replace('reference = "h100-sxm-80gb"', 'reference = "h200-141gb"'), "'h200-141gb' is not in 'gpu_axis.gpus'"),
+    ],
+)
+def test_gpu_axis_card_schema_errors(tmp_path: Path, edit, message: str) -> None:
+    from fleetsieve_bayes.cli import main
+    from fleetsieve_bayes.model.priors import load_card
+
+    out = tmp_path / "card.toml"
+    assert main(["priors", "derive", "--config", "dense-31b", "--gpu", "h100-sxm-80gb",
+                 "--also-gpus", "a100-80gb,l40s-48gb", "--dtype", "fp8", "--out", str(out)]) == 0
+    out.write_text(edit(out.read_text()))
+    with pytest.raises(InputError) as err:
+        load_card(out)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_also_gpus_bad_input(tmp_path: Path, capsys) -> None:
+    from fleetsieve_bayes.cli import main
+
+    base = ["priors", "derive", "--config", "dense-31b", "--gpu", "h100-sxm-80gb", "--dtype", "fp8",
+            "--out", str(tmp_path / "c.toml")]
+    assert main([*base, "--also-gpus", "a100-80gb,h100-sxm-80gb"]) == 2
+    assert "--also-gpus: 'a100-80gb,h100-sxm-80gb' repeats a GPU" in capsys.readouterr().err
+    assert main([*base, "--also-gpus", "a1000"]) == 2
+    assert "unknown GPU 'a1000'" in capsys.readouterr().err

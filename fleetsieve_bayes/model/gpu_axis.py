@@ -12,7 +12,9 @@ architecture and dtype:
   (:func:`gpu_axis`); a TP at which the model does not fit ``g`` is marked
   infeasible (capacity ratio 0);
 * per cell of a grid whose pools name GPU types, the three log ratios of its
-  pool's GPU at its TP (:func:`cell_log_ratios`).
+  pool's GPU at its TP (:func:`cell_log_ratios`);
+* as a prior card's ``[gpu_axis]`` section (``priors derive --also-gpus``):
+  :func:`card_section` writes it, :func:`axis_from_card` reads it back.
 
 These are the *prior* offsets of the GPU axis; the ratios' departure from the
 truth is what a model with a learned per-type deviation would estimate.
@@ -35,7 +37,7 @@ from fleetsieve_bayes.model.derive import (
     roofline,
 )
 
-__all__ = ["GpuAxis", "gpu_axis", "cell_log_ratios"]
+__all__ = ["GpuAxis", "gpu_axis", "cell_log_ratios", "card_section", "axis_from_card"]
 
 
 class GpuAxis(NamedTuple):
@@ -148,3 +150,43 @@ def cell_log_ratios(grid: CellGrid, axis: GpuAxis) -> np.ndarray:
     out[:, 1] = axis.log_ttft[g, t]
     out[:, 2] = axis.log_completion[g, t]
     return out
+
+
+def card_section(axis: GpuAxis, digits: int = 4) -> dict[str, object]:
+    """The card's ``[gpu_axis]`` section: the reference, every GPU (the reference first) and their log-ratio rows.
+
+    Values are rounded to ``digits`` significant digits (so the card loads back
+    to exactly these numbers); no ratio is ``-inf`` (capacity) or ``inf``
+    (tails), which TOML writes as such.
+    """
+
+    def r(x: float) -> float:
+        return float(x) if not np.isfinite(x) or x == 0 else float(f"{x:.{digits}g}")
+
+    ref = axis.row(axis.reference)
+    order = [ref] + [i for i in range(len(axis.gpus)) if i != ref]
+    return {
+        "reference": axis.gpus[ref],
+        "gpus": [axis.gpus[i] for i in order],
+        "tp": list(axis.tps),
+        "log_capacity": [[r(x) for x in axis.log_capacity[i]] for i in order],
+        "log_ttft": [[r(x) for x in axis.log_ttft[i]] for i in order],
+        "log_completion": [[r(x) for x in axis.log_completion[i]] for i in order],
+    }
+
+
+def axis_from_card(card: object) -> GpuAxis | None:
+    """The :class:`GpuAxis` of a prior card's ``[gpu_axis]``; None without one."""
+    gpus = getattr(card, "gpu_axis_gpus", None)
+    if gpus is None:
+        return None
+    cap = np.array(card.gpu_axis_log_capacity, np.float64)  # type: ignore[attr-defined]
+    return GpuAxis(
+        gpus=tuple(gpus),
+        reference=card.gpu_axis_reference,  # type: ignore[attr-defined]
+        tps=tuple(card.gpu_axis_tp),  # type: ignore[attr-defined]
+        feasible=np.isfinite(cap),
+        log_capacity=cap,
+        log_ttft=np.array(card.gpu_axis_log_ttft, np.float64),  # type: ignore[attr-defined]
+        log_completion=np.array(card.gpu_axis_log_completion, np.float64),  # type: ignore[attr-defined]
+    )
