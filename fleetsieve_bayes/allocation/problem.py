@@ -332,7 +332,7 @@ def grid_from_table(
         load=tuple(str(x) for x in rows["load"]),
         offered_rps=rows["offered_rps"].to_numpy(np.float64),
         duration_s=rows["duration_s"].to_numpy(np.float64),
-        gpu=None if len(pools) == 1 and pools == (DEFAULT_POOL,) else rows["_g"].to_numpy(np.int64),
+        gpu=None if pools == (DEFAULT_POOL,) else rows["_g"].to_numpy(np.int64),
         pools=pools,
     )
 
