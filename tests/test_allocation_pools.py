@@ -414,3 +414,27 @@ def test_jax_refuses_a_pool_state_space_too_large() -> None:
     a = allocate_milp(grid3, VALUES, big3)
     assert a.feasible and a.min_fulfillment == 1.0 and a.usd_per_hour == 28.0
     assert allocate_jax(GRID, VALUES, big).usd_per_hour == 28.0  # 2 pools: 129^3 ≈ 2.1e6, fine
+
+
+def test_batched_pool_allocator_matches_the_milp_per_table() -> None:
+    """make_jax_allocator on several pools: a (2, 3) batch inside jit + vmap, each table its MILP answer."""
+    from fleetsieve_bayes.allocation.batched import make_jax_allocator
+
+    problem = PROBLEM._replace(usd_per_hour_max=27.0)
+    alloc = make_jax_allocator(GRID, problem)
+    tables = []
+    for scale in (1.0, 0.5, 2.0, 1.5, 0.75, 1.25):
+        v = VALUES.copy()
+        v[:, 0] *= scale
+        tables.append(v)
+    batch = np.stack(tables).reshape(2, 3, *VALUES.shape)
+    out = jax.jit(jax.vmap(alloc.solve))(jnp.asarray(batch))
+    assert out.cell.shape == (2, 3, 2) and out.usd_per_hour.shape == (2, 3)
+    for b in range(2):
+        for j in range(3):
+            m = allocate_milp(GRID, batch[b, j], problem)
+            assert bool(out.feasible[b, j]) == m.feasible
+            assert float(out.min_fulfillment[b, j]) == pytest.approx(m.min_fulfillment, abs=1e-6)
+            assert float(out.goodput[b, j]) == pytest.approx(m.goodput_rps, rel=1e-6)
+            assert float(out.usd_per_hour[b, j]) == pytest.approx(m.usd_per_hour, rel=1e-6)
+            assert int(out.gpus_used[b, j]) == m.gpus_used
