@@ -250,7 +250,6 @@ def bench_batch(
 def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     from fleetsieve_bayes.allocation.problem import (
         grid_from_table,
-        problem_from_campaign,
         values_from_table,
     )
     from fleetsieve_bayes.campaign.config import load_campaign
@@ -260,7 +259,7 @@ def shipped_grid() -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     campaign = load_campaign(data_dir("examples") / "h100_31b_fp8" / "campaign.toml")
     df = read_table(campaign.measurement.table)
     grid = grid_from_table(df, campaign.workload_names)
-    return grid, values_from_table(grid, df), problem_from_campaign(campaign)
+    return grid, values_from_table(grid, df), campaign.problem()
 
 
 def published_table(res: dict[str, Any]) -> str:

@@ -38,11 +38,10 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
-from fleetsieve_bayes.campaign.certification import campaign_attempt
 from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.decision.attempt import attempt_certification
 from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
 from fleetsieve_bayes.model.inference import fit
 from fleetsieve_bayes.model.presets import ADAPTATIONS, load_preset
@@ -84,11 +83,13 @@ def time_attempt(
     preset = load_preset("certify")
     if adaptation is not None:
         preset = preset._replace(adaptation=adaptation)
-    problem = problem_from_campaign(c)
+    problem = c.problem()
     walls = []
     for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
-        a = campaign_attempt(c, grid, problem, card, observed, measured, seed=seed, mass_from=cheap, preset=preset)
+        a = attempt_certification(
+            grid, problem, card, observed, measured, c.settings, seed=seed, mass_from=cheap, preset=preset
+        )
         walls.append(time.perf_counter() - t0)
     d = a.diagnostics
     return {

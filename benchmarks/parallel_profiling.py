@@ -45,10 +45,10 @@ def run_one(campaign_path: str, scenario: str, pool: int | None, strategy: str, 
     """One campaign to its stop with ``pool`` GPUs (None: one cell at a time), evaluated on the truth."""
     from profiling_cost import _true_values
 
-    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.allocation.problem import grid_from_table
     from fleetsieve_bayes.campaign.config import ProfilingPool, load_campaign
     from fleetsieve_bayes.campaign.journal import read_journal
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.evaluation.regret import evaluate_run, make_oracle
     from fleetsieve_bayes.table import read_table
 
@@ -56,7 +56,7 @@ def run_one(campaign_path: str, scenario: str, pool: int | None, strategy: str, 
     if pool is not None:
         campaign = replace(campaign, pool=ProfilingPool(pool_gpus=pool))
     grid = grid_from_table(read_table(campaign.measurement.table), campaign.workload_names)
-    problem = problem_from_campaign(campaign)
+    problem = campaign.problem()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fsb-par-") as tmp:
         outcome = run_campaign(campaign, Path(tmp), strategy=strategy, seed=seed)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from acquisition_scaling import synthetic  # noqa: E402
 
 from fleetsieve_bayes.campaign.config import load_campaign  # noqa: E402
-from fleetsieve_bayes.campaign.loop import run_campaign  # noqa: E402
+from fleetsieve_bayes.campaign.runner import run_campaign  # noqa: E402
 from fleetsieve_bayes.decision.strategies.gap import shared_acquisition  # noqa: E402
 
 CELL_S = 300.0

@@ -56,7 +56,7 @@ RANDOMISED = {"random"}  # strategies whose runs differ only by the reveal order
 
 def _load_scenario(campaign_path: str, demand_scale: float, only: str | None, inference: str | None) -> Any:
     """The campaign (scaled, optionally restricted to one class), its grid, true values and problem."""
-    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.allocation.problem import grid_from_table
     from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.table import read_table
 
@@ -67,7 +67,7 @@ def _load_scenario(campaign_path: str, demand_scale: float, only: str | None, in
         campaign = replace(campaign, inference=inference)
     table = read_table(campaign.measurement.table)
     grid = grid_from_table(table, campaign.workload_names)
-    return campaign, grid, problem_from_campaign(campaign)
+    return campaign, grid, campaign.problem()
 
 
 def _true_values(campaign: Any, grid: Any, truth: str) -> np.ndarray:
@@ -88,7 +88,7 @@ def _true_values(campaign: Any, grid: Any, truth: str) -> np.ndarray:
 def run_one(task: dict[str, Any]) -> dict[str, Any]:
     """Run one campaign to its stop in a temporary directory and evaluate it on the truth."""
     from fleetsieve_bayes.campaign.journal import read_journal
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.evaluation.regret import evaluate_run, make_oracle
 
     campaign, grid, problem = _load_scenario(
@@ -369,7 +369,6 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
         c = write_synthetic(root / f"c{k:03d}", df, camp)
         from fleetsieve_bayes.allocation.problem import (
             grid_from_table,
-            problem_from_campaign,
             values_from_table,
         )
         from fleetsieve_bayes.evaluation.regret import make_oracle
@@ -377,7 +376,7 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
 
         tab = read_table(c.measurement.table)
         grid = grid_from_table(tab, c.workload_names)
-        oracle = make_oracle(grid, values_from_table(grid, tab), problem_from_campaign(c))
+        oracle = make_oracle(grid, values_from_table(grid, tab), c.problem())
         specs.append({
             **spec._asdict(), "campaign": str(c.path), "cells": grid.n_cells,
             "full_gpu_s": oracle.full_gpu_s, "floor_gpu_s": oracle.floor_gpu_s,

@@ -41,7 +41,6 @@ from fleetsieve_bayes.allocation.batched import make_jax_allocator
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import load_campaign
@@ -76,7 +75,7 @@ def study_state(
     table = read_table(c.measurement.table)
     grid = grid_from_table(table, c.workload_names)
     values = values_from_table(grid, table)
-    problem = problem_from_campaign(c)
+    problem = c.problem()
     card = load_card(card_path(c.family))
     measured = np.zeros(grid.n_cells, bool)
     measured[initial_design(grid)] = True

@@ -32,7 +32,6 @@ import numpy as np
 def _random_floor(campaign_path: str) -> float:
     from fleetsieve_bayes.allocation.problem import (
         grid_from_table,
-        problem_from_campaign,
         values_from_table,
     )
     from fleetsieve_bayes.campaign.config import load_campaign
@@ -42,7 +41,7 @@ def _random_floor(campaign_path: str) -> float:
     c = load_campaign(campaign_path)
     t = read_table(c.measurement.table)
     g = grid_from_table(t, c.workload_names)
-    return make_oracle(g, values_from_table(g, t), problem_from_campaign(c)).random_floor_gpu_s
+    return make_oracle(g, values_from_table(g, t), c.problem()).random_floor_gpu_s
 
 
 def _campaign_of(k: int, spec: dict[str, Any], root: Path, suite_seed: int) -> str:

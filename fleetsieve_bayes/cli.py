@@ -18,6 +18,9 @@ from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementE
 
 # Subcommand modules, in the order `--help` lists them.
 _COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
+# Subcommands that compile JAX programs worth keeping on disk (a campaign's sampler,
+# allocator and acquisition kernel).
+_COMPILING = ("run",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in _COMPILING:
+        # Compiled programs persist across invocations (a resume after a kill
+        # recompiles nothing); a library caller chooses for itself.
+        from fleetsieve_bayes.jax_cache import enable_compilation_cache
+
+        enable_compilation_cache()
     try:
         return int(args.func(args) or 0)
     except (InputError, EnvironmentProblem, MeasurementError) as exc:

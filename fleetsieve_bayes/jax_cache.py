@@ -1,4 +1,4 @@
-"""A persistent JAX compilation cache for the CLI and campaigns.
+"""A persistent JAX compilation cache, switched on by the command line (:func:`fleetsieve_bayes.cli.main`).
 
 Every `run` invocation (and every resume after a kill) would otherwise
 recompile the NUTS sampler, the allocator and the acquisition kernel — tens of
@@ -6,7 +6,8 @@ seconds on a laptop CPU. JAX can keep compiled programs on disk; we turn that
 on for programs that took ≥ 1 s to compile, in ``$FLEETSIEVE_JAX_CACHE`` or
 ``~/.cache/fleetsieve-bayes/jax``. A cache dir the user configured through
 JAX's own ``JAX_COMPILATION_CACHE_DIR`` wins, and ``FLEETSIEVE_JAX_CACHE=off``
-disables it.
+disables it. A program that uses the package as a library calls
+:func:`enable_compilation_cache` itself if it wants the cache.
 """
 
 from __future__ import annotations

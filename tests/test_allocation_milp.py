@@ -28,7 +28,6 @@ from fleetsieve_bayes.allocation.problem import (
     admissible,
     allocation_to_json,
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import load_campaign
@@ -138,7 +137,7 @@ def build_case(case: tuple) -> tuple:
         df = df[df["tp"] == tp_only].reset_index(drop=True)
     grid = grid_from_table(df, campaign.workload_names)
     values = values_from_table(grid, df)
-    problem = problem_from_campaign(campaign, demand_scale=scale)
+    problem = campaign.problem(demand_scale=scale)
     critical = np.array([w in floors for w in grid.workloads])
     floor = np.array([floors.get(w, 1.0) for w in grid.workloads])
     problem = problem._replace(gpus=gpus, critical=critical, floor=floor)

@@ -124,7 +124,6 @@ def test_shipped_grid_at_extreme_demands_is_the_brute_force_optimum(scale):
     """The shipped example, where an absolute tolerance gives 0 GPUs at 1e8, 12/16 at 1e7 and drops chat at 1e-6."""
     from fleetsieve_bayes.allocation.problem import (
         grid_from_table,
-        problem_from_campaign,
         values_from_table,
     )
     from fleetsieve_bayes.campaign.config import load_campaign
@@ -134,7 +133,7 @@ def test_shipped_grid_at_extreme_demands_is_the_brute_force_optimum(scale):
     df = read_table(campaign.measurement.table)
     grid = grid_from_table(df, campaign.workload_names)
     values = values_from_table(grid, df)
-    problem = problem_from_campaign(campaign, demand_scale=scale)
+    problem = campaign.problem(demand_scale=scale)
     for alloc in (allocate_milp(grid, values, problem), allocate_jax(grid, values, problem)):
         _check(alloc, grid, values, problem)
         assert alloc.gpus_used > 0 and np.all(alloc.replicas > 0)

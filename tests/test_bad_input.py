@@ -237,7 +237,7 @@ def test_report_out_dir_writes_inside_it_and_leaves_nothing_stray(
 def test_report_into_a_read_only_directory_is_an_environment_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fleetsieve_bayes.campaign.journal as journal
+    import fleetsieve_bayes.atomic as atomic
 
     d = _campaign_dir(tmp_path / "d")
     real_open = open
@@ -247,7 +247,7 @@ def test_report_into_a_read_only_directory_is_an_environment_error(
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
         return real_open(path, mode, *a, **k)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(journal, "open", read_only, raising=False)
+    monkeypatch.setattr(atomic, "open", read_only, raising=False)
     rc, _, err = _main(capsys, "report", str(d))
     assert rc == 1
     assert "cannot write the report (Read-only file system)" in _one_line(err, "report")

@@ -18,12 +18,11 @@ import pytest
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.journal import read_journal
-from fleetsieve_bayes.campaign.loop import run_campaign
+from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.table import read_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +150,7 @@ slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
     assert result["allocation"]["chat"]["tp"] == 8  # TP4@C128's 46.4 s completion p99 violates 30 s
     # Capacity-only ablation: drop the tail limits and TP4@C128 (11.27 req/s) wins.
     grid = grid_from_table(only, ("chat",))
-    problem = problem_from_campaign(campaign)._replace(
+    problem = campaign.problem()._replace(
         ttft_max=np.array([np.inf]), completion_max=np.array([np.inf])
     )
     ablation = allocate_milp(grid, values_from_table(grid, only), problem)

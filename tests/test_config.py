@@ -104,7 +104,12 @@ def test_bad_campaign_names_file_and_field(tmp_path: Path, old: str, new: str, m
             make_backend(load_campaign(path), tmp_path)
         return
     with pytest.raises(InputError) as err:
-        load_campaign(path)
+        if message.startswith("[measurement] table"):  # a backend's own key: checked when it is built
+            from fleetsieve_bayes.backends import make_backend
+
+            make_backend(load_campaign(path), tmp_path)
+        else:
+            load_campaign(path)
     text = str(err.value)
     assert str(path) in text
     assert message in text

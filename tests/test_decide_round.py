@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetsieve_bayes.campaign.loop import RoundDecision, RoundFacts, decide_round
+from fleetsieve_bayes.round import RoundDecision, RoundFacts, decide_round
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,6 @@ import pytest
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import load_campaign
@@ -44,7 +43,7 @@ def test_example_campaigns_load(name: str) -> None:
     if campaign.measurement.backend == "replay":
         df = read_table(campaign.measurement.table)
         grid = grid_from_table(df, campaign.workload_names)
-        alloc = allocate_milp(grid, values_from_table(grid, df), problem_from_campaign(campaign))
+        alloc = allocate_milp(grid, values_from_table(grid, df), campaign.problem())
         assert alloc.feasible
 
 
@@ -55,13 +54,13 @@ def test_examples_ship_with_the_package() -> None:
 
 @pytest.mark.slow
 def test_8b_campaign_certifies_the_full_table_optimum(tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     campaign = load_campaign(EXAMPLES / "h100_8b_bf16" / "campaign.toml")
     result = run_campaign(campaign, tmp_path).result
     df = read_table(campaign.measurement.table)
     grid = grid_from_table(df, campaign.workload_names)
-    oracle = allocate_milp(grid, values_from_table(grid, df), problem_from_campaign(campaign))
+    oracle = allocate_milp(grid, values_from_table(grid, df), campaign.problem())
     assert result["status"] == "certified-feasible"
     assert result["objective"]["min_fulfillment"] == pytest.approx(oracle.min_fulfillment, abs=0.05)
     assert len(result["measured"]) < grid.n_cells

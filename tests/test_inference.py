@@ -300,7 +300,7 @@ def test_pooled_warmup_leaves_a_minor_mode_chain_out_of_the_pool(shipped, design
 def test_certifying_fit_falls_back_to_windowed_warmup_when_pooled_does_not_converge(shipped, design_fit):
     """A pooled warm-up that cannot meet the criteria within its rounds is
     redone with NumPyro's per-chain windows before the fit gives up."""
-    from fleetsieve_bayes.model.certifying import Convergence, fit_certifying
+    from fleetsieve_bayes.model.converged_fit import Convergence, fit_certifying
 
     grid, obs = shipped
     m, cheap = design_fit

@@ -21,7 +21,7 @@ from fleetsieve_bayes.decision.regret_acquisition import (
     regret_scores,
     select_by_regret,
 )
-from fleetsieve_bayes.model.certifying import CONVERGENCE, _passes, convergence_diagnostics
+from fleetsieve_bayes.model.converged_fit import CONVERGENCE, _passes, convergence_diagnostics
 from fleetsieve_bayes.model.diagnostics import decision_samples, failed_cells
 
 # One class, two TPs x two loads. Cell 1 (TP2@hi) is the decision's hinge: in
@@ -191,7 +191,7 @@ def test_convergence_diagnostics_flag_unmixed_chains_and_divergences() -> None:
 @pytest.mark.slow
 def test_certifying_fit_converges_on_the_shipped_grid() -> None:
     from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
-    from fleetsieve_bayes.model.certifying import fit_certifying
+    from fleetsieve_bayes.model.converged_fit import fit_certifying
     from fleetsieve_bayes.model.diagnostics import summarize
     from fleetsieve_bayes.resources import data_dir
     from fleetsieve_bayes.table import read_table
@@ -258,7 +258,7 @@ def test_convergence_is_judged_on_what_the_decision_reads() -> None:
 
 
 def test_minor_mode_chains_are_the_ones_far_below_the_best_log_density() -> None:
-    from fleetsieve_bayes.model.certifying import minor_mode_chains
+    from fleetsieve_bayes.model.converged_fit import minor_mode_chains
 
     rng = np.random.default_rng(1)
     lp = rng.normal(-25.0, 3.0, (4, 400))
@@ -274,7 +274,7 @@ def test_minor_mode_chains_are_the_ones_far_below_the_best_log_density() -> None
 
 
 def test_sampling_more_stops_when_the_projected_ess_cannot_reach_the_target() -> None:
-    from fleetsieve_bayes.model.certifying import _hopeless
+    from fleetsieve_bayes.model.converged_fit import _hopeless
     from fleetsieve_bayes.model.inference import load_preset
 
     preset = load_preset("certify")  # 400 draws per chain and extension

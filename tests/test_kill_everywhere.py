@@ -1,11 +1,12 @@
 """Resume from any journal state, in a fresh process, to the uninterrupted run's decisions.
 
 A tiny campaign is run by real ``fleetsieve-bayes run`` processes that are
-SIGKILL-ed right after each journal append (the
-``FLEETSIEVE_BAYES_KILL_AFTER_APPEND`` hook: the process kills itself, no
-cleanup runs) and inside measurements (``FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT``:
-a timer kills it while the replay sleeps; the slow exhaustive version also
-kills from outside).
+SIGKILL-ed right after each journal append (``python -m
+fleetsieve_bayes.testing.faults --kill-after-append N -- run ...``: the process
+kills itself, no cleanup runs) and inside measurements
+(``--kill-in-measurement S``: a timer kills it while the replay sleeps; the
+slow exhaustive version also kills from outside). The pool driver is killed
+after every append the same way.
 Every interrupted directory is resumed by a fresh process and compared with
 the uninterrupted run: measured cells (in order), allocation, status, and the
 number of round records (a resumed round is never recorded twice).
@@ -26,8 +27,8 @@ from tiny_campaign import cli, write_tiny
 
 from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
 
-KILL = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
-KILL_IN_MEASUREMENT = "FLEETSIEVE_BAYES_KILL_IN_MEASUREMENT"
+KILL = "kill_after_append"
+KILL_IN_MEASUREMENT = "kill_in_measurement"
 _CACHE: list[str] = []  # this module's JAX compilation cache folder
 
 
@@ -64,16 +65,24 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[dic
     return campaign, _summary(out), records
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env() -> dict[str, str]:
     return {
         "JAX_COMPILATION_CACHE_DIR": _CACHE[-1],
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        **extra,
     }
 
 
-def _cli(*args: str, **extra: str) -> subprocess.CompletedProcess:
-    return cli(*args, env=_env(**extra))
+def _cli(*args: str, **faults: str) -> subprocess.CompletedProcess:
+    """``fleetsieve-bayes ARGS`` in a fresh process; with ``kill_after_append`` /
+    ``kill_in_measurement``, under :mod:`fleetsieve_bayes.testing.faults`."""
+    if not faults:
+        return cli(*args, env=_env())
+    hooks = [x for k, v in faults.items() for x in (f"--{k.replace('_', '-')}", v)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
+    return subprocess.run(
+        [sys.executable, "-m", "fleetsieve_bayes.testing.faults", *hooks, "--", *args],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
 
 
 def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, list[dict]]) -> None:
@@ -167,3 +176,25 @@ def test_exhaustive_every_kill_point_from_a_fresh_directory(
         done = _cli("run", str(campaign), "--out", str(out), *opts)
         assert done.returncode == 0, done.stderr[-2000:]
         assert _summary(out) == ref, f"killed in measurement {m + 1}"
+
+
+def test_pool_killed_after_every_journal_append(tiny: tuple[Path, dict, list[dict]], tmp_path: Path) -> None:
+    """The pool driver (simulated clock) killed after each of its journal appends in turn,
+    each kill in a fresh process on the same directory: the last process finishes with the
+    uninterrupted pooled run's decisions, nothing measured twice."""
+    campaign, _, _ = tiny
+    pooled = write_tiny(campaign.parent, name="pooled.toml", measurement_extra="pool_gpus = 8")
+    ref_out = tmp_path / "ref"
+    done = _cli("run", str(pooled), "--out", str(ref_out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ref = _summary(ref_out)
+    n_records = len(read_journal(ref_out / "journal.jsonl")[0])
+    out = tmp_path / "chain"
+    for k in range(1, n_records + 1):
+        proc = _cli("run", str(pooled), "--out", str(out), "--quiet", **{KILL: "1"})
+        assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
+        assert not (out / "result.json").exists()
+    done = _cli("run", str(pooled), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = _summary(out)
+    assert got == ref

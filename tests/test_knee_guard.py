@@ -201,7 +201,7 @@ def _record(seq: int, workload: str, tp: int, load: str, failure: str, values: l
 
 
 def test_a_start_up_failure_is_known_at_every_load_of_its_class_and_tp():
-    from fleetsieve_bayes.campaign.loop import measured_state
+    from fleetsieve_bayes.round import measured_state
 
     grid = CellGrid(
         workloads=("chat", "code"),
@@ -230,8 +230,8 @@ def test_only_a_failure_under_load_reads_as_overload():
     in the model (``failed_under_load``); a server that never served — start-up
     OOM (and the loads it is inferred for), a flaky start-up timeout, the memory
     guard — is not, wherever it sits."""
-    from fleetsieve_bayes.campaign.loop import measured_state, server_failures
     from fleetsieve_bayes.model.joint import model_data
+    from fleetsieve_bayes.round import measured_state, server_failures
 
     grid = CellGrid(
         workloads=("chat", "code"),

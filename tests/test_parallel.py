@@ -15,6 +15,7 @@ from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.executor import GpuPool
 from fleetsieve_bayes.campaign.makespan import in_flight_cells, profiling_wall_s
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import DecisionSettings
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = REPO / "examples" / "h100_31b_fp8" / "grid.csv"
@@ -58,7 +59,7 @@ def test_bad_pool_keys_are_one_line_errors(tmp_path: Path, extra: str, message: 
 
 
 def test_a_pool_smaller_than_the_largest_tp_is_refused(tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     with pytest.raises(InputError, match=r"pool_gpus: 4 GPUs cannot hold cell chat TP8@.*use at least 8"):
         run_campaign(load_campaign(pooled_campaign(tmp_path, "pool_gpus = 4")), tmp_path / "out")
@@ -198,13 +199,13 @@ def test_plan_batch_reserves_a_cell_that_does_not_fit_and_backfills() -> None:
 
 def test_believe_collapses_in_flight_cells_at_posterior_medians() -> None:
     from fleetsieve_bayes.allocation.milp import allocate_milp
-    from fleetsieve_bayes.allocation.problem import grid_from_table, problem_from_campaign
+    from fleetsieve_bayes.allocation.problem import grid_from_table
     from fleetsieve_bayes.decision.batch import believe
     from fleetsieve_bayes.table import read_table
 
     camp = load_campaign(SHIPPED)
     grid = grid_from_table(read_table(GRID), camp.workload_names)
-    problem = problem_from_campaign(camp)
+    problem = camp.problem()
     rng = np.random.default_rng(0)
     latent = np.exp(rng.normal(0.0, 0.3, size=(200, grid.n_cells, 4)))
     latent[..., 3] = rng.uniform(0.9, 1.0, size=(200, grid.n_cells))
@@ -217,8 +218,7 @@ def test_believe_collapses_in_flight_cells_at_posterior_medians() -> None:
     measured = np.zeros(grid.n_cells, bool)
     observed = np.full((grid.n_cells, 4), np.nan)
     b = believe(
-        grid, problem, post, measured, observed, [3, 7],
-        credible_level=0.9, repeatability=0.0, epsilon=0.05,
+        grid, problem, post, measured, observed, [3, 7], DecisionSettings(credible_level=0.9, epsilon=0.05),
         allocate=lambda v: allocate_milp(grid, v, problem),
     )
     assert b.measured.sum() == 2 and b.measured[[3, 7]].all()
@@ -236,7 +236,7 @@ class Stop(Exception):
 
 @pytest.fixture(scope="module")
 def pooled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     tmp = tmp_path_factory.mktemp("pool16")
     out = tmp / "run"
@@ -287,7 +287,7 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_a_third_of_the_wall_clock
 
 @pytest.mark.slow  # the resume test below checks the same decisions too
 def test_same_seed_same_decisions(pooled_run: tuple[Path, dict], tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     _, first = pooled_run
     again = run_campaign(load_campaign(pooled_campaign(tmp_path)), tmp_path / "again").result
@@ -298,7 +298,7 @@ def test_same_seed_same_decisions(pooled_run: tuple[Path, dict], tmp_path: Path)
 def test_interrupted_with_cells_in_flight_resumes_to_the_same_decisions(
     pooled_run: tuple[Path, dict], tmp_path: Path
 ) -> None:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
 
     _, first = pooled_run
     camp = load_campaign(pooled_campaign(tmp_path))

@@ -17,8 +17,8 @@ import pytest
 import ray  # the `ray` extra, also part of `test` (pyproject.toml): never skipped
 
 from fleetsieve_bayes.campaign.config import load_campaign
-from fleetsieve_bayes.campaign.loop import run_campaign
 from fleetsieve_bayes.campaign.makespan import in_flight_cells
+from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.errors import MeasurementError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import numpy as np
 
 from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.campaign.config import load_campaign
-from fleetsieve_bayes.campaign.loop import run_campaign
+from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.testing import fake_server_command
 
 

@@ -14,7 +14,6 @@ from test_allocation_pools import brute_force
 
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import FleetPool, load_campaign
@@ -47,7 +46,7 @@ def test_pools_parse() -> None:
     )
     assert c.pool_names == ("h100-sxm-80gb", "a100-80gb")
     assert c.gpus == 24 and c.usd_per_hour_max == 60.0
-    p = problem_from_campaign(c)
+    p = c.problem()
     assert p.gpus == 24 and p.pool_gpus.tolist() == [8, 16]
     assert p.usd_per_gpu_hour.tolist() == [4.0, 1.8] and p.usd_per_hour_max == 60.0
 
@@ -55,7 +54,7 @@ def test_pools_parse() -> None:
 def test_single_type_campaign_is_one_unnamed_pool() -> None:
     c = load_campaign(EXAMPLE)
     assert c.pools == () and c.pool_names is None and c.usd_per_hour_max is None
-    p = problem_from_campaign(c)
+    p = c.problem()
     assert p.pool_gpus is None and p.usd_per_gpu_hour is None and p.usd_per_hour_max == np.inf
 
 
@@ -204,7 +203,7 @@ def test_two_pool_answer_is_the_brute_force_optimum() -> None:
     c = load_campaign(CAMPAIGN)
     df = read_table(c.measurement.table)
     grid = grid_from_table(df, c.workload_names, pools=c.pool_names)
-    feasible, t, g, usd, gpus = brute_force(grid, values_from_table(grid, df), problem_from_campaign(c))
+    feasible, t, g, usd, gpus = brute_force(grid, values_from_table(grid, df), c.problem())
     obj = EXPECTED["objective"]
     assert feasible and gpus == obj["gpus_used"]
     assert (t, g, usd) == pytest.approx((obj["min_fulfillment"], obj["goodput_rps"], obj["usd_per_hour"]))

@@ -14,7 +14,7 @@ from tiny_campaign import cli, write_tiny
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.fingerprint import fingerprint, mismatch, reuse_refusal
 from fleetsieve_bayes.campaign.journal import read_records
-from fleetsieve_bayes.campaign.loop import run_campaign
+from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.inference import load_preset
 

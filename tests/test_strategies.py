@@ -21,6 +21,7 @@ from fleetsieve_bayes.decision.strategies import (
 )
 from fleetsieve_bayes.decision.surrogates import gp_predictive_std, independent_arms
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import DecisionSettings
 
 N_DRAWS = 200
 
@@ -101,7 +102,7 @@ def make_state(rnd: int = 1, measured_cells=(4, 5)) -> RoundState:
 @pytest.fixture(scope="module")
 def strategies():
     grid, problem = two_class_grid()
-    return {n: make_strategy(n, grid, problem, credible_level=0.9, repeatability=0.0, seed=7) for n in STRATEGY_NAMES}
+    return {n: make_strategy(n, grid, problem, DecisionSettings(credible_level=0.9), seed=7) for n in STRATEGY_NAMES}
 
 
 def fresh(state: RoundState) -> RoundState:
@@ -123,7 +124,7 @@ def test_returns_unmeasured_cell_reproducibly(strategies, name):
 def test_unknown_strategy_lists_names():
     grid, problem = two_class_grid()
     with pytest.raises(InputError) as err:
-        make_strategy("bogus", grid, problem, credible_level=0.9, repeatability=0.0, seed=0)
+        make_strategy("bogus", grid, problem, DecisionSettings(credible_level=0.9), seed=0)
     msg = str(err.value)
     assert "bogus" in msg and "\n" not in msg
     for n in STRATEGY_NAMES:

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from fleetsieve_bayes.allocation.problem import (
     admissible,
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import parse_campaign
@@ -57,7 +56,7 @@ def test_random_fleet_round_trips_as_a_valid_campaign(seed: int, tmp_path_factor
         assert np.all(g["throughput_rps"] <= g["offered_rps"] + 1e-4)
     # The critical flavour decides true feasibility.
     values = values_from_table(grid, table)
-    oracle = make_oracle(grid, values, problem_from_campaign(campaign))
+    oracle = make_oracle(grid, values, campaign.problem())
     if spec.critical == "infeasible":
         assert not oracle.allocation.feasible
     else:
@@ -140,7 +139,7 @@ def test_hard_suite_covers_every_kind_of_difficulty(tmp_path: Path) -> None:
         table = read_table(campaign.measurement.table)
         grid = grid_from_table(table, campaign.workload_names)
         values = values_from_table(grid, table)
-        problem = problem_from_campaign(campaign)
+        problem = campaign.problem()
         oracle = make_oracle(grid, values, problem)
         n_infeasible += not oracle.allocation.feasible
         assert oracle.allocation.feasible == (spec.critical != "infeasible")

@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from fleetsieve_bayes.arrays import namespace
-from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS
 
@@ -36,7 +35,6 @@ __all__ = [
     "Allocation",
     "grid_from_table",
     "values_from_table",
-    "problem_from_campaign",
     "admissible",
     "meets_slo",
     "allocation_to_json",
@@ -49,7 +47,6 @@ __all__ = [
     "priced",
     "effective_single_budget",
     "within_cap",
-    "campaign_pool_fields",
 ]
 
 # The name of the one pool of a grid built without pools (every cell on it).
@@ -380,44 +377,6 @@ def check_demand(demand: Any, names: tuple[str, ...] | None = None, *, source: s
                 f"{source}: {name}: demand {x:g} req/s is outside the range the allocator "
                 f"resolves ({lo:g} to {hi:g} req/s)"
             )
-
-
-def problem_from_campaign(campaign: Campaign, *, demand_scale: float = 1.0) -> AllocationProblem:
-    """Arrays of the campaign's classes, demand multiplied by ``demand_scale``.
-
-    Raises:
-        InputError: a (scaled) demand outside :data:`DEMAND_RANGE`.
-    """
-    ws = campaign.workloads
-    inf = np.inf
-    demand = np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64)
-    where = str(campaign.path) + ("" if demand_scale == 1.0 else f" (demand × {demand_scale:g})")
-    check_demand(demand, campaign.workload_names, source=where)
-    return AllocationProblem(
-        demand=demand,
-        critical=np.array([w.critical for w in ws], dtype=bool),
-        floor=np.array([w.floor for w in ws], dtype=np.float64),
-        success_min=np.array([w.slo.success_min for w in ws], dtype=np.float64),
-        ttft_max=np.array([inf if w.slo.ttft_p99_s is None else w.slo.ttft_p99_s for w in ws]),
-        completion_max=np.array(
-            [inf if w.slo.completion_p99_s is None else w.slo.completion_p99_s for w in ws]
-        ),
-        gpus=int(campaign.gpus),
-        **campaign_pool_fields(campaign),
-    )
-
-
-def campaign_pool_fields(campaign: Campaign) -> dict[str, Any]:
-    """The pool fields of :class:`AllocationProblem` for a campaign (none without ``[[fleet.pools]]``)."""
-    pools = getattr(campaign, "pools", ())
-    cap = getattr(campaign, "usd_per_hour_max", None)
-    if not pools:
-        return {}
-    return {
-        "pool_gpus": np.array([p.count for p in pools], np.int64),
-        "usd_per_gpu_hour": np.array([p.usd_per_gpu_hour for p in pools], np.float64),
-        "usd_per_hour_max": float("inf") if cap is None else float(cap),
-    }
 
 
 def meets_slo(

@@ -3,9 +3,9 @@
 A backend is a :class:`Backend` — a NamedTuple of functions, not a class
 hierarchy. :data:`BACKENDS` is the registry: each name maps to a
 :class:`BackendSpec` whose ``validate`` checks that backend's own
-``[measurement]`` keys when the campaign file is loaded, and whose ``make``
-builds it. ``make_backend`` picks one by the campaign's
-``[measurement] backend`` name.
+``[measurement]`` keys, and whose ``make`` builds it. ``make_backend`` picks
+one by the campaign's ``[measurement] backend`` name and validates its keys
+before building it (a campaign file is also read where no backend is built).
 """
 
 from __future__ import annotations
@@ -105,5 +105,12 @@ def validate_backend(campaign: Campaign) -> None:
 
 
 def make_backend(campaign: Campaign, out_dir: Path) -> Backend:
-    """The backend named by ``campaign.measurement.backend``."""
-    return backend_spec(campaign).make(campaign, out_dir)
+    """The backend named by ``campaign.measurement.backend``, its ``[measurement]`` keys
+    validated first.
+
+    Raises:
+        InputError: an unknown backend, or a bad key of its own (one line naming the file and key).
+    """
+    spec = backend_spec(campaign)
+    spec.validate(campaign)
+    return spec.make(campaign, out_dir)

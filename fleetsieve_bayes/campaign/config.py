@@ -9,20 +9,23 @@ and adds only optional keys. Every problem is reported as one
 
 from __future__ import annotations
 
-import difflib
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetsieve_bayes.decision.intervals import (
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import (
     KNEE_GUARD,
     MODEL_MARGIN,
     SUCCESS_MARGIN,
+    DecisionSettings,
     IntervalRules,
 )
-from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.validation import Validator
 
 __all__ = [
     "SLO",
@@ -168,9 +171,50 @@ class Campaign:
         return tuple(p.gpu for p in self.pools) if self.pools else None
 
     @property
+    def settings(self) -> DecisionSettings:
+        """The decision's settings of this file as one value (:class:`DecisionSettings`)."""
+        return DecisionSettings.from_campaign(self)
+
+    @property
     def interval_rules(self) -> IntervalRules:
         """The interval rules of ``[model]`` as one value (:class:`IntervalRules`)."""
         return IntervalRules(self.tail_margin, self.success_margin, self.knee_guard)
+
+    def problem(self, *, demand_scale: float = 1.0) -> AllocationProblem:
+        """The allocation problem: arrays of the classes, demand multiplied by ``demand_scale``.
+
+        Raises:
+            InputError: a (scaled) demand outside the range the allocators resolve
+                (:data:`fleetsieve_bayes.allocation.problem.DEMAND_RANGE`).
+        """
+        ws = self.workloads
+        inf = np.inf
+        demand = np.array([w.demand_rps * demand_scale for w in ws], dtype=np.float64)
+        where = str(self.path) + ("" if demand_scale == 1.0 else f" (demand × {demand_scale:g})")
+        check_demand(demand, self.workload_names, source=where)
+        return AllocationProblem(
+            demand=demand,
+            critical=np.array([w.critical for w in ws], dtype=bool),
+            floor=np.array([w.floor for w in ws], dtype=np.float64),
+            success_min=np.array([w.slo.success_min for w in ws], dtype=np.float64),
+            ttft_max=np.array([inf if w.slo.ttft_p99_s is None else w.slo.ttft_p99_s for w in ws]),
+            completion_max=np.array(
+                [inf if w.slo.completion_p99_s is None else w.slo.completion_p99_s for w in ws]
+            ),
+            gpus=int(self.gpus),
+            **self._pool_fields(),
+        )
+
+    def _pool_fields(self) -> dict[str, Any]:
+        """``[[fleet.pools]]`` as :class:`AllocationProblem` fields (none without pools: one pool of ``gpus``)."""
+        if not self.pools:
+            return {}
+        cap = self.usd_per_hour_max
+        return {
+            "pool_gpus": np.array([p.count for p in self.pools], np.int64),
+            "usd_per_gpu_hour": np.array([p.usd_per_gpu_hour for p in self.pools], np.float64),
+            "usd_per_hour_max": float("inf") if cap is None else float(cap),
+        }
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -199,68 +243,6 @@ _POOL_KEYS = {"pool_gpus", "executor", "ray_address"}
 EXECUTORS = ("local", "ray")
 
 
-class _Ctx:
-    """Formats one-line errors naming the file and the field."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, message: str) -> InputError:
-        return InputError(f"{self.path}: {where}: {message}")
-
-    def check_keys(self, where: str, table: dict[str, Any], allowed: set[str]) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, sorted(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise self.fail(
-                    where, f"unknown key {key!r}{hint}; allowed: {', '.join(sorted(allowed))}"
-                )
-
-    def table(self, where: str, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected a table, got {type(value).__name__}")
-        return value
-
-    def string(self, where: str, value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def number(
-        self,
-        where: str,
-        value: Any,
-        *,
-        lo: float | None = None,
-        hi: float | None = None,
-        lo_open: bool = False,
-        hi_open: bool = False,
-    ) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, f"expected a number, got {value!r}")
-        x = float(value)
-        if not math.isfinite(x):
-            raise self.fail(where, f"expected a finite number, got {value!r}")
-        if lo is not None and (x < lo or (lo_open and x == lo)):
-            raise self.fail(where, f"must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
-        if hi is not None and (x > hi or (hi_open and x == hi)):
-            raise self.fail(where, f"must be {'<' if hi_open else '<='} {hi:g}, got {value!r}")
-        return x
-
-    def integer(self, where: str, value: Any, *, lo: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"expected an integer, got {value!r}")
-        if value < lo:
-            raise self.fail(where, f"must be >= {lo}, got {value!r}")
-        return value
-
-    def boolean(self, where: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(where, f"expected true or false, got {value!r}")
-        return value
-
-
 def load_campaign(path: str | Path) -> Campaign:
     """Read and validate a campaign TOML file.
 
@@ -283,7 +265,7 @@ def load_campaign(path: str | Path) -> Campaign:
 
 def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
-    ctx = _Ctx(path)
+    ctx = Validator(path)
     ctx.check_keys("top level", raw, _TOP_KEYS)
     name = ctx.string("name", raw.get("name", path.stem))
 
@@ -356,14 +338,10 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
     )
-    # Each backend validates its own [measurement] keys (fleetsieve_bayes.backends).
-    from fleetsieve_bayes.backends import validate_backend
-
-    validate_backend(campaign)
     return campaign
 
 
-def parse_pools(ctx: _Ctx, fleet: dict[str, Any]) -> tuple[int, tuple[FleetPool, ...], float | None]:
+def parse_pools(ctx: Validator, fleet: dict[str, Any]) -> tuple[int, tuple[FleetPool, ...], float | None]:
     """``[fleet]``: the GPU budget, its ``[[fleet.pools]]`` and the dollar cap.
 
     Without pools, ``gpus`` is required (one unnamed pool). With pools,
@@ -427,7 +405,7 @@ def parse_pools(ctx: _Ctx, fleet: dict[str, Any]) -> tuple[int, tuple[FleetPool,
     return gpus, tuple(pools), cap
 
 
-def _pool_gpu(ctx: _Ctx, where: str, value: str) -> tuple[str, str | None]:
+def _pool_gpu(ctx: Validator, where: str, value: str) -> tuple[str, str | None]:
     """A pool's GPU type: a name of the shipped spec table, or a path to a table of one GPU.
 
     Returns:
@@ -454,7 +432,7 @@ def _pool_gpu(ctx: _Ctx, where: str, value: str) -> tuple[str, str | None]:
         raise ctx.fail(where, f"{exc} (or a path to a GPU table)") from None
 
 
-def _parse_workloads(ctx: _Ctx, raw: dict[str, Any]) -> tuple[Workload, ...]:
+def _parse_workloads(ctx: Validator, raw: dict[str, Any]) -> tuple[Workload, ...]:
     """The ``[[workloads]]`` array: names unique, demand > 0, an SLO with ``success_min``."""
     raw_workloads = raw.get("workloads")
     if raw_workloads is None:
@@ -514,14 +492,14 @@ def _name_or_path(value: str, base_dir: Path) -> str:
     return value
 
 
-def _check_file(ctx: _Ctx, where: str, p: Path) -> None:
+def _check_file(ctx: Validator, where: str, p: Path) -> None:
     if p.is_dir():
         raise ctx.fail(where, f"{p} is a directory, not a table file")
     if not p.is_file():
         raise ctx.fail(where, f"file not found: {p}")
 
 
-def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
+def _seed_tables(ctx: Validator, value: Any, base_dir: Path) -> tuple[Path, ...]:
     where = "[measurement] seed_tables"
     if not isinstance(value, list):
         raise ctx.fail(where, f"expected a list of table paths, got {value!r}")
@@ -535,7 +513,7 @@ def _seed_tables(ctx: _Ctx, value: Any, base_dir: Path) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
+def _pool(ctx: Validator, meas: dict[str, Any]) -> ProfilingPool:
     """The ``[measurement]`` keys shared by every backend: pool size and executor."""
     pool_gpus = (
         ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
@@ -551,13 +529,8 @@ def _pool(ctx: _Ctx, meas: dict[str, Any]) -> ProfilingPool:
     return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
 
 
-def _section(ctx: _Ctx, raw: dict[str, Any], name: str) -> Any:
+def _section(ctx: Validator, raw: dict[str, Any], name: str) -> Any:
     """A required top-level section, or an error naming it."""
     if name not in raw:
         raise ctx.fail(f"[{name}]", "missing section")
     return raw[name]
-
-
-# The one TOML validator (one-line errors naming the file and the field), also
-# used by the inference presets (fleetsieve_bayes.model.presets).
-Validator = _Ctx

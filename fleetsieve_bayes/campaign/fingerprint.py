@@ -21,7 +21,7 @@ from typing import Any
 
 from fleetsieve_bayes.campaign.config import Campaign
 
-__all__ = ["campaign_inputs", "file_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
+__all__ = ["campaign_inputs", "file_digest", "object_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
 
 
 def file_digest(path: Path | None) -> str | None:
@@ -35,8 +35,12 @@ def file_digest(path: Path | None) -> str | None:
     return h.hexdigest()
 
 
-def _digest(obj: Any) -> str:
+def object_digest(obj: Any) -> str:
+    """SHA-256 of a JSON-able value (keys sorted; other values by ``str``)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_digest = object_digest
 
 
 def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
@@ -75,7 +79,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
 def fingerprint(
     campaign: Campaign,
     *,
-    card_file: Path,
+    card_file: Path | None,
     preset: Any,
     strategy: str,
     seed: int,

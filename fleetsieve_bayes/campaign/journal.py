@@ -1,4 +1,4 @@
-"""The campaign directory's append-only journal, its typed records, its lock, and atomic writes.
+"""The campaign directory's append-only journal, its typed records and its lock.
 
 Measurements are expensive (300 s × up to 8 GPUs each), so every record is one
 JSON line written with a single ``write`` call, flushed and ``fsync``-ed before
@@ -6,7 +6,7 @@ the campaign takes its next step. A kill at any instant leaves at worst a
 partial *last* line, which :func:`read_journal` detects and :func:`open_journal`
 truncates; every complete record survives. Derived files (``result.json``,
 ``bounds.csv``, ``posterior.nc``…) are written to a temporary name and renamed,
-so readers never see half a file.
+so readers never see half a file (:mod:`fleetsieve_bayes.atomic`).
 
 Record types (one JSON object per line, ``"type"`` first), each a NamedTuple
 with ``to_json``/``from_json``:
@@ -34,7 +34,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,16 +57,13 @@ __all__ = [
     "rounds_of",
     "unique_rounds",
     "campaign_lock",
-    "atomic_write_text",
-    "atomic_write_bytes",
 ]
 
 JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = ".lock"
 HEADER_VERSION = 2
-# Test hook: SIGKILL this process right after its N-th journal append (the
-# kill-everywhere test's way of stopping a real run at every record boundary).
-_KILL_AFTER_ENV = "FLEETSIEVE_BAYES_KILL_AFTER_APPEND"
+# ``on_append(n)``: called after the n-th durable append of this open journal.
+OnAppend = Callable[[int], None]
 
 
 class _Fields:
@@ -390,13 +387,12 @@ def unique_rounds(rounds: Iterable[RoundRecord]) -> list[RoundRecord]:
 class Journal:
     """An open, append-only journal file of typed records. Use :func:`open_journal`."""
 
-    def __init__(self, path: Path, records: list[Record]) -> None:
+    def __init__(self, path: Path, records: list[Record], on_append: OnAppend | None = None) -> None:
         self.path = path
         self.records = records
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._appended = 0
-        kill_after = os.environ.get(_KILL_AFTER_ENV, "")
-        self._kill_after = int(kill_after) if kill_after.strip().isdigit() else None
+        self._on_append = on_append
 
     def append(self, record: Header | MeasurementRecord | RoundRecord) -> None:
         """Append one record durably: one write, then fsync, before returning."""
@@ -407,10 +403,8 @@ class Journal:
         os.fsync(self._fd)
         self.records.append(record)
         self._appended += 1
-        if self._kill_after is not None and self._appended >= self._kill_after:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self._on_append is not None:
+            self._on_append(self._appended)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -485,8 +479,11 @@ def read_records(path: str | Path) -> tuple[list[Record], int]:
     return [parse_record(r, f"{path}: line {n}: {r.get('type')} record") for n, r in lines], good
 
 
-def open_journal(directory: Path) -> Journal:
-    """Open (or create) ``directory/journal.jsonl`` for appending, truncating a partial last line."""
+def open_journal(directory: Path, on_append: OnAppend | None = None) -> Journal:
+    """Open (or create) ``directory/journal.jsonl`` for appending, truncating a partial last line.
+
+    ``on_append(n)`` is called after each durable append (the n-th of this call), e.g. by
+    :mod:`fleetsieve_bayes.testing.faults` to kill the process at a record boundary."""
     path = directory / JOURNAL_NAME
     records, good = read_records(path)
     if path.exists() and path.stat().st_size != good:
@@ -494,7 +491,7 @@ def open_journal(directory: Path) -> Journal:
             fh.truncate(good)
             fh.flush()
             os.fsync(fh.fileno())
-    return Journal(path, records)
+    return Journal(path, records, on_append)
 
 
 @contextlib.contextmanager
@@ -521,22 +518,3 @@ def campaign_lock(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``rename`` (atomic on POSIX)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()  # never leave a stray temporary behind
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())

@@ -1,9 +1,10 @@
 """The asynchronous driver: a campaign that measures several cells at once.
 
-Used instead of the one-cell-at-a-time loop when the campaign sets
-``[measurement] pool_gpus`` or ``executor = "ray"``. The model, bounds,
-allocator, certificate and strategies are the loop's; what changes is when
-cells start:
+Used instead of the one-cell-at-a-time driver when the campaign sets
+``[measurement] pool_gpus`` or ``executor = "ray"``. The round — fit, bounds,
+both allocations, certificate, certification attempt, stopping rule and the
+strategy's choice — is :mod:`fleetsieve_bayes.round`'s, as one cell at a time;
+what changes is when cells start:
 
 1. **Initial design** (shared by every strategy): its cells start as soon as
    they fit in the free GPUs, in design order, first fit (a TP8 cell waits
@@ -45,7 +46,6 @@ partial GPU-seconds to the measured ones.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +53,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import CellGrid, problem_from_campaign
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.backends import Backend
-from fleetsieve_bayes.campaign import loop
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.campaign.executor import (
     Done,
@@ -66,15 +66,36 @@ from fleetsieve_bayes.campaign.executor import (
     local_executor,
     ray_executor,
 )
-from fleetsieve_bayes.campaign.journal import atomic_write_text, open_journal
+from fleetsieve_bayes.campaign.hooks import RunHooks
+from fleetsieve_bayes.campaign.journal import RoundRecord, open_journal
 from fleetsieve_bayes.campaign.makespan import cell_key, in_flight_cells, record_dict
+from fleetsieve_bayes.campaign.outputs import (
+    CampaignResult,
+    result_json,
+    write_measurements,
+    write_result,
+    write_round_files,
+)
+from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measurement, round_record
+from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
+from fleetsieve_bayes.decision.batch import Belief, believe
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
 )
-from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.errors import InputError, MeasurementError
-from fleetsieve_bayes.jax_cache import enable_compilation_cache
+from fleetsieve_bayes.round import (
+    Assessment,
+    CampaignState,
+    assess,
+    choose,
+    fit_round,
+    new_state,
+    observe,
+    pending_design,
+    round_key,
+)
+from fleetsieve_bayes.seeds import round_seed
 
 __all__ = ["run_parallel", "in_flight_cells", "WARM_START_DIR"]
 
@@ -96,7 +117,7 @@ def _clock_offset(records: list[Any]) -> float:
 
 
 def _make_executor(
-    campaign: Campaign, out: Path, backend: Backend, explicit_backend: bool, offset: float
+    campaign: Campaign, out: Path, backend: Backend, explicit_backend: bool, offset: float, hooks: RunHooks
 ) -> tuple[Executor, int]:
     pool = campaign.pool
     if pool.executor == "ray":
@@ -123,19 +144,17 @@ def _make_executor(
         def measure(c: int, slots: tuple[int, ...]) -> dict[str, Any]:
             return run(backend.grid.key(c), tuple(devices[s] for s in slots))
 
-    return local_executor(measure, simulated=simulated, offset_s=offset), int(pool.pool_gpus)
+    return local_executor(hooks.wrap(measure), simulated=simulated, offset_s=offset), int(pool.pool_gpus)
 
 
 class _Context(NamedTuple):
     """What one invocation of the driver works with and never rebinds (the pool, journal
     and executor are stateful objects; the helpers use them in place)."""
 
-    inputs: Any
+    setup: CampaignSetup
     campaign: Campaign
     out: Path
     grid: CellGrid
-    problem: Any
-    strategy: Any
     tp: np.ndarray  # (n_cells,) int64
     expected: np.ndarray  # (n_cells,) expected seconds per cell
     journal: Any
@@ -161,11 +180,18 @@ class _Step(NamedTuple):
     """One completion's decision: a final status (None: keep going) and what it rests on."""
 
     status: str | None
-    final_alloc: Any
-    real: Any  # the real (unconditioned) Belief
+    assessment: Assessment  # the real (unconditioned) state, the attempt, the stopping rule
     t_fit: float
     t_alloc: float
-    joint: dict[str, Any] | None = None  # the certification attempt's joint check, if one ran
+
+    @property
+    def real(self) -> Belief:
+        return self.assessment.view
+
+    @property
+    def joint(self) -> dict[str, Any] | None:
+        a = self.assessment.attempt
+        return None if a is None else a.to_json()
 
 
 class _Outcome(NamedTuple):
@@ -177,16 +203,17 @@ class _Outcome(NamedTuple):
 
 
 def run_parallel(
-    inputs: Any,
+    setup: CampaignSetup,
     out: Path,
     backend: Backend,
-    on_event: Any,
+    on_event: Event,
+    hooks: RunHooks,
     *,
     explicit_backend: bool = False,
-) -> loop.CampaignOutcome:
-    """Run or resume ``campaign`` in ``out`` measuring several cells at once (module docstring).
+) -> CampaignResult:
+    """Run or resume the campaign in ``out`` measuring several cells at once (module docstring).
 
-    Called by :func:`fleetsieve_bayes.campaign.loop.run_campaign` (which holds
+    Called by :func:`fleetsieve_bayes.campaign.runner.run_campaign` (which holds
     the directory lock) when the campaign asks for a pool or Ray.
 
     Raises:
@@ -194,27 +221,24 @@ def run_parallel(
             journal from another campaign.
         MeasurementError: a cell's harness failed (after the others finished).
     """
-    campaign: Campaign = inputs.campaign
-    enable_compilation_cache()
+    campaign = setup.campaign
     t_start = time.perf_counter()
     grid: CellGrid = backend.grid
-    problem = problem_from_campaign(campaign)
-    strategy = loop.campaign_strategy(inputs.strategy, campaign, grid, problem, inputs.seed)
+    problem = campaign.problem()
     tp = np.asarray(grid.tp, np.int64)
 
-    journal = open_journal(out)
+    journal = open_journal(out, on_append=hooks.on_append)
     executor: Executor | None = None
     try:
-        resumed = _begin(inputs, out, journal, grid, on_event)
-        executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, _clock_offset(journal.records))
+        resumed = begin(setup, out, journal, grid, on_event)
+        offset = _clock_offset(journal.records)
+        executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, offset, hooks)
         _check_pool_holds_every_cell(campaign, grid, tp, pool_n)
         ctx = _Context(
-            inputs=inputs,
+            setup=setup,
             campaign=campaign,
             out=out,
             grid=grid,
-            problem=problem,
-            strategy=strategy,
             tp=tp,
             expected=np.asarray(backend.expected_duration_s, np.float64),
             journal=journal,
@@ -222,9 +246,10 @@ def run_parallel(
             pool=GpuPool(pool_n),
             on_event=on_event,
         )
-        measured, observed, _ = loop.measured_state(grid, journal.records)
-        fl = _resume_flight(ctx, measured, resumed)
-        outcome = _drive(ctx, fl, measured, observed)
+        strategy = build_strategy(setup, grid, problem)
+        state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records)
+        fl = _resume_flight(ctx, state, resumed)
+        outcome = _drive(ctx, fl, state)
         return _finish(ctx, outcome, t_start)
     finally:
         if executor is not None:
@@ -241,10 +266,10 @@ def _check_pool_holds_every_cell(campaign: Campaign, grid: CellGrid, tp: np.ndar
         )
 
 
-def _resume_flight(ctx: _Context, measured: np.ndarray, resumed: bool) -> _Flight:
+def _resume_flight(ctx: _Context, state: CampaignState, resumed: bool) -> _Flight:
     """The start bookkeeping from the journal: sequence and round numbers continue, cells
     started but never finished run again first, then the design cells not yet measured."""
-    grid, records = ctx.grid, ctx.journal.records
+    grid, records, measured = ctx.grid, ctx.journal.records, state.measured
     started = [record_dict(r) for r in records if record_dict(r).get("type") == "started"]
     acq_cells = {cell_key(d["cell"]) for d in started if d.get("phase") == "acquire"}
     index = grid.index()
@@ -252,11 +277,11 @@ def _resume_flight(ctx: _Context, measured: np.ndarray, resumed: bool) -> _Fligh
     restart = [(c, r) for c, r in restart if not measured[c]]
     if resumed and restart:
         ctx.on_event("resume", {"measured": int(measured.sum()), "in_flight": [grid.describe(c) for c, _ in restart]})
-    design = [c for c in initial_design(grid) if not measured[c] and c not in dict(restart)]
+    design = [c for c in pending_design(state) if c not in dict(restart)]
     return _Flight(flight={}, seq=len(started), next_round=1 + len(acq_cells), restart=restart, design=design)
 
 
-def _drive(ctx: _Context, fl: _Flight, measured: np.ndarray, observed: Any) -> _Outcome:
+def _drive(ctx: _Context, fl: _Flight, state: CampaignState) -> _Outcome:
     """The event loop: start what must start, decide on every completion, wait for the next."""
     posterior: Any = None
     fitted_at = -1
@@ -265,33 +290,33 @@ def _drive(ctx: _Context, fl: _Flight, measured: np.ndarray, observed: Any) -> _
     while True:
         if not fl.failures:
             _fill_mandatory(ctx, fl)
-        n_measured = int(measured.sum())
+        n_measured = int(state.measured.sum())
         if not fl.failures and not fl.restart and not fl.design and n_measured > 0:
             t_event = time.perf_counter()
             cpu_event = time.process_time()
             t_fit = 0.0
             if fitted_at != n_measured:
-                posterior = _refit(ctx, measured, observed, n_measured)
+                posterior = _refit(ctx, state, n_measured)
                 fitted_at = n_measured
                 t_fit = time.perf_counter() - t_event
-            step = _decide(ctx, fl, posterior, measured, observed, n_measured, t_fit)
+            step = _decide(ctx, fl, state, posterior, t_fit)
             plan_times.append(time.perf_counter() - t_event)
             plan_cpu.append(time.process_time() - cpu_event)
             # For status/report; written once the free GPUs are refilled (off the critical path).
-            loop._write_round_files(ctx.out, ctx.grid, posterior, step.real.bounds, measured)
+            write_round_files(ctx.out, ctx.grid, posterior, step.real.bounds, state.measured)
             late = ctx.executor.ready() if step.status is not None else []
             if late:
                 # Cells that finished while this refit ran are measured, not cancelled:
                 # decide again with them.
                 _absorb(ctx, fl, late)
-                measured, observed, _ = loop.measured_state(ctx.grid, ctx.journal.records)
+                state = observe(state, ctx.journal.records)
                 continue
             if step.status is not None:
                 cancelled = _cancel_in_flight(ctx, fl)
                 timings = {"fit_s": step.t_fit, "allocate_s": step.t_alloc, "acquire_s": 0.0}
                 final_rec = _round_record(
-                    ctx.journal, ctx.grid, fl.next_round, step.real, n_measured, step.status, None, timings,
-                    step.final_alloc, joint=step.joint,
+                    ctx, fl.next_round, step.real, n_measured, step.status, None, timings,
+                    step.assessment.final, joint=step.joint,
                 )
                 ctx.on_event("round", record_dict(final_rec))
                 return _Outcome(step.status, final_rec, cancelled, plan_times, plan_cpu)
@@ -305,137 +330,77 @@ def _drive(ctx: _Context, fl: _Flight, measured: np.ndarray, observed: Any) -> _
                 )
             raise RuntimeError("parallel driver: nothing in flight, nothing to start and no decision")
         _absorb(ctx, fl, ctx.executor.wait_any())
-        measured, observed, _ = loop.measured_state(ctx.grid, ctx.journal.records)
+        state = observe(state, ctx.journal.records)
 
 
-def _refit(ctx: _Context, measured: np.ndarray, observed: Any, n_measured: int) -> Any:
+def _refit(ctx: _Context, state: CampaignState, n_measured: int) -> Any:
     """Fit on what is measured, warm-started from the latest earlier refit on disk; the seed
     depends only on (seed, n_measured) so an interrupted campaign replays exactly."""
-    from fleetsieve_bayes.model.inference import fit
     from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
-    inputs = ctx.inputs
     warm = load_warm_start(ctx.out / WARM_START_DIR, before_round=n_measured)
-    posterior = fit(
-        ctx.grid,
-        observed,
-        measured,
-        inputs.card,
-        inputs.preset,
-        seed=loop._round_seed(inputs.seed, n_measured),
-        warm_start=warm,
-        server_failed=loop.server_failures(ctx.grid, ctx.journal.records),
-    )
+    posterior = fit_round(state._replace(warm_start=warm), round_seed(ctx.setup.seed, n_measured))
     save_warm_start(ctx.out / WARM_START_DIR, posterior, round_no=n_measured)
     return posterior
 
 
-def _decide(
-    ctx: _Context,
-    fl: _Flight,
-    posterior: Any,
-    measured: np.ndarray,
-    observed: Any,
-    n_measured: int,
-    t_fit: float,
-) -> _Step:
-    """The real certificate, then either stop (a final status) or fill the free GPUs."""
-    allocate, believe_fn = _believer(ctx, posterior, measured, observed)
-    t0 = time.perf_counter()
-    real = believe_fn([])
-    joint = None
-    if real.certificate.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
-        # As in the sequential loop: a certificate is only issued from the converged
-        # certifying posterior, after the decision-level joint check.
-        attempt = loop._attempt_certification(
-            ctx.inputs, ctx.grid, ctx.problem, observed, measured, fl.next_round, posterior,
-            loop.server_failures(ctx.grid, ctx.journal.records),
-        )
-        real = real._replace(
-            bounds=attempt.bounds,
-            conservative=attempt.conservative,
-            optimistic=attempt.optimistic,
-            certificate=attempt.certificate,
-        )
-        joint = attempt.to_json()
-    t_alloc = time.perf_counter() - t0
-    candidates = ~measured
+def _decide(ctx: _Context, fl: _Flight, state: CampaignState, posterior: Any, t_fit: float) -> _Step:
+    """The round's assessment of the real state, then either stop (a final status) or fill
+    the free GPUs."""
+    settings = ctx.setup.settings
+    state = state._replace(round=fl.next_round)
+    a = assess(state, settings, posterior, attempt_seed=round_key(state.seed, fl.next_round).attempt_seed)
+    t_alloc = a.allocate_s + (0.0 if a.attempt is None else float(a.attempt.wall_s))
+    candidates = ~state.measured
     candidates[list(fl.flight)] = False
-    # The loop's stopping rule on what is measured; cells in flight count as
+    # The round's stopping rule on what is measured; cells in flight count as
     # unmeasured, and only a certificate stops the campaign while some fly.
-    decision = loop.decide_round(
-        loop.RoundFacts(fl.next_round, real.certificate.status, int((~measured).sum()), ctx.campaign.max_rounds)
-    )
-    status, final_alloc = None, None
+    decision = a.decision
+    status = None
     if not decision.acquire and (not fl.flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
         status = decision.status
-        if decision.final == "conservative":
-            final_alloc = real.conservative
-        elif decision.final == "measured-only":
-            final_alloc = allocate(loop._measured_only_table(observed, measured))
     elif decision.acquire and candidates.any() and ctx.pool.n_free >= int(ctx.tp[candidates].min()):
-        _acquire(ctx, fl, posterior, real, candidates, believe_fn, n_measured, (t_fit, t_alloc))
-    return _Step(status, final_alloc, real, t_fit, t_alloc, joint)
-
-
-def _believer(ctx: _Context, posterior: Any, measured: np.ndarray, observed: Any) -> tuple[Any, Any]:
-    """``allocate(values)`` and ``believe_fn(believed)`` bound to this completion's state."""
-    from fleetsieve_bayes.allocation.milp import allocate_milp
-    from fleetsieve_bayes.decision.batch import believe
-
-    campaign = ctx.campaign
-
-    def allocate(values: np.ndarray) -> Any:
-        return allocate_milp(ctx.grid, values, ctx.problem)
-
-    def believe_fn(believed: Any) -> Any:
-        return believe(
-            ctx.grid,
-            ctx.problem,
-            posterior,
-            measured,
-            observed,
-            believed,
-            credible_level=campaign.credible_level,
-            repeatability=campaign.repeatability,
-            rules=campaign.interval_rules,
-            epsilon=campaign.epsilon,
-            allocate=allocate,
-        )
-
-    return allocate, believe_fn
+        _acquire(ctx, fl, state, posterior, a, candidates, (t_fit, t_alloc))
+    return _Step(status, a, t_fit, t_alloc)
 
 
 def _acquire(
     ctx: _Context,
     fl: _Flight,
+    state: CampaignState,
     posterior: Any,
-    real: Any,
+    a: Assessment,
     candidates: np.ndarray,
-    believe_fn: Any,
-    n_measured: int,
     t_fit_alloc: tuple[float, float],
 ) -> None:
     """Plan a batch of picks conditioned on the cells in flight, start those that fit
     (via :func:`_admit`) and journal a round record per started pick."""
     from fleetsieve_bayes.decision.batch import plan_batch
 
-    campaign = ctx.campaign
+    campaign, settings = ctx.campaign, ctx.setup.settings
     free_cells = max(1, ctx.pool.n_free // max(1, int(ctx.tp[candidates].min())))
     if campaign.max_rounds is not None:
         free_cells = min(free_cells, campaign.max_rounds - fl.next_round + 1)
+
+    def believe_fn(believed: Any) -> Belief:
+        return believe(
+            state.grid, state.problem, posterior, state.measured, state.observed, believed, settings,
+            allocate=lambda values: allocate_milp(state.grid, values, state.problem),
+        )
+
     plan = plan_batch(
         believe_fn=believe_fn,
-        select=lambda belief, round_no: _select(ctx, posterior, belief, round_no),
+        select=lambda belief, round_no: choose(state, settings, belief, posterior, round_no, a.attempt),
         candidates=candidates,
         in_flight=list(fl.flight),
         admit=lambda c, reserved: _admit(ctx, fl, c, reserved),
         first_round=fl.next_round,
         max_picks=min(MAX_PICKS, free_cells + 1),
-        real=real,
+        real=a.view,
     )
     t_fit, t_alloc = t_fit_alloc
     first = True
+    n_measured = int(state.measured.sum())
     for pick in plan.picks:
         if not pick.start:
             continue
@@ -446,33 +411,8 @@ def _acquire(
             "acquire_s": pick.seconds,
         }
         first = False
-        rec = _round_record(ctx.journal, ctx.grid, pick.round, real, n_measured, "measure", pick.cell, timings, None)
+        rec = _round_record(ctx, pick.round, a.view, n_measured, "measure", pick.cell, timings, None)
         ctx.on_event("round", record_dict(rec))
-
-
-def _select(ctx: _Context, posterior: Any, belief: Any, round_no: int) -> int:
-    """The strategy's pick on a believed state; its randomness depends on (seed, round) only."""
-    from fleetsieve_bayes.decision.strategies import RoundState
-
-    campaign, seed = ctx.campaign, ctx.inputs.seed
-    state = RoundState(
-        grid=ctx.grid,
-        problem=ctx.problem,
-        campaign_epsilon=campaign.epsilon,
-        credible_level=campaign.credible_level,
-        repeatability=campaign.repeatability,
-        measured=belief.measured.copy(),
-        observed=belief.observed.copy(),
-        posterior=posterior,
-        bounds=belief.bounds,
-        conservative=belief.conservative,
-        optimistic=belief.optimistic,
-        certificate=belief.certificate,
-        round=round_no,
-        rng=np.random.default_rng([seed, round_no]),
-        key=loop._jax_key(seed, round_no),
-    )
-    return int(ctx.strategy.select(state))
 
 
 def _start(
@@ -597,7 +537,7 @@ def _absorb(ctx: _Context, fl: _Flight, dones: list[Done]) -> None:
             fl.failures.append((c, str(done.error)))
             continue
         _record(ctx.journal, ctx.grid, c, done, r, ctx.on_event)
-    loop._write_measurements(ctx.out, ctx.journal)
+    write_measurements(ctx.out, ctx.journal)
 
 
 def _cancel_in_flight(ctx: _Context, fl: _Flight) -> list[dict[str, Any]]:
@@ -620,10 +560,10 @@ def _cancel_in_flight(ctx: _Context, fl: _Flight) -> list[dict[str, Any]]:
     return cancelled
 
 
-def _finish(ctx: _Context, outcome: _Outcome, t_start: float) -> loop.CampaignOutcome:
-    """The loop's result.json plus the cancelled cells, per-completion timings and the pool."""
+def _finish(ctx: _Context, outcome: _Outcome, t_start: float) -> CampaignResult:
+    """The common result.json plus the cancelled cells, per-completion timings and the pool."""
     journal = ctx.journal
-    result = _result(ctx.inputs, ctx.grid, journal, outcome.final_rec, t_start)
+    result = result_json(ctx.setup, ctx.grid, journal, outcome.final_rec, time.perf_counter() - t_start)
     result["gpu_seconds"] = float(result["gpu_seconds"] + sum(r["gpu_seconds"] for r in _of(journal.records, "cancelled")))
     result["cancelled"] = [r["cell"] for r in outcome.cancelled]
     # This invocation's refit + batch selection per completion: wall and CPU seconds.
@@ -634,9 +574,9 @@ def _finish(ctx: _Context, outcome: _Outcome, t_start: float) -> loop.CampaignOu
         "executor": ctx.campaign.pool.executor,
         "clock": "simulated" if ctx.executor.simulated else "real",
     }
-    atomic_write_text(ctx.out / "result.json", json.dumps(result, indent=2) + "\n")
+    write_result(ctx.out, result, allow_nan=True)
     ctx.on_event("done", result)
-    return loop.CampaignOutcome(outcome.status, result, result["allocation"])
+    return CampaignResult(outcome.status, result)
 
 
 class _Raw(dict):
@@ -656,8 +596,8 @@ def _spent(records: list[Any]) -> float:
 
 
 def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str, Any], on_event: Any) -> None:
-    """The measurement record (the loop's), then the ``finished`` record with the clock time."""
-    loop._journal_measurement(
+    """The measurement record, then the ``finished`` record with the clock time."""
+    journal_measurement(
         journal,
         grid,
         c,
@@ -680,56 +620,25 @@ def _record(journal: Any, grid: CellGrid, c: int, done: Done, started: dict[str,
     )
 
 
-# --- what depends on the journal's record types and the loop's helpers ---------------
-
-
 def _cell_json(grid: CellGrid, c: int) -> dict[str, Any]:
-    return loop._cell(grid, c).to_json()
-
-
-def _begin(inputs: Any, out: Path, journal: Any, grid: CellGrid, on_event: Any) -> bool:
-    """The loop's start or resume (header, fingerprint check, seeded rows); True when resuming."""
-    resumed = journal.header is not None
-    loop._begin(inputs, out, journal, grid, on_event)
-    return resumed
+    return cell_of(grid, c).to_json()
 
 
 def _round_record(
-    journal: Any,
-    grid: CellGrid,
+    ctx: _Context,
     round_no: int,
-    real: Any,
+    real: Belief,
     n_measured: int,
     outcome: str,
     chosen: int | None,
     timings: dict[str, float],
     final: Any,
     joint: dict[str, Any] | None = None,
-) -> Any:
+) -> RoundRecord:
     """Append one round record (the real state's certificate and allocations) and return it."""
-    from fleetsieve_bayes.campaign.journal import RoundRecord
-
-    cert = real.certificate
-    rec = RoundRecord(
-        round=round_no,
-        certificate=cert.status,
-        outcome=outcome,
-        reason=cert.reason,
-        gap={k: float(v) for k, v in cert.gap._asdict().items()},
-        conservative=loop._side(real.conservative, grid),
-        optimistic=loop._side(real.optimistic, grid),
-        measured_cells=n_measured,
-        candidates=grid.n_cells,
-        gpu_seconds=_spent(journal.records),
-        chosen=None if chosen is None else loop._cell(grid, chosen),
-        timings=timings,
-        final=None if final is None else loop._side(final, grid),
-        joint=joint,
+    rec = round_record(
+        ctx.grid, round_no, real, outcome=outcome, measured_cells=n_measured,
+        gpu_seconds=_spent(ctx.journal.records), chosen=chosen, timings=timings, final=final, joint=joint,
     )
-    journal.append(rec)
+    ctx.journal.append(rec)
     return rec
-
-
-def _result(inputs: Any, grid: CellGrid, journal: Any, final_rec: Any, t_start: float) -> dict[str, Any]:
-    """The loop's result.json, from the journal."""
-    return loop._result_json(inputs, grid, journal, final_rec, time.perf_counter() - t_start)

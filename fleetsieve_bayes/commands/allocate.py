@@ -21,7 +21,6 @@ from fleetsieve_bayes.allocation.problem import (
     CellGrid,
     allocation_to_json,
     grid_from_table,
-    problem_from_campaign,
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import Campaign, load_campaign
@@ -82,7 +81,7 @@ def _table_path(campaign: Campaign, table: Path | None) -> Path:
 
 def solve(campaign: Campaign, grid: CellGrid, values: Any, scale: float, solver: str) -> Allocation:
     """One allocation at ``scale`` × demand with the chosen exact solver."""
-    problem = problem_from_campaign(campaign, demand_scale=scale)
+    problem = campaign.problem(demand_scale=scale)
     if solver == "jax":
         from fleetsieve_bayes.allocation.batched import allocate_jax
 

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from fleetsieve_bayes.campaign.loop import run_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.reporting.progress import make_progress
 
     campaign = load_campaign(args.campaign)

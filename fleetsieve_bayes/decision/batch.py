@@ -46,7 +46,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
+from fleetsieve_bayes.settings import DecisionSettings
 
 __all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
 
@@ -101,16 +101,15 @@ def believe(
     measured: np.ndarray,
     observed: np.ndarray,
     believed: Sequence[int],
+    settings: DecisionSettings,
     *,
-    credible_level: float,
-    repeatability: float,
-    epsilon: float,
     allocate: Callable[[np.ndarray], Allocation],
-    rules: IntervalRules = DEFAULT_RULES,
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
 
-    ``allocate(values (n_cells, 4)) -> Allocation`` is the exact allocator.
+    ``measured (n_cells,)`` bool, ``observed (n_cells, 4)``; ``settings``: the campaign's
+    credible level, repeatability, interval rules and ε; ``allocate(values (n_cells, 4))
+    -> Allocation`` is the exact allocator.
     """
     from fleetsieve_bayes.decision.bounds import (
         conservative_table,
@@ -124,10 +123,10 @@ def believe(
     if cells:
         obs[cells] = believed_values(posterior, cells)
         m[cells] = True
-    bounds = rule_bounds(posterior, obs, m, credible_level, repeatability, grid, rules)
+    bounds = rule_bounds(posterior, obs, m, settings.credible_level, settings.repeatability, grid, settings.rules)
     cons = allocate(conservative_table(bounds))
     opt = allocate(optimistic_table(bounds))
-    cert = certify(grid, problem, cons, opt, m, obs, epsilon)
+    cert = certify(grid, problem, cons, opt, m, obs, settings.epsilon)
     return Belief(m, obs, bounds, cons, opt, cert)
 
 

@@ -28,6 +28,7 @@ from fleetsieve_bayes.decision.intervals import (
     credible_quantiles,
     guard_state,
     knee_guard,
+    load_ladder,
     model_intervals,
     with_measured,
 )
@@ -120,7 +121,7 @@ def rule_bounds(
         repeatability,
         model_margin=rules.tail_margin,
         success_margin=rules.success_margin,
-        ladder=rules.ladder(grid),
+        ladder=load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard),
     )
 
 

@@ -42,6 +42,13 @@ import numpy as np
 
 from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.model.scales import SUCCESS_EPS
+from fleetsieve_bayes.settings import (  # the rules' settings, with the evidence for their defaults
+    DEFAULT_RULES,
+    KNEE_GUARD,
+    MODEL_MARGIN,
+    SUCCESS_MARGIN,
+    IntervalRules,
+)
 
 __all__ = [
     "MODEL_MARGIN",
@@ -62,64 +69,6 @@ __all__ = [
     "knee_guard",
     "bound_tables",
 ]
-
-
-# Model discrepancy of the tails (natural-log units): an unmeasured cell's TTFT
-# and completion intervals are widened by ×/÷ e^MODEL_MARGIN (≈ 10.5 %) beyond
-# the posterior predictive. Why: the posterior is calibrated *on average*
-# (simulated-fleet coverage 0.89 at 90 %), but the curves are smooth shapes and
-# real ones are not; the misses concentrate exactly where decisions are made —
-# the last load below a sharp knee, whose neighbour above was measured deep in
-# overload. There the model's lower bound lands a few percent above a truth
-# sitting just under its SLO, the optimistic table rules the cell out, the gap
-# closes and the certificate is false (suite fleet c037: TTFT 1.273 s against
-# an SLO of 1.28 s, 90 % interval [1.39, 5.7] s). With the margin such a cell
-# stays in the optimistic table until it is measured. Throughput and success
-# are not widened: their misses are not decision-relevant on the suite.
-MODEL_MARGIN = 0.1
-
-# ... and of success, on the failure probability 1 − s (natural-log units): an
-# unmeasured cell's failure probability interval is widened ×/÷ e^0.7 (≈ 2).
-# Why: a serving run's failures come in bursts (timeouts behind one long
-# prefill, a restarted worker), so the failure rate of one cell varies between
-# runs far beyond binomial noise — the paper's repeats of chat TP4@C96 gave
-# ≈ 0.99 four times and 0.943 once, and on the shipped grid success is not
-# even monotone in the load (chat TP4: 0.999, 0.992, 0.995 at C64/C96/C128).
-# The model's smooth logistic curve with one noise scale cannot know that;
-# without this its 90 % intervals hold 0.82 of the left-out successes. A
-# measured cell is not widened (its own measurement decides), and near 0 or 1
-# the widening is multiplicative on what is left, so 1.0 stays 1.0.
-SUCCESS_MARGIN = 0.7
-
-
-# Load steps beneath a measured cell (same class and TP) that the model alone
-# cannot rule out on its tails (rule 3). Why: the model's curves are smooth, a
-# real knee is not, and a cell measured deep in overload drags the fitted knee
-# below the last load that still meets the SLO. Without the guard, uniform
-# random measurement fools the certificate exactly there (suite fleet c032: the
-# only chat cell within SLO, TP4@C20 at TTFT 0.546 s against 0.547 s, is ruled
-# out by the model once TP4@C22 is measured at 3.5 s; P(ε-optimal) 0.99). One
-# step is enough: if the cell beneath a measured one is measured and fails
-# too, the guard moves down with it; a cell further down is dominated by an
-# admissible one above it (same class and TP, less throughput).
-KNEE_GUARD = 1
-
-
-class IntervalRules(NamedTuple):
-    """A campaign's settings of the rules above, carried as one value from the
-    campaign file to the bounds, the certificate and the acquisition kernel."""
-
-    tail_margin: float = MODEL_MARGIN
-    success_margin: float = SUCCESS_MARGIN
-    knee_guard: int = KNEE_GUARD
-
-    def ladder(self, grid: Any) -> LoadLadder:
-        """The :func:`load_ladder` of a grid's cells with these rules' steps."""
-        return load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, self.knee_guard)
-
-
-# The rules a campaign gets when its file names none.
-DEFAULT_RULES = IntervalRules()
 
 
 def credible_quantiles(level: float) -> tuple[float, float]:

@@ -5,7 +5,7 @@ Reads the InferenceData written by
 parameters (per-cell sites are deterministic functions of them); the
 ``decision_*`` headline numbers are over what a decision reads from the
 posterior (:func:`decision_samples`) — the quantities a certificate's
-convergence check judges (:mod:`fleetsieve_bayes.model.certifying`).
+convergence check judges (:mod:`fleetsieve_bayes.model.converged_fit`).
 """
 
 from __future__ import annotations

@@ -547,7 +547,7 @@ def restart_chains(
     two chains do not start together), with its own random key: an exact
     sample of the donor's region needs no new warm-up. Used by the certifying
     posterior to pull a chain out of a minor mode
-    (:func:`fleetsieve_bayes.model.certifying.minor_mode_chains`).
+    (:func:`fleetsieve_bayes.model.converged_fit.minor_mode_chains`).
 
     Args:
         posterior: a NUTS fit of this process (``state`` set), ``params``

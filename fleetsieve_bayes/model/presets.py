@@ -3,7 +3,7 @@
 Presets live under ``inference/`` (``default``, ``fast``, ``svi``) and are
 referenced by name or path from the campaign's ``[model] inference``. They
 are validated with the campaign file's validator
-(:class:`fleetsieve_bayes.campaign.config.Validator`): an unknown key is an
+(:class:`fleetsieve_bayes.validation.Validator`): an unknown key is an
 error with a did-you-mean hint, every value is checked by type and range, and
 every error is one line naming the file and the field.
 """
@@ -15,9 +15,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fleetsieve_bayes.campaign.config import Validator
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.validation import Validator
 
 __all__ = ["InferencePreset", "load_preset", "list_presets", "parse_preset", "GUIDES", "CHAIN_METHODS", "ADAPTATIONS"]
 

@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from fleetsieve_bayes.campaign.journal import atomic_write_bytes
+from fleetsieve_bayes.atomic import atomic_write_bytes
 
 __all__ = ["save_warm_start", "load_warm_start", "encode_tree", "decode_tree"]
 

@@ -1,7 +1,7 @@
 """Live progress display for ``run``: quiet when not on a terminal or with ``--quiet``.
 
 :func:`make_progress` yields the ``on_event(kind, info)`` callback that
-:func:`fleetsieve_bayes.campaign.loop.run_campaign` calls. The callback only updates
+:func:`fleetsieve_bayes.campaign.runner.run_campaign` calls. The callback only updates
 a :class:`ProgressState`; a rich ``Live`` display re-renders that state a few
 times a second from its own refresh thread, so the elapsed time of a running
 measurement (which can take minutes) keeps ticking between events. Each
@@ -197,7 +197,7 @@ def make_progress(
     refresh_per_second: float = 4.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[Callable[[str, dict[str, Any]], None]]:
-    """Yield an ``on_event(kind, info)`` callback for :func:`fleetsieve_bayes.campaign.loop.run_campaign`.
+    """Yield an ``on_event(kind, info)`` callback for :func:`fleetsieve_bayes.campaign.runner.run_campaign`.
 
     A no-op (nothing is written to ``stream``) when ``quiet`` or when
     ``stream`` is not a TTY; otherwise a rich ``Live`` panel on ``stream``

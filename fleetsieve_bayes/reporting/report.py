@@ -448,7 +448,7 @@ def write_report(
     path = Path(out) if out is not None else view.directory / "report.html"
     if path.is_dir():
         path = path / "report.html"  # `--out DIR` means "into DIR"
-    from fleetsieve_bayes.campaign.journal import atomic_write_text
+    from fleetsieve_bayes.atomic import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

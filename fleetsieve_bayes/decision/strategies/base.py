@@ -45,7 +45,9 @@ class RoundState(NamedTuple):
     ``measured (n_cells,)`` bool; ``observed (n_cells, 4)`` (NaN rows for
     unmeasured cells); ``posterior`` an :class:`fleetsieve_bayes.model.inference.Posterior`
     (``latent (n_draws, n_cells, 4)``, ``noise (n_draws, 4)``); ``bounds``
-    with ``lo``/``hi`` ``(n_cells, 4)``; ``key`` a JAX PRNG key.
+    with ``lo``/``hi`` ``(n_cells, 4)``; ``key`` a JAX PRNG key. ``attempt``: the
+    round's certification attempt (:class:`fleetsieve_bayes.decision.attempt.CertificationAttempt`)
+    when the interval certificate closed but the attempt did not certify, else None.
     """
 
     grid: CellGrid
@@ -63,6 +65,7 @@ class RoundState(NamedTuple):
     round: int
     rng: np.random.Generator
     key: Any
+    attempt: Any = None
 
 
 Select = Callable[[RoundState], int]

@@ -8,6 +8,9 @@
   tie-breaker. If no cell can reduce the gap (all scores ≈ 0) and A⁻ still
   commits to unmeasured cells, those are measured first (the certificate
   needs them).
+  After a certification attempt that closed the interval gap but not the
+  joint check, the cell expected to reduce the decision's posterior regret
+  most (:func:`regret_fallback`; :mod:`fleetsieve_bayes.decision.regret_acquisition`).
 - ``voi``: value of information — the expected improvement of the
   conservative objective (:func:`fleetsieve_bayes.allocation.objective.objective_value`)
   over the kernel's fantasies, divided by the cell's GPU-seconds; when no
@@ -33,8 +36,17 @@ from fleetsieve_bayes.decision.strategies.base import (
     pick,
     unmeasured,
 )
+from fleetsieve_bayes.seeds import round_seed
 
-__all__ = ["shared_acquisition", "run_kernel", "build_fleetsieve", "build_voi", "EXACT_MAX_CELLS", "RELATED_CELLS"]
+__all__ = [
+    "shared_acquisition",
+    "run_kernel",
+    "regret_fallback",
+    "build_fleetsieve",
+    "build_voi",
+    "EXACT_MAX_CELLS",
+    "RELATED_CELLS",
+]
 
 # Exact (every cell's interval recomputed per fantasy) up to EXACT_MAX_CELLS;
 # beyond, the kernel reweights only the RELATED_CELLS most correlated cells so
@@ -102,9 +114,34 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
     )
 
 
+def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
+    """When the round's certification attempt closed the interval gap but not the joint
+    check (or convergence): the cell expected to reduce the decision's posterior regret
+    most, on the attempt's converged draws (None: no cell reduces it enough)."""
+    attempt = state.attempt
+    if attempt is None or not attempt.gap_closed:
+        return None
+    from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
+
+    scores = regret_scores(
+        ctx.grid,
+        state.problem,
+        state.conservative,
+        attempt.posterior.latent,
+        attempt.posterior.noise,
+        state.observed,
+        state.measured,
+        seed=round_seed(ctx.seed, state.round) + 2,
+    )
+    return select_by_regret(scores, ctx.grid.cost_gpu_s)
+
+
 def build_fleetsieve(ctx: StrategyContext) -> Select:
     def select(state: RoundState) -> int:
         unmeasured(state)
+        fallback = regret_fallback(ctx, state)
+        if fallback is not None:
+            return fallback
         pending = [c for c in state.certificate.unmeasured_committed if not state.measured[c]]
         if pending and gap_within(state.certificate.gap, state.campaign_epsilon):
             return cheapest(pending, ctx.grid)

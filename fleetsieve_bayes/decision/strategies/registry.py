@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
-from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.strategies.base import Strategy, StrategyContext
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import DEFAULT_SETTINGS, DecisionSettings
 
 __all__ = ["REGISTRY", "STRATEGY_NAMES", "make_strategy"]
 
@@ -36,14 +36,13 @@ def make_strategy(
     name: str,
     grid: CellGrid,
     problem: AllocationProblem,
+    settings: DecisionSettings = DEFAULT_SETTINGS,
     *,
-    credible_level: float,
-    repeatability: float,
-    seed: int,
+    seed: int = 0,
     n_fantasies: int = 16,
-    rules: IntervalRules = DEFAULT_RULES,
 ) -> Strategy:
-    """The named strategy for one campaign (see each family module).
+    """The named strategy for one campaign (see each family module), reading the
+    campaign's credible level, repeatability and interval rules from ``settings``.
 
     ``seed`` only seeds a fallback generator for a state without
     ``rng``/``key``; the loop's per-round ``state.rng``/``state.key`` are used
@@ -56,5 +55,7 @@ def make_strategy(
         raise InputError(f"--strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
     family, builder = REGISTRY[name]
     module = importlib.import_module(f"{__package__}.{family}")
-    ctx = StrategyContext(grid, problem, credible_level, repeatability, seed, n_fantasies, rules)
+    ctx = StrategyContext(
+        grid, problem, settings.credible_level, settings.repeatability, seed, n_fantasies, settings.rules
+    )
     return Strategy(name=name, select=getattr(module, builder)(ctx))

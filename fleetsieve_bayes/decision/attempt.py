@@ -1,11 +1,11 @@
 """A certification attempt: the converged posterior, the interval certificate
 on it, and the decision-level joint check.
 
-The campaign loop fits a cheap posterior every round. When its interval
-certificate says certified (feasible or infeasible), the loop calls
+Every round fits a cheap posterior (:mod:`fleetsieve_bayes.round`). When its
+interval certificate says certified (feasible or infeasible), the round calls
 :func:`attempt_certification`, which
 
-1. fits the certifying posterior (:func:`fleetsieve_bayes.model.certifying.fit_certifying`:
+1. fits the certifying posterior (:func:`fleetsieve_bayes.model.converged_fit.fit_certifying`:
    r_hat ≤ 1.01, bulk ESS ≥ 400, no divergences, sampling more if needed);
 2. recomputes the credible bounds, both allocations and the interval
    certificate on it (an unconverged posterior certifies nothing);
@@ -34,16 +34,16 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
     certify,
 )
-from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.joint_check import (
     JointCheck,
     apply_joint_check,
     joint_check,
     make_joint_check,
 )
-from fleetsieve_bayes.model.certifying import fit_certifying
+from fleetsieve_bayes.model.converged_fit import fit_certifying
+from fleetsieve_bayes.settings import DecisionSettings
 
-__all__ = ["CertificationAttempt", "attempt_certification", "campaign_attempt", "thin"]
+__all__ = ["CertificationAttempt", "attempt_certification", "thin"]
 
 
 class CertificationAttempt(NamedTuple):
@@ -86,40 +86,6 @@ class CertificationAttempt(NamedTuple):
         }
 
 
-def campaign_attempt(
-    campaign: Any,
-    grid: CellGrid,
-    problem: AllocationProblem,
-    card: Any,
-    observed: np.ndarray,
-    measured: np.ndarray,
-    *,
-    seed: int,
-    mass_from: Any = None,
-    preset: Any = "certify",
-    server_failed: np.ndarray | None = None,
-) -> CertificationAttempt:
-    """:func:`attempt_certification` with a campaign's stopping and interval settings
-    (ε, credible level, repeatability, tail and success margins, knee guard, risk);
-    ``preset``: the certifying NUTS preset (name, path or object)."""
-    return attempt_certification(
-        grid,
-        problem,
-        card,
-        observed,
-        measured,
-        epsilon=campaign.epsilon,
-        credible_level=campaign.credible_level,
-        repeatability=campaign.repeatability,
-        rules=campaign.interval_rules,
-        risk=campaign.risk,
-        seed=seed,
-        mass_from=mass_from,
-        preset=preset,
-        server_failed=server_failed,
-    )
-
-
 _KERNELS: dict[bytes, Any] = {}
 
 
@@ -137,37 +103,40 @@ def attempt_certification(
     card: Any,
     observed: np.ndarray,
     measured: np.ndarray,
+    settings: DecisionSettings,
     *,
-    epsilon: float,
-    credible_level: float,
-    repeatability: float,
-    risk: float,
     seed: int,
     preset: Any = "certify",
-    rules: IntervalRules = DEFAULT_RULES,
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
 ) -> CertificationAttempt:
-    """One certification attempt on what is measured now (see the module docstring).
+    """One certification attempt on what is measured now (see the module docstring), under
+    ``settings`` (ε, credible level, repeatability, interval rules, risk).
+
+    ``observed (n_cells, 4)``, ``measured (n_cells,)`` bool; ``preset``: the certifying
+    NUTS preset (name, path or object).
 
     ``mass_from``: the round's cheap posterior, if any; the certifying
     warm-up starts from its draws' covariance as the mass matrix
-    (:func:`fleetsieve_bayes.model.certifying.fit_certifying`). ``server_failed``:
+    (:func:`fleetsieve_bayes.model.converged_fit.fit_certifying`). ``server_failed``:
     bool ``(n_cells,)``, failed cells whose server never served
-    (:func:`fleetsieve_bayes.campaign.loop.server_failures`)."""
+    (:func:`fleetsieve_bayes.round.server_failures`)."""
     t0 = time.perf_counter()
     cf = fit_certifying(
         grid, observed, measured, card, preset, seed=seed, mass_from=mass_from, server_failed=server_failed
     )
     post = cf.posterior
-    bounds = rule_bounds(post, observed, measured, credible_level, repeatability, grid, rules)
+    bounds = rule_bounds(
+        post, observed, measured, settings.credible_level, settings.repeatability, grid, settings.rules
+    )
     cons = allocate_milp(grid, conservative_table(bounds), problem)
     opt = allocate_milp(grid, optimistic_table(bounds), problem)
-    cert = certify(grid, problem, cons, opt, measured, observed, epsilon)
+    cert = certify(grid, problem, cons, opt, measured, observed, settings.epsilon)
     interval_status = cert.status
     candidate = cons if cert.status != CERTIFIED_INFEASIBLE else None
     check = joint_check(
-        grid, problem, candidate, post.latent, post.noise, observed, measured, epsilon, seed=seed, kernel=_kernel(grid, problem)
+        grid, problem, candidate, post.latent, post.noise, observed, measured, settings.epsilon, seed=seed,
+        kernel=_kernel(grid, problem),
     )
     if not cf.converged and cert.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
         d = cf.diagnostics
@@ -179,7 +148,7 @@ def attempt_certification(
             ),
         )
     else:
-        cert = apply_joint_check(cert, check, risk)
+        cert = apply_joint_check(cert, check, settings.risk)
     diag = {**cf.diagnostics, "interval_status": interval_status}
     return CertificationAttempt(cert, post, bounds, cons, opt, check, diag, time.perf_counter() - t0)
 

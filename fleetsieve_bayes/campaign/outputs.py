@@ -1,0 +1,154 @@
+"""What a campaign directory shows besides its journal, and the typed result.
+
+``measurements.csv`` (the measured rows), ``bounds.csv`` and ``posterior.nc``
+(the latest round's view) and ``result.json`` are all derived from the journal
+and replaced atomically; ``result.json`` is built from the journal alone, so it
+is the same whether the run was interrupted or not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.atomic import atomic_write_text
+from fleetsieve_bayes.campaign.journal import Journal, RoundRecord, unique_rounds
+from fleetsieve_bayes.campaign.makespan import profiling_wall_s
+from fleetsieve_bayes.table import startup_gpu_seconds, write_table
+
+__all__ = [
+    "Placement",
+    "CampaignResult",
+    "write_measurements",
+    "write_round_files",
+    "result_json",
+    "write_result",
+]
+
+
+class Placement(NamedTuple):
+    """One class's part of the final allocation: ``replicas`` servers of ``tp`` GPUs at ``load``."""
+
+    tp: int
+    load: str
+    replicas: int
+
+
+class CampaignResult(NamedTuple):
+    """What a campaign decided: ``result.json`` (``result``) with typed accessors.
+
+    ``to_json()`` is ``result.json``'s object exactly (docs/contracts.md).
+    """
+
+    status: str
+    result: dict[str, Any]
+
+    @property
+    def gpu_seconds(self) -> float:
+        return float(self.result["gpu_seconds"])
+
+    @property
+    def profiling_wall_s(self) -> float:
+        return float(self.result["profiling_wall_s"])
+
+    @property
+    def allocation(self) -> dict[str, Placement] | None:
+        """Per class: TP, load and replicas of the final allocation (None when there is none)."""
+        alloc = self.result.get("allocation")
+        if alloc is None:
+            return None
+        return {w: Placement(int(a["tp"]), str(a["load"]), int(a["replicas"])) for w, a in alloc.items()}
+
+    @property
+    def measured(self) -> list[dict[str, Any]]:
+        return list(self.result["measured"])
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+
+def write_measurements(out: Path, journal: Journal) -> None:
+    """``measurements.csv``: the rows measured so far (nothing before the first)."""
+    rows = [r.row for r in journal.measurements]
+    if not rows:
+        return
+    tmp = out / ".measurements.csv.tmp"
+    write_table(pd.DataFrame(rows), tmp)
+    tmp.replace(out / "measurements.csv")
+
+
+def write_round_files(out: Path, grid: CellGrid, posterior: Any, bounds: Any, measured: np.ndarray) -> None:
+    """This round's ``bounds.csv`` and ``posterior.nc``, each replaced atomically."""
+    from fleetsieve_bayes.decision.bounds import bounds_frame
+    from fleetsieve_bayes.model.inference import save_posterior
+
+    frame = bounds_frame(grid, bounds, measured)
+    atomic_write_text(out / "bounds.csv", frame.to_csv(index=False))
+    tmp = out / ".posterior.nc.tmp"
+    save_posterior(posterior, tmp)
+    tmp.replace(out / "posterior.nc")
+
+
+def _joint_json(joint: dict[str, Any] | None) -> dict[str, Any]:
+    if not joint:
+        return {"p_epsilon_optimal": None, "p_slo_met": None, "p_infeasible": None, "diagnostics": None}
+    return {k: joint.get(k) for k in ("p_epsilon_optimal", "p_slo_met", "p_infeasible", "diagnostics")}
+
+
+def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord, wall_s: float) -> dict[str, Any]:
+    """result.json, from the journal alone (the same whether the run was interrupted or not).
+
+    ``setup``: the :class:`~fleetsieve_bayes.campaign.setup.CampaignSetup`.
+    """
+    meas = journal.measurements
+    rounds = unique_rounds(journal.rounds)
+    per_round = [{"round": r.round, **r.timings, "total_s": float(sum(r.timings.values()))} for r in rounds]
+    alloc = None if final.final is None else final.final.allocation
+    objective = None
+    if final.final is not None and final.final.feasible:
+        objective = {k: final.final.objective[k] for k in ("min_fulfillment", "goodput_rps", "gpus_used")}
+    header = journal.header
+    return {
+        "status": final.outcome,
+        "gpu_seconds": float(sum(r.gpu_seconds for r in meas)),
+        "profiling_wall_s": profiling_wall_s(journal.records),
+        # Server start-up of cells that ran (a failed start-up is its own
+        # duration_s, inside gpu_seconds): reported beside, never inside, gpu_seconds.
+        "startup_gpu_seconds": startup_gpu_seconds([r.row for r in meas if not r.seeded]),
+        "measured": [r.cell.to_json() for r in meas],
+        "allocation": alloc,
+        "timings": {
+            "total_s": float(sum(p["total_s"] for p in per_round) + sum(r.wall_s for r in meas)),
+            "rounds": len(rounds),
+            "per_round_s": [p["total_s"] for p in per_round],
+            "per_round": per_round,
+            "this_invocation_s": wall_s,
+        },
+        # Additive extensions of the result.json contract (docs/contracts.md).
+        "campaign": setup.campaign.name,
+        "strategy": setup.strategy_name,
+        "seed": setup.seed,
+        "objective": objective,
+        "certificate": {
+            "reason": final.reason,
+            "gap": dict(final.gap),
+            # The joint check and the certifying posterior's diagnostics of the
+            # final round (null when that round made no certification attempt).
+            **_joint_json(final.joint),
+        },
+        "risk": setup.campaign.risk,
+        "epsilon": setup.campaign.epsilon,
+        "candidates": grid.n_cells,
+        "seeded": [r.cell.to_json() for r in meas if r.seeded],
+        "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
+    }
+
+
+def write_result(out: Path, result: dict[str, Any], *, allow_nan: bool = False) -> None:
+    """``result.json``, replaced atomically."""
+    atomic_write_text(out / "result.json", json.dumps(result, indent=2, allow_nan=allow_nan) + "\n")

@@ -1,0 +1,120 @@
+"""The journal records both drivers write: measurements and rounds.
+
+A measurement record is checked (every column of
+:data:`~fleetsieve_bayes.table.COLUMNS`) and appended durably before the
+campaign takes its next step; a round record holds a round's certificate,
+gap, both allocations and their objectives, the chosen cell or the final
+allocation, and the round's timings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fleetsieve_bayes.allocation.objective import objective_json
+from fleetsieve_bayes.allocation.problem import Allocation, CellGrid, allocation_to_json
+from fleetsieve_bayes.campaign.journal import Cell, Journal, MeasurementRecord, RoundRecord, Side
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.table import COLUMNS
+
+__all__ = ["Event", "cell_of", "side_of", "plain_row", "journal_measurement", "round_record", "no_events"]
+
+# Callback for progress displays: ``on_event(kind, info)``. Kinds: "resume",
+# "round", "measure-start", "measure-done", "done".
+Event = Callable[[str, dict[str, Any]], None]
+
+
+def no_events(kind: str, info: dict[str, Any]) -> None:
+    """An :data:`Event` callback that shows nothing."""
+    return None
+
+
+def cell_of(grid: CellGrid, c: int) -> Cell:
+    """Cell ``c`` of ``grid`` as the journal names it."""
+    w, tp, load = grid.key(c)
+    return Cell(w, tp, load)
+
+
+def side_of(a: Allocation, grid: CellGrid) -> Side:
+    """One side of the decision (an allocation and its objective) as the journal keeps it."""
+    return Side(allocation_to_json(a, grid), objective_json(a, with_feasible=True))
+
+
+def plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with NumPy scalars as plain Python values (JSON-able)."""
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+
+
+def journal_measurement(
+    journal: Journal,
+    grid: CellGrid,
+    c: int,
+    row: dict[str, Any],
+    *,
+    round_no: int,
+    phase: str,
+    started: float,
+    finished: float,
+    on_event: Event,
+) -> dict[str, Any]:
+    """Check a backend's row and append its measurement record durably; returns the row.
+
+    Raises:
+        InputError: the row lacks a column of :data:`~fleetsieve_bayes.table.COLUMNS`.
+    """
+    cell = cell_of(grid, c)
+    missing = [k for k in COLUMNS if k not in row]
+    if missing:
+        raise InputError(f"backend returned a row for {cell.label} without {', '.join(missing)}")
+    row = plain_row(row)
+    gpu_s = float(row["duration_s"]) * int(row["tp"])
+    journal.append(
+        MeasurementRecord(
+            seq=len(journal.measurements),
+            round=round_no,
+            phase=phase,
+            cell=cell,
+            row=row,
+            gpu_seconds=gpu_s,
+            started_at=started,
+            finished_at=finished,
+            wall_s=finished - started,
+        )
+    )
+    on_event("measure-done", {"cell": cell.to_json(), "label": cell.label, "row": row, "gpu_seconds": gpu_s})
+    return row
+
+
+def round_record(
+    grid: CellGrid,
+    round_no: int,
+    view: Any,
+    *,
+    outcome: str,
+    measured_cells: int,
+    gpu_seconds: float,
+    chosen: int | None,
+    timings: dict[str, float],
+    final: Allocation | None,
+    joint: dict[str, Any] | None,
+) -> RoundRecord:
+    """A round's record: ``view``'s certificate and both allocations
+    (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did."""
+    cert = view.certificate
+    return RoundRecord(
+        round=round_no,
+        certificate=cert.status,
+        outcome=outcome,
+        reason=cert.reason,
+        gap={k: float(v) for k, v in cert.gap._asdict().items()},
+        conservative=side_of(view.conservative, grid),
+        optimistic=side_of(view.optimistic, grid),
+        measured_cells=measured_cells,
+        candidates=grid.n_cells,
+        gpu_seconds=gpu_seconds,
+        chosen=None if chosen is None else cell_of(grid, chosen),
+        timings=timings,
+        final=None if final is None else side_of(final, grid),
+        joint=joint,
+    )

@@ -1,0 +1,501 @@
+"""One round of a campaign as pure functions over a state (the BlackJAX/Optax way).
+
+``state = fleetsieve_bayes.init(campaign, seed=0)`` (:func:`fleetsieve_bayes.api.init`,
+or :func:`new_state` from its parts) then, until ``state.done``::
+
+    state, out = step(state, settings)       # fit → bounds → allocate both → certify
+                                             # → certification attempt → decide → choose
+    state = record(state, cell, row)         # the chosen cell's measurement, however obtained
+
+:func:`step` does no I/O: no journal, no files, no clock but its own timings.
+Its parts are public because the pool driver composes them differently (it
+decides on every completion with cells still in flight):
+
+- :func:`fit_round` — the cheap posterior on what is measured, warm-started;
+- :func:`assess` — credible bounds, both allocations, the interval certificate,
+  the certification attempt when that certifies, and the stopping rule;
+- :func:`choose` — the strategy's next cell on a (possibly believed) view of the
+  state, on the attempt's converged draws when the round made one.
+
+Randomness: every seed of a round derives from ``(seed, round)``
+(:mod:`fleetsieve_bayes.seeds`), the cheap fit's from :attr:`RoundKey.fit_seed`,
+the attempt's from :attr:`RoundKey.attempt_seed`; so a campaign rerun on the
+same measurements makes the same decisions.
+
+Both drivers (:mod:`fleetsieve_bayes.campaign.sequential`, one cell at a time,
+and :mod:`fleetsieve_bayes.campaign.parallel`, a GPU pool) are thin loops over
+these functions and share nothing else but the campaign's records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fleetsieve_bayes.allocation.milp import allocate_milp
+from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.backends.failures import MEMORY_GUARD, SERVER_FAILURES, STARTUP_OOM
+from fleetsieve_bayes.campaign.journal import Cell, MeasurementRecord
+from fleetsieve_bayes.decision.attempt import CertificationAttempt, attempt_certification, thin
+from fleetsieve_bayes.decision.batch import Belief, believe
+from fleetsieve_bayes.decision.certificate import (
+    CERTIFIED_FEASIBLE,
+    CERTIFIED_INFEASIBLE,
+    EXHAUSTED,
+    UNDECIDED,
+    Certificate,
+)
+from fleetsieve_bayes.decision.design import initial_design
+from fleetsieve_bayes.decision.strategies import RoundState, Strategy
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.seeds import round_jax_key, round_rng, round_seed
+from fleetsieve_bayes.settings import DecisionSettings
+from fleetsieve_bayes.table import METRICS
+
+__all__ = [
+    "CampaignState",
+    "RoundKey",
+    "RoundFacts",
+    "RoundDecision",
+    "Assessment",
+    "RoundOutcome",
+    "LOAD_INDEPENDENT_FAILURES",
+    "new_state",
+    "observe",
+    "record",
+    "pending_design",
+    "round_key",
+    "fit_round",
+    "assess",
+    "choose",
+    "step",
+    "decide_round",
+    "measured_state",
+    "server_failures",
+    "measured_only_table",
+]
+
+# Failures of a server that cannot hold the model at a TP (out of memory at
+# start-up, or refused by the memory guard before starting): the server is the
+# same at every offered load of that class and TP, so none of them can run.
+LOAD_INDEPENDENT_FAILURES = (STARTUP_OOM, MEMORY_GUARD)
+
+
+class CampaignState(NamedTuple):
+    """What a campaign knows between rounds.
+
+    ``records``: the measurement records so far (:class:`~fleetsieve_bayes.campaign.journal.MeasurementRecord`),
+    in order; ``measured (n_cells,)`` bool, ``observed (n_cells, 4)`` (NaN where
+    unmeasured) and ``server_failed (n_cells,)`` bool are derived from them
+    (:func:`observe`). ``warm_start``: the latest cheap fit (the next fit starts
+    from it). ``round``: the next round's number (1 + acquisitions so far).
+    ``status``: the campaign's final status once a round stopped it (None while
+    it goes on), with its ``final`` allocation. ``backend``: what
+    :func:`fleetsieve_bayes.api.measure` measures with (never read here).
+    """
+
+    grid: CellGrid
+    problem: AllocationProblem
+    card: Any
+    preset: Any
+    strategy: Strategy
+    seed: int
+    records: tuple[Any, ...]
+    measured: np.ndarray
+    observed: np.ndarray
+    server_failed: np.ndarray
+    round: int = 1
+    warm_start: Any = None
+    status: str | None = None
+    final: Allocation | None = None
+    backend: Any = None
+
+    @property
+    def done(self) -> bool:
+        """Whether a round has stopped the campaign."""
+        return self.status is not None
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds of the measurements so far."""
+        return float(sum(r.gpu_seconds for r in self.records))
+
+
+class RoundKey(NamedTuple):
+    """The randomness of one round: everything derives from ``(seed, round)``."""
+
+    seed: int
+    round: int
+
+    @property
+    def fit_seed(self) -> int:
+        """The cheap fit's seed."""
+        return round_seed(self.seed, self.round)
+
+    @property
+    def attempt_seed(self) -> int:
+        """The certification attempt's seed (its converged fit and joint check)."""
+        return round_seed(self.seed, self.round) + 1
+
+
+def round_key(seed: int, round_no: int) -> RoundKey:
+    """The key of round ``round_no`` of a campaign seeded ``seed``."""
+    return RoundKey(int(seed), int(round_no))
+
+
+class RoundFacts(NamedTuple):
+    """What the stopping rule looks at after a round's fit, allocations and certificate."""
+
+    round_no: int
+    certificate: str  # certified-feasible | certified-infeasible | undecided
+    n_unmeasured: int
+    max_rounds: int | None
+
+
+class RoundDecision(NamedTuple):
+    """What a round decides.
+
+    ``status``: the campaign's status if it stops now (``undecided`` while it
+    goes on); ``acquire``: measure one more cell; ``final``: which allocation
+    answers — ``"conservative"``, ``"measured-only"`` (best over measured
+    cells) or None (infeasible, or still acquiring).
+    """
+
+    status: str
+    acquire: bool
+    final: str | None
+
+
+def decide_round(facts: RoundFacts) -> RoundDecision:
+    """The stopping rule: certified either way, exhausted, out of rounds, or acquire."""
+    if facts.certificate == CERTIFIED_FEASIBLE:
+        return RoundDecision(CERTIFIED_FEASIBLE, False, "conservative")
+    if facts.certificate == CERTIFIED_INFEASIBLE:
+        return RoundDecision(CERTIFIED_INFEASIBLE, False, None)
+    if facts.n_unmeasured == 0:
+        return RoundDecision(EXHAUSTED, False, "measured-only")
+    if facts.max_rounds is not None and facts.round_no > facts.max_rounds:
+        return RoundDecision(UNDECIDED, False, "conservative")
+    return RoundDecision(UNDECIDED, True, None)
+
+
+class Assessment(NamedTuple):
+    """A round's decision state: the real view (bounds, both allocations and the
+    certificate, after the certification attempt if one ran), the attempt, the stopping
+    rule's decision and the final allocation when it stops (None otherwise, or infeasible)."""
+
+    view: Belief
+    attempt: CertificationAttempt | None
+    decision: RoundDecision
+    final: Allocation | None
+    allocate_s: float
+
+    @property
+    def certificate(self) -> Certificate:
+        return self.view.certificate
+
+
+class RoundOutcome(NamedTuple):
+    """What one :func:`step` produced.
+
+    ``phase``: ``"design"`` (``chosen`` is the next initial-design cell; nothing
+    was fitted), ``"acquire"`` (``chosen`` is the strategy's next cell) or
+    ``"final"`` (the round stopped the campaign: ``chosen`` is None).
+    ``status``: the campaign's status (``undecided`` while it goes on).
+    ``posterior``: the cheap fit; ``shown``: what a campaign directory stores as
+    its posterior (the attempt's converged one, when the round made one).
+    """
+
+    round: int
+    phase: str
+    status: str
+    chosen: int | None
+    assessment: Assessment | None = None
+    posterior: Any = None
+    timings: dict[str, float] | None = None
+
+    @property
+    def certificate(self) -> Certificate | None:
+        return None if self.assessment is None else self.assessment.certificate
+
+    @property
+    def gap(self) -> Any:
+        """The certificate's gap (``critical``, ``min_fulfillment``, ``goodput``), None for a design step."""
+        return None if self.assessment is None else self.assessment.certificate.gap
+
+    @property
+    def final(self) -> Allocation | None:
+        return None if self.assessment is None else self.assessment.final
+
+    @property
+    def shown(self) -> Any:
+        a = self.assessment
+        return self.posterior if a is None or a.attempt is None else a.attempt.posterior
+
+
+# --- the state from measurement records ------------------------------------------------
+
+
+def _metric(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def measured_state(grid: CellGrid, records: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Rebuild what is measured from journal records (typed).
+
+    A failure that does not depend on the load (:data:`LOAD_INDEPENDENT_FAILURES`)
+    is known for every load of its class and TP: those cells count as measured
+    with the failed cell's values, at no cost and without a record of their own
+    (the journal, ``measurements.csv`` and the GPU-seconds hold only what ran).
+    Measuring them one by one would cost 26 runs over the 40-fleet suite.
+
+    Returns:
+        ``measured (n_cells,) bool``, ``observed (n_cells, 4)`` (NaN where
+        unmeasured) and the measured cell indices in measurement order (cells
+        that ran, not the inferred ones).
+    """
+    index = grid.index()
+    measured = np.zeros(grid.n_cells, dtype=bool)
+    observed = np.full((grid.n_cells, len(METRICS)), np.nan)
+    order: list[int] = []
+    cant_start: list[int] = []
+    for rec in records:
+        if not isinstance(rec, MeasurementRecord):
+            continue
+        key = tuple(rec.cell)
+        if key not in index:
+            raise InputError(f"journal: measured cell {rec.cell.label} is not a candidate of this campaign")
+        c = index[key]
+        if measured[c]:
+            continue  # never measured twice by us; tolerate a duplicate record
+        measured[c] = True
+        observed[c] = [_metric(rec.row.get(m)) for m in METRICS]
+        order.append(c)
+        if rec.row.get("failure") in LOAD_INDEPENDENT_FAILURES:
+            cant_start.append(c)
+    for c in cant_start:
+        same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & ~measured
+        observed[same] = observed[c]
+        measured |= same
+    return measured, observed, order
+
+
+def server_failures(grid: CellGrid, records: Sequence[Any]) -> np.ndarray:
+    """bool ``(n_cells,)``: cells measured as a failure of the server itself
+    (:data:`~fleetsieve_bayes.backends.failures.SERVER_FAILURES`: it never
+    served, so the failure says nothing about the load), and the cells
+    :func:`measured_state` marks from a load-independent one. The model reads
+    every other failed run above a working load of its TP as overload
+    (:func:`fleetsieve_bayes.model.joint.load_failures`)."""
+    measured, _, order = measured_state(grid, records)  # raises on a cell not in the grid
+    inferred = measured.copy()
+    inferred[order] = False  # measured without running: marked from a load-independent failure
+    index = grid.index()
+    server = [
+        index[tuple(rec.cell)]
+        for rec in records
+        if isinstance(rec, MeasurementRecord) and rec.row.get("failure") in SERVER_FAILURES
+    ]
+    inferred[server] = True
+    return inferred
+
+
+def measured_only_table(observed: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """``(n_cells, 4)`` values where unmeasured cells are inadmissible (zero throughput and success)."""
+    vals = np.where(measured[:, None], observed, 0.0)
+    vals[~measured, 1:3] = np.inf
+    return vals
+
+
+def new_state(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    card: Any,
+    preset: Any,
+    strategy: Strategy,
+    seed: int,
+    records: Sequence[Any] = (),
+    *,
+    backend: Any = None,
+) -> CampaignState:
+    """A state from its parts and the measurement records so far (other record types are skipped)."""
+    empty = np.zeros(grid.n_cells, bool)
+    state = CampaignState(
+        grid=grid, problem=problem, card=card, preset=preset, strategy=strategy, seed=int(seed),
+        records=(), measured=empty, observed=np.full((grid.n_cells, len(METRICS)), np.nan),
+        server_failed=empty, backend=backend,
+    )
+    return observe(state, records)
+
+
+def observe(state: CampaignState, records: Sequence[Any]) -> CampaignState:
+    """``state`` on these measurement records (what is measured, the round number)."""
+    meas = tuple(r for r in records if isinstance(r, MeasurementRecord))
+    measured, observed, _ = measured_state(state.grid, meas)
+    return state._replace(
+        records=meas,
+        measured=measured,
+        observed=observed,
+        server_failed=server_failures(state.grid, meas),
+        round=1 + sum(1 for r in meas if r.phase == "acquire"),
+    )
+
+
+def record(state: CampaignState, cell: int, row: dict[str, Any], *, phase: str | None = None) -> CampaignState:
+    """``state`` with one more measured cell (``row``: a table row of
+    :data:`fleetsieve_bayes.table.COLUMNS`). ``phase``: ``"design"`` or ``"acquire"``
+    (by default: design while the initial design is not complete)."""
+    if phase is None:
+        phase = "design" if pending_design(state) else "acquire"
+    w, tp, load = state.grid.key(int(cell))
+    now = time.time()
+    rec = MeasurementRecord(
+        seq=len(state.records), round=0 if phase == "design" else state.round, phase=phase,
+        cell=Cell(w, tp, load), row=dict(row), gpu_seconds=float(row["duration_s"]) * int(row["tp"]),
+        started_at=now, finished_at=now, wall_s=0.0,
+    )
+    return observe(state, (*state.records, rec))
+
+
+def pending_design(state: CampaignState) -> list[int]:
+    """The initial-design cells not yet measured, in measurement order."""
+    return [c for c in initial_design(state.grid) if not state.measured[c]]
+
+
+# --- the round ---------------------------------------------------------------------------
+
+
+def fit_round(state: CampaignState, seed: int) -> Any:
+    """The cheap posterior on what is measured, warm-started from ``state.warm_start``."""
+    from fleetsieve_bayes.model.inference import fit
+
+    return fit(
+        state.grid, state.observed, state.measured, state.card, state.preset, seed=seed,
+        warm_start=state.warm_start, server_failed=state.server_failed,
+    )
+
+
+def assess(
+    state: CampaignState, settings: DecisionSettings, posterior: Any, *, attempt_seed: int
+) -> Assessment:
+    """Bounds, both allocations and the certificate on the real state; when the interval
+    certificate certifies, the certification attempt (a certified state is only issued from
+    the converged posterior, after the joint check); then the stopping rule."""
+    grid, problem = state.grid, state.problem
+
+    def allocate(values: np.ndarray) -> Allocation:
+        return allocate_milp(grid, values, problem)
+
+    t0 = time.perf_counter()
+    view = believe(grid, problem, posterior, state.measured, state.observed, [], settings, allocate=allocate)
+    allocate_s = time.perf_counter() - t0
+    attempt = None
+    if view.certificate.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+        attempt = attempt_certification(
+            grid, problem, state.card, state.observed, state.measured, settings, seed=attempt_seed,
+            mass_from=posterior, server_failed=state.server_failed,
+        )
+        view = view._replace(
+            bounds=attempt.bounds, conservative=attempt.conservative, optimistic=attempt.optimistic,
+            certificate=attempt.certificate,
+        )
+    n_unmeasured = int((~state.measured).sum())
+    decision = decide_round(RoundFacts(state.round, view.certificate.status, n_unmeasured, settings.max_rounds))
+    final: Allocation | None = None
+    if decision.final == "conservative":
+        final = view.conservative
+    elif decision.final == "measured-only":
+        final = allocate(measured_only_table(state.observed, state.measured))
+    return Assessment(view, attempt, decision, final, allocate_s)
+
+
+def choose(
+    state: CampaignState,
+    settings: DecisionSettings,
+    view: Belief,
+    posterior: Any,
+    round_no: int,
+    attempt: CertificationAttempt | None = None,
+) -> int:
+    """The strategy's next cell on ``view`` (the real state, or one with cells believed
+    measured), its randomness from ``(seed, round_no)``. After a certification attempt the
+    strategy reads the attempt's converged draws, thinned to the cheap fit's shape."""
+    if attempt is not None:
+        posterior = thin(attempt.posterior, posterior.latent.shape[0])
+    rs = RoundState(
+        grid=state.grid,
+        problem=state.problem,
+        campaign_epsilon=settings.epsilon,
+        credible_level=settings.credible_level,
+        repeatability=settings.repeatability,
+        measured=view.measured.copy(),
+        observed=view.observed.copy(),
+        posterior=posterior,
+        bounds=view.bounds,
+        conservative=view.conservative,
+        optimistic=view.optimistic,
+        certificate=view.certificate,
+        round=round_no,
+        rng=round_rng(state.seed, round_no),
+        key=round_jax_key(state.seed, round_no),
+        attempt=attempt,
+    )
+    chosen = int(state.strategy.select(rs))
+    if view.measured[chosen]:
+        raise RuntimeError(f"strategy {state.strategy.name!r} chose measured cell {state.grid.describe(chosen)}")
+    return chosen
+
+
+def step(
+    state: CampaignState, settings: DecisionSettings, key: RoundKey | None = None
+) -> tuple[CampaignState, RoundOutcome]:
+    """One round: the next initial-design cell while the design is incomplete; else fit →
+    bounds → both allocations → certify → certification attempt → decide → choose.
+
+    ``key``: the round's randomness (default: :func:`round_key` of the state's seed and
+    round). The returned state carries the fit as its next warm start and, when the
+    round stopped the campaign, its ``status`` and ``final`` allocation; a chosen cell
+    is measured by the caller and entered with :func:`record` (or
+    :func:`fleetsieve_bayes.api.measure`).
+
+    Raises:
+        ValueError: the campaign is already done.
+    """
+    if state.done:
+        raise ValueError(f"the campaign is done ({state.status}); nothing to step")
+    design = pending_design(state)
+    if design:
+        return state, RoundOutcome(0, "design", UNDECIDED, design[0])
+    key = key or round_key(state.seed, state.round)
+    t0 = time.perf_counter()
+    posterior = fit_round(state, key.fit_seed)
+    fit_s = time.perf_counter() - t0
+    a = assess(state, settings, posterior, attempt_seed=key.attempt_seed)
+    chosen: int | None = None
+    acquire_s = 0.0
+    if a.decision.acquire:
+        t0 = time.perf_counter()
+        chosen = choose(state, settings, a.view, posterior, state.round, a.attempt)
+        acquire_s = time.perf_counter() - t0
+    timings = {
+        "fit_s": fit_s,
+        "allocate_s": a.allocate_s,
+        "acquire_s": acquire_s,
+        "certify_s": 0.0 if a.attempt is None else float(a.attempt.wall_s),
+    }
+    outcome = RoundOutcome(
+        round=state.round,
+        phase="acquire" if a.decision.acquire else "final",
+        status=a.decision.status,
+        chosen=chosen,
+        assessment=a,
+        posterior=posterior,
+        timings=timings,
+    )
+    new = state._replace(warm_start=posterior)
+    if not a.decision.acquire:
+        new = new._replace(status=a.decision.status, final=a.final)
+    return new, outcome
