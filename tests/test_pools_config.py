@@ -244,3 +244,22 @@ def test_profiling_cost_in_dollars() -> None:
     c = load_campaign(CAMPAIGN)
     grid = grid_from_table(df, c.workload_names, pools=c.pool_names)
     np.testing.assert_allclose(grid.cost_usd(np.array([4.0, 1.8])), grid.cost_gpu_s * np.where(grid.gpu == 0, 4.0, 1.8) / 3600)
+
+
+def test_run_with_one_priced_pool_reports_dollars(tmp_path: Path) -> None:
+    """A campaign whose one pool is priced runs as before and adds usd_per_hour and profiling_usd."""
+    from tiny_campaign import cli, write_tiny
+
+    path = write_tiny(tmp_path / "c")
+    path.write_text(
+        path.read_text().replace(
+            "[fleet]\ngpus = 8\n", '[[fleet.pools]]\ngpu = "h100-sxm-80gb"\ncount = 8\nusd_per_gpu_hour = 2.5\n'
+        )
+    )
+    assert load_campaign(path).gpus == 8
+    proc = cli("run", str(path), "--out", str(tmp_path / "out"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["profiling_usd"] == pytest.approx(result["gpu_seconds"] * 2.5 / 3600)
+    if result["objective"] is not None:
+        assert result["objective"]["usd_per_hour"] == pytest.approx(2.5 * result["objective"]["gpus_used"])
