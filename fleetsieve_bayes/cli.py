@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
 
 # Subcommand modules, in the order `--help` lists them.
-_COMMANDS = ("run", "allocate", "measure", "ingest", "priors", "diagnose", "status", "report")
+_COMMANDS = ("run", "allocate", "measure", "ingest", "classes", "priors", "diagnose", "status", "report")
 # Subcommands that compile JAX programs worth keeping on disk (a campaign's sampler,
 # allocator and acquisition kernel).
 _COMPILING = ("run",)

@@ -6,6 +6,11 @@ Formats (detected from the content):
   ``benchmarks/benchmark_serving.py``): one cell per JSON object; a file
   written with ``--append-result`` holds several objects, one after another.
 - GuideLLM ``benchmarks.json``, current and 0.3 schemas: one cell per benchmark.
+- AIPerf ``profile_export_aiperf.json``, inference-perf ``stage_<i>_lifecycle_metrics.json``,
+  SGLang ``bench_serving`` JSONL and llm-d-benchmark reports (YAML): one module
+  each, ``ingest_aiperf``, ``ingest_inference_perf``, ``ingest_sglang`` and
+  ``ingest_llmd``, with its conversion table in its docstring; their rows are
+  built by the same :func:`_row` / :func:`_finish` as the formats here.
 
 Conversions (every unit converted to seconds / requests per second):
 
@@ -22,7 +27,10 @@ vLLM
   requests; the time the client was sending is estimated as ``duration −``
   the fastest successful request's end-to-end time (the drain lasts at least
   that long), and ``throughput_rps`` = ``completed`` / that time, capped at
-  ``offered_rps × success_rate``. ``offered_rps`` = ``request_rate`` for an
+  ``offered_rps × success_rate``. A file with no per-request times cannot
+  take the drain out; when every request of its open-loop run completed, the
+  server kept up, and ``throughput_rps`` = ``offered_rps`` (the row carries a
+  ``note`` saying so) rather than ``completed / duration``. ``offered_rps`` = ``request_rate`` for an
   open-loop run (a finite rate and no ``max_concurrency``). A closed-loop run
   (``request_rate`` ``"inf"``, or a ``max_concurrency`` cap) has no open-loop
   rate: its offered rate is the rate the client actually sent
@@ -95,15 +103,38 @@ def read_json_objects(path: Path) -> list[Any]:
 
 
 def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None = None,
-                loads: Sequence[str] = ()) -> list[dict[str, Any]]:
+                loads: Sequence[str] = (), details: bool = False) -> list[dict[str, Any]]:
     """Rows of one result file (format detected from its content).
 
     Args:
         loads: load labels, one per cell of the file in order; empty to take
             them from metadata / the strategy / the request rate.
+        details: keep, besides the table columns, ``note`` (what a reader read
+            differently from the file's own numbers, and why) and ``lengths``
+            (the run's mean prompt and output tokens) where a reader sets them.
     """
+    rows = _ingest_file(Path(path), workload=workload, tp=tp, loads=loads)
+    if not details:
+        for r in rows:
+            r.pop("note", None)
+            r.pop("lengths", None)
+    return rows
+
+
+def _ingest_file(path: Path, *, workload: str | None, tp: int | None,
+                 loads: Sequence[str]) -> list[dict[str, Any]]:
     path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        from fleetsieve_bayes.backends.ingest_llmd import read_llmd_report, rows_from_llmd
+
+        if loads and len(loads) != 1:
+            raise InputError(f"{path}: one llm-d report is one cell but {len(loads)} load labels were given")
+        return rows_from_llmd(read_llmd_report(path), str(path), workload=workload, tp=tp,
+                              load=loads[0] if loads else None)
     objs = read_json_objects(path)
+    other = _other_format(path, objs, workload=workload, tp=tp, loads=loads)
+    if other is not None:
+        return other
     if len(objs) == 1 and isinstance(objs[0], dict) and "benchmarks" in objs[0]:
         return rows_from_guidellm(objs[0], str(path), workload=workload, tp=tp, loads=loads)
     if all(isinstance(o, dict) and "completed" in o and "duration" in o for o in objs):
@@ -114,8 +145,32 @@ def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None
                                  tp=tp, load=loads[k] if loads else None)
             for k, o in enumerate(objs)
         ]
-    raise InputError(f"{path}: not a vllm bench serve result (no 'completed'/'duration') "
-                     f"nor a GuideLLM benchmarks.json (no 'benchmarks' list)")
+    raise InputError(f"{path}: unknown result format: not a vllm bench serve result (no 'completed'/'duration'), "
+                     "a GuideLLM benchmarks.json, an AIPerf profile_export_aiperf.json, an inference-perf "
+                     "lifecycle report, an SGLang bench_serving JSONL or an llm-d report (.yaml)")
+
+
+def _other_format(path: Path, objs: list[Any], *, workload: str | None, tp: int | None,
+                  loads: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Rows of an AIPerf, inference-perf or SGLang file (their modules), or None for another format."""
+    from fleetsieve_bayes.backends.ingest_aiperf import is_aiperf, rows_from_aiperf
+    from fleetsieve_bayes.backends.ingest_inference_perf import (
+        is_inference_perf,
+        rows_from_inference_perf,
+    )
+    from fleetsieve_bayes.backends.ingest_sglang import is_sglang, rows_from_sglang
+
+    for test, reader in ((is_aiperf, rows_from_aiperf), (is_inference_perf, rows_from_inference_perf),
+                         (is_sglang, rows_from_sglang)):
+        if objs and all(test(o) for o in objs):
+            if loads and len(loads) != len(objs):
+                raise InputError(f"{path}: {len(objs)} result(s) in the file but {len(loads)} load labels")
+            rows: list[dict[str, Any]] = []
+            for k, o in enumerate(objs):
+                src = str(path) if len(objs) == 1 else f"{path}: line {k + 1}"
+                rows.extend(reader(o, src, workload=workload, tp=tp, load=loads[k] if loads else None))
+            return rows
+    return None
 
 
 # --- field readers: JSON numbers only, one line naming the field otherwise ------------------
@@ -273,8 +328,32 @@ def rows_from_vllm_bench(data: dict[str, Any], src: str, *, workload: str | None
     meta = dict(data)
     meta.setdefault("load", default_load)
     labels = _labels(src, meta, workload, tp, load)
-    row = _row(labels, offered, min(completed / sending, offered * success), ttft_s, comp_s, success, duration)
-    return _finish(src, row, completed)
+    throughput = min(completed / sending, offered * success)
+    open_loop = _is_open_loop(data)
+    note = ""
+    if open_loop and e2e is None and starts is None and completed >= n_sent:
+        # No per-request times: the drain after the last arrival cannot be taken out of
+        # `duration`, and completed / duration reads it as lost throughput. Every request of
+        # an open-loop run completed, so the server kept up with the offered rate.
+        throughput = offered
+        note = (f"{src}: no per-request times; every one of {completed:g} requests of the open-loop run "
+                f"completed, so throughput = the offered {offered:g} req/s (completed / duration, "
+                f"{completed / duration:.4g} req/s, counts the drain)")
+    row = _row(labels, offered, throughput, ttft_s, comp_s, success, duration)
+    out = _finish(src, row, completed)
+    if completed > 0 and data.get("total_input_tokens") and data.get("total_output_tokens"):
+        from fleetsieve_bayes.backends.ingest_common import with_lengths
+
+        with_lengths(out, data["total_input_tokens"] / completed, data["total_output_tokens"] / completed)
+    if note:
+        out["note"] = note
+    return out
+
+
+def _is_open_loop(data: dict[str, Any]) -> bool:
+    rate = data.get("request_rate")
+    finite = isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
+    return finite and data.get("max_concurrency") is None
 
 
 def _vllm_sent(src: str, data: dict[str, Any], completed: float) -> tuple[float, list[Any] | None]:

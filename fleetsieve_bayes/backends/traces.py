@@ -10,6 +10,11 @@ Two public formats are read:
   ``Response tokens = 0`` are requests that failed in the original log; they
   have no output length to replay and are dropped.
 
+The Azure 2024 release (a week of the same services) has the same three
+columns with a UTC offset in the timestamp (``2024-05-10 00:00:00.009930+00:00``);
+it is read by the same reader. :func:`read_mooncake_trace` reads Mooncake-style
+JSON Lines (``timestamp`` in milliseconds, ``input_length``, ``output_length``).
+
 A :class:`Trace` holds arrival offsets (seconds from the first request) and
 token counts. :func:`schedule` turns it into the open-loop send times of one
 cell: request *i* is sent at ``t_i / scale`` after the cell starts (``scale``
@@ -36,6 +41,11 @@ __all__ = [
     "read_trace",
     "read_azure_trace",
     "read_burstgpt_trace",
+    "read_mooncake_trace",
+    "read_mooncake_columns",
+    "read_csv_frame",
+    "parse_timestamps",
+    "token_counts",
     "write_azure_trace",
     "schedule",
     "window_rate",
@@ -128,16 +138,7 @@ def read_azure_trace(path: str | Path) -> Trace:
     path = Path(path)
     df = _read_csv(path)
     _require(path, df, AZURE_COLUMNS)
-    # ISO8601 parsing takes any number of fractional digits (the trace has 7).
-    stamps = pd.to_datetime(df["TIMESTAMP"].str.strip(), format="ISO8601", errors="coerce")
-    bad = np.flatnonzero(stamps.isna().to_numpy())
-    if bad.size:
-        i = int(bad[0])
-        raise InputError(
-            f"{path}: line {i + 2}, column 'TIMESTAMP': not a timestamp: {df['TIMESTAMP'].iloc[i]!r}"
-        )
-    ns = stamps.to_numpy("datetime64[ns]").astype(np.int64)
-    seconds = (ns - ns.min()) / 1e9
+    seconds, _ = parse_timestamps(path, df, "TIMESTAMP")
     inp = _tokens(path, df, "ContextTokens")
     out = _tokens(path, df, "GeneratedTokens")
     return _make(path, seconds, inp, out)
@@ -173,6 +174,89 @@ def read_burstgpt_trace(path: str | Path, *, model: str | None = None) -> Trace:
     return _make(path, ts - ts.min(), inp[keep], out[keep])
 
 
+def read_mooncake_trace(path: str | Path) -> Trace:
+    """Read Mooncake-style JSON Lines: one ``{"timestamp": ms, "input_length", "output_length"}`` a line.
+
+    Raises:
+        InputError: naming the file and the first bad line.
+    """
+    path = Path(path)
+    ts, inp, out = read_mooncake_columns(path)
+    return _make(path, (ts - ts.min()) / 1000.0, inp, out)
+
+
+def read_mooncake_columns(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(timestamp ms, input_length, output_length)``, each ``(n,)``, in file order."""
+    import json
+
+    if not path.is_file():
+        raise InputError(f"{path}: trace file not found")
+    ts: list[float] = []
+    inp: list[int] = []
+    out: list[int] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read trace: {exc}") from None
+    for k, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {k}: not valid JSON: {exc.msg}") from None
+        if not isinstance(rec, dict):
+            raise InputError(f"{path}: line {k}: expected a JSON object, got {type(rec).__name__}")
+        for key, dest in (("timestamp", ts), ("input_length", inp), ("output_length", out)):
+            v = rec.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (key != "timestamp" and v != int(v)):
+                raise InputError(f"{path}: line {k}, field {key!r}: expected a non-negative "
+                                 f"{'number' if key == 'timestamp' else 'integer'}, got {v!r}")
+            dest.append(v)  # type: ignore[arg-type]
+    if len(ts) < 2:
+        raise InputError(f"{path}: a trace needs at least 2 requests, found {len(ts)}")
+    return (np.asarray(ts, dtype=np.float64), np.asarray(inp, dtype=np.int64),
+            np.asarray(out, dtype=np.int64))
+
+
+def parse_timestamps(path: Path, df: pd.DataFrame, col: str) -> tuple[np.ndarray, float]:
+    """Column ``col`` as ``(seconds since its earliest value (n,) float64, that earliest value)``.
+
+    Date-times (any fractional digits, an optional UTC offset) are differenced in
+    integer nanoseconds, so 100 ns stamps keep their order; the origin is then in
+    seconds since the epoch. Plain numbers are seconds."""
+    raw = df[col].str.strip()
+    numeric = pd.to_numeric(raw, errors="coerce")
+    if not numeric.isna().any():
+        vals = numeric.to_numpy(np.float64)
+        bad = np.flatnonzero(~np.isfinite(vals))
+        if bad.size:
+            raise InputError(f"{path}: line {int(bad[0]) + 2}, column {col!r}: not a number: {raw.iloc[int(bad[0])]!r}")
+        return vals - vals.min(), float(vals.min())
+    # ISO8601 parsing takes any number of fractional digits (the 2023 trace has 7) and a
+    # UTC offset (the 2024 trace); naive times are read as UTC, which keeps their offsets.
+    stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+    bad = np.flatnonzero(stamps.isna().to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{path}: line {i + 2}, column {col!r}: not a timestamp: {df[col].iloc[i]!r}")
+    ns = stamps.dt.tz_convert(None).to_numpy("datetime64[ns]").astype(np.int64)
+    return (ns - ns.min()) / 1e9, float(ns.min()) / 1e9
+
+
+def token_counts(path: Path, df: pd.DataFrame, col: str) -> np.ndarray:
+    """Column ``col`` as non-negative integer token counts ``(n,)`` (one line naming the cell otherwise)."""
+    if col not in df.columns:
+        raise InputError(f"{path}: no token count column {col!r} (header: {','.join(df.columns)})")
+    return _tokens(path, df, col)
+
+
+def read_csv_frame(path: Path) -> pd.DataFrame:
+    """The CSV as strings, header stripped (one line naming the file when it cannot be read)."""
+    return _read_csv(path)
+
+
 def write_azure_trace(path: str | Path, arrival_s: np.ndarray, input_tokens: np.ndarray,
                       output_tokens: np.ndarray, *, start: str = "2023-11-16 18:00:00") -> None:
     """Write a trace in the Azure format (seven fractional digits).
@@ -184,12 +268,18 @@ def write_azure_trace(path: str | Path, arrival_s: np.ndarray, input_tokens: np.
     base = np.datetime64(pd.Timestamp(start).to_datetime64(), "ns")
     # Round to 100 ns, the resolution of seven fractional digits.
     ticks = np.round(np.asarray(arrival_s, dtype=np.float64) * 1e7).astype(np.int64)
-    lines = [",".join(AZURE_COLUMNS)]
-    for t, i, o in zip(ticks, input_tokens, output_tokens, strict=True):
-        stamp = base + np.timedelta64(int(t) * 100, "ns")
-        whole = pd.Timestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"{whole}.{int(t) % 10_000_000:07d},{int(i)},{int(o)}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    inp = np.asarray(input_tokens).astype(np.int64)
+    out = np.asarray(output_tokens).astype(np.int64)
+    if not len(ticks) == len(inp) == len(out):
+        raise ValueError("arrival_s, input_tokens and output_tokens must have one length")
+    stamps = base + ticks * np.timedelta64(100, "ns")
+    # 'YYYY-MM-DDTHH:MM:SS.fffffffff' → 'YYYY-MM-DD HH:MM:SS.fffffff' (the stamp's own
+    # fraction, so a ``start`` with a fraction of its own is kept).
+    text = np.char.replace(np.datetime_as_string(stamps, unit="ns"), "T", " ")
+    text = np.char.add(np.char.ljust(text, 29).astype("<U27"), ",")
+    rows = np.char.add(np.char.add(np.char.add(text, inp.astype(str)), ","), out.astype(str))
+    body = "\n".join(rows.tolist())
+    Path(path).write_text(",".join(AZURE_COLUMNS) + "\n" + (body + "\n" if body else ""), encoding="utf-8")
 
 
 def schedule(

@@ -9,6 +9,7 @@ and adds only optional keys. Every problem is reported as one
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,6 +267,7 @@ def load_campaign(path: str | Path) -> Campaign:
 def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
     ctx = Validator(path)
+    refuse_todo(ctx, raw)
     ctx.check_keys("top level", raw, _TOP_KEYS)
     name = ctx.string("name", raw.get("name", path.stem))
 
@@ -430,6 +432,26 @@ def _pool_gpu(ctx: Validator, where: str, value: str) -> tuple[str, str | None]:
         return gpu_spec(value).name, None
     except InputError as exc:  # unknown: its did-you-mean and the known names
         raise ctx.fail(where, f"{exc} (or a path to a GPU table)") from None
+
+
+def refuse_todo(ctx: Validator, raw: dict[str, Any]) -> None:
+    """A value still marked ``"TODO…"`` (a skeleton written by ``classes``) is refused, naming it."""
+
+    def walk(value: Any, keys: list[str]) -> None:
+        if isinstance(value, str) and re.match(r"TODO(:|\s|$)", value.strip()):
+            if keys[0] == "workloads":
+                w = raw["workloads"][int(keys[1])]
+                name = f"{w['name']!r}" if isinstance(w, dict) and "name" in w else f"#{int(keys[1]) + 1}"
+                where = f"[[workloads]] {name} {'.'.join(keys[2:])}"
+            else:
+                where = f"[{keys[0]}] {'.'.join(keys[1:])}" if len(keys) > 1 else keys[0]
+            raise ctx.fail(where, f"still {value.strip()!r}; fill it in before running")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for k, v in items:
+            walk(v, [*keys, str(k)])
+
+    for key, value in raw.items():
+        walk(value, [key])
 
 
 def _parse_workloads(ctx: Validator, raw: dict[str, Any]) -> tuple[Workload, ...]:
