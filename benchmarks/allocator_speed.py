@@ -14,8 +14,16 @@ run:
 Then it measures JAX throughput (tables/second) on a batch of perturbed tables
 at the shipped-grid size (2 classes × 11 cells, 16 GPUs) and at one larger size.
 
+Mixed GPU pools (``--pools``): random instances with P GPU types of different
+speed and price (:data:`POOL_TYPES`), each class's cells spread over the
+pools, a pool count each and a dollar cap; it times the MILP and the JAX
+allocator (first call, steady state) and checks that they agree on status,
+min fulfillment, goodput, dollars per hour and GPUs. ``POOLSxCLASSESxCELLSxGPUS``
+(cells per class over all pools, GPUs per pool).
+
     python benchmarks/allocator_speed.py            # quick default (a few minutes)
     python benchmarks/allocator_speed.py --sizes 2x20x16,8x200x512 --batch 4096 --out FILE
+    python benchmarks/allocator_speed.py --pools-only --pools 3x8x200x16,3x8x200x32
 
 Prints a markdown table and writes JSON (default benchmarks/results/allocator_speed.json).
 """
@@ -39,6 +47,9 @@ from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 
 DEFAULT_SIZES = "2x20x16,4x50x64,8x100x256,8x200x512"
+DEFAULT_POOL_SIZES = "2x4x50x16,3x8x200x16,3x8x200x32"
+# GPU types of the pool instances: (name, capacity factor vs the first, $/GPU-hour).
+POOL_TYPES = (("fast", 1.0, 4.0), ("mid", 0.55, 1.8), ("slow", 0.3, 0.9))
 TP_CHOICES = np.array([1, 2, 4, 8])
 # Per-GPU efficiency by TP: an interior knee at TP4 (the premise of docs/contracts.md's allocation problem).
 TP_EFFICIENCY = {1: 1.0, 2: 1.05, 4: 1.1, 8: 0.8}
@@ -87,6 +98,73 @@ def synthetic_instance(
         gpus=gpus,
     )
     return grid, values, problem
+
+
+def pool_instance(
+    rng: np.random.Generator, n_pools: int, n_classes: int, cells_per_class: int, gpus_per_pool: int
+) -> tuple[CellGrid, np.ndarray, AllocationProblem]:
+    """A random mixed-pool instance: :func:`synthetic_instance`'s cells spread over ``n_pools`` GPU types.
+
+    Each cell's capacity is scaled by its pool's factor and a class-specific
+    affinity (so the best type differs by class); demand fills about the
+    fast pool's worth of GPUs, and the dollar cap sits at 70 % of the
+    all-pools cost, so the cap, the pools and the prices all bind.
+    """
+    grid, values, problem = synthetic_instance(rng, n_classes, cells_per_class, gpus_per_pool * n_pools)
+    types = POOL_TYPES[:n_pools]
+    pool = rng.integers(0, n_pools, grid.n_cells)
+    affinity = rng.uniform(0.7, 1.4, (n_classes, n_pools))
+    factor = np.array([t[1] for t in types])[pool] * affinity[grid.workload_idx, pool]
+    values = values.copy()
+    values[:, 0] *= factor
+    order = np.lexsort((grid.offered_rps, grid.tp, pool, grid.workload_idx))
+    grid = grid._replace(
+        workload_idx=grid.workload_idx[order],
+        tp=grid.tp[order],
+        load=tuple(grid.load[j] for j in order),
+        offered_rps=grid.offered_rps[order],
+        duration_s=grid.duration_s[order],
+        gpu=pool[order].astype(np.int64),
+        pools=tuple(t[0] for t in types),
+    )
+    values = values[order]
+    price = np.array([t[2] for t in types])
+    problem = problem._replace(
+        pool_gpus=np.full(n_pools, gpus_per_pool, np.int64),
+        usd_per_gpu_hour=price,
+        usd_per_hour_max=float(0.7 * gpus_per_pool * price.sum()),
+        demand=problem.demand * 0.6,
+    )
+    return grid, values, problem
+
+
+def bench_pools(rng: np.random.Generator, n_p: int, k: int, per: int, g: int, *, repeats: int) -> dict[str, Any]:
+    """MILP and JAX on one mixed-pool instance: times and agreement."""
+    grid, values, problem = pool_instance(rng, n_p, k, per, g)
+    row: dict[str, Any] = {"pools": n_p, "classes": k, "cells_per_class": per, "gpus_per_pool": g}
+    row["milp_s"], milp = _time(lambda: allocate_milp(grid, values, problem), repeats)
+    allocator = make_jax_allocator(grid, problem)
+    v = jnp.asarray(values)
+    t0 = time.perf_counter()
+    jax.block_until_ready(allocator.solve(v))
+    row["jax_first_call_s"] = time.perf_counter() - t0
+    row["jax_steady_s"], out = _time(lambda: jax.block_until_ready(allocator.solve(v)), repeats)
+    row.update(
+        status=milp.status,
+        min_fulfillment=milp.min_fulfillment,
+        goodput_rps=milp.goodput_rps,
+        usd_per_hour=milp.usd_per_hour,
+        gpus_used=milp.gpus_used,
+        pool_gpus_used=[int(x) for x in (milp.pool_gpus_used if milp.pool_gpus_used is not None else [])],
+    )
+    row["jax_agrees"] = bool(
+        bool(out.feasible) == milp.feasible
+        and abs(float(out.min_fulfillment) - milp.min_fulfillment) <= 1e-5
+        and abs(float(out.goodput) - milp.goodput_rps) <= 1e-5 * float(problem.demand.sum()) + 1e-4
+        and abs(float(out.usd_per_hour) - (milp.usd_per_hour or 0.0)) <= 1e-5 * max(1.0, milp.usd_per_hour or 0.0)
+        and int(out.gpus_used) == milp.gpus_used
+    )
+    return row
 
 
 def _time(fn: Any, repeats: int) -> tuple[float, Any]:
@@ -206,6 +284,20 @@ def published_table(res: dict[str, Any]) -> str:
         lines.append(
             f"| {b['size']} | {b['batch']} | {b['first_call_s']:.2f} | {b['steady_s']:.3f} | {b['tables_per_s']:.0f} |"
         )
+    if res.get("pools"):
+        lines += [
+            "",
+            "| pools × classes × cells/class × GPUs/pool | MILP ms | JAX first call ms | JAX steady ms "
+            "| status | min r | goodput | $/h | GPUs per pool | agree |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in res["pools"]:
+            usd = "—" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}"
+            lines.append(
+                f"| {r['pools']}×{r['classes']}×{r['cells_per_class']}×{r['gpus_per_pool']} | {fmt(r['milp_s'])} | "
+                f"{fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | {r['status']} | "
+                f"{r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {usd} | {r['pool_gpus_used']} | {r['jax_agrees']} |"
+            )
     return "\n".join(lines)
 
 
@@ -224,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         default=20.0,
         help="CBC seconds per stage for the unpruned MILP (0: skip)",
     )
+    p.add_argument(
+        "--pools",
+        default=DEFAULT_POOL_SIZES,
+        help="comma-separated POOLSxCLASSESxCELLS_PER_CLASSxGPUS_PER_POOL mixed-pool sizes ('' to skip)",
+    )
+    p.add_argument("--pools-only", action="store_true", help="run only the mixed-pool rows")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -235,20 +333,28 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
-    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    sizes = [] if args.pools_only else [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     rows = []
     for k, per, g in sizes:
         rows.append(
             bench_size(rng, k, per, g, unpruned_limit=args.unpruned_limit, repeats=args.repeats)
         )
         print(f"done {k}x{per}x{g}", flush=True)
-    batches = [bench_batch(rng, "shipped grid 2x11x16", *shipped_grid(), args.batch)]
-    k, per, g = (int(x) for x in args.large_batch_size.split("x"))
-    batches.append(
-        bench_batch(
-            rng, f"synthetic {k}x{per}x{g}", *synthetic_instance(rng, k, per, g), args.batch
+    batches = []
+    if not args.pools_only:
+        batches.append(bench_batch(rng, "shipped grid 2x11x16", *shipped_grid(), args.batch))
+        k, per, g = (int(x) for x in args.large_batch_size.split("x"))
+        batches.append(
+            bench_batch(
+                rng, f"synthetic {k}x{per}x{g}", *synthetic_instance(rng, k, per, g), args.batch
+            )
         )
-    )
+    pool_rows = []
+    prng = np.random.default_rng(args.seed + 1)
+    for spec in filter(None, args.pools.split(",")):
+        n_p, k, per, g = (int(x) for x in spec.split("x"))
+        pool_rows.append(bench_pools(prng, n_p, k, per, g, repeats=args.repeats))
+        print(f"done pools {spec}", flush=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -258,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.machine(),
     }
     res = {"meta": meta, "sizes": rows, "batches": batches}
+    if pool_rows:
+        res["pools"] = pool_rows
     md = published_table(res)
     print("\n" + md)
     args.out.write_text(json.dumps(res, indent=2))

@@ -12,7 +12,9 @@ empty (NaN after reading) when the row's source had no completion timing at
 all (e.g. an ingested result without end-to-end latencies): unobserved, never
 zero. Nothing else may be NaN. The optional ``startup_s`` is the server
 start-up time a measured cell paid (0 when it reused a running server); it is
-not part of ``duration_s`` except for a start-up failure.
+not part of ``duration_s`` except for a start-up failure. The optional ``gpu``
+names the GPU type the row ran on (a pool's ``gpu`` in the campaign); empty or
+absent means the campaign's single pool.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "first_windows",
     "gpu_seconds",
     "startup_gpu_seconds",
+    "profiling_usd",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -55,7 +58,8 @@ COLUMNS: tuple[str, ...] = (
 # `failure` is empty for a normal cell, or a failure class from a backend
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
 # `replicate`: the window's index among its cell's rows (0, 1, …; absent: 0).
-OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "replicate")
+# `gpu`: the GPU type the row ran on (absent: the campaign's one type).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "replicate", "gpu")
 # bounds.csv in a campaign directory: the final round's credible interval of
 # every cell (measured cells collapse to their measured values).
 BOUNDS_COLUMNS: tuple[str, ...] = (
@@ -163,6 +167,8 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         out["failure"] = [
             "" if v is None or str(v).strip().lower() in ("", "nan", "none") else str(v).strip() for v in df["failure"]
         ]
+    if "gpu" in df.columns:  # GPU type of the row; "" = the campaign's single pool
+        out["gpu"] = ["" if v is None or str(v).strip().lower() in _EMPTY else str(v).strip() for v in df["gpu"]]
     _check_unique_cells(out, source=source, label=label, row_offset=row_offset)
     return out
 
@@ -299,21 +305,23 @@ def _parse_replicates(values: Iterable[Any], where: _Where) -> np.ndarray:
 
 
 def _check_unique_cells(out: pd.DataFrame, *, source: str, label: str, row_offset: int) -> None:
-    """Each (workload, tp, load, replicate) at most once, and a cell's replicates 0..k-1 without gaps.
+    """Each (workload, tp, load[, gpu], replicate) at most once, and a cell's replicates 0..k-1 without gaps.
 
     Without a ``replicate`` column every row is replicate 0: a second row of a
     cell is a duplicate. Errors name both rows (a duplicate) or the row past
     the gap (a missing replicate).
     """
-    keys = list(zip(out["workload"], out["tp"], out["load"], strict=True))
+    gpus = [str(g) for g in out["gpu"]] if "gpu" in out.columns else [""] * len(out)
+    keys = list(zip(out["workload"], out["tp"], out["load"], gpus, strict=True))
     has_reps = "replicate" in out.columns
     reps = out["replicate"].to_numpy(np.int64) if has_reps else np.zeros(len(out), dtype=np.int64)
 
-    def cell(key: tuple[str, int, str]) -> str:
-        return f"(workload={key[0]}, tp={key[1]}, load={key[2]})"
+    def cell(key: tuple[str, int, str, str]) -> str:
+        on = f", gpu={key[3]}" if key[3] else ""
+        return f"(workload={key[0]}, tp={key[1]}, load={key[2]}{on})"
 
-    first: dict[tuple[tuple[str, int, str], int], int] = {}
-    by_cell: dict[tuple[str, int, str], dict[int, int]] = {}
+    first: dict[tuple[tuple[str, int, str, str], int], int] = {}
+    by_cell: dict[tuple[str, int, str, str], dict[int, int]] = {}
     for i, (key, r) in enumerate(zip(keys, reps.tolist(), strict=True)):
         if (key, r) in first:
             what = f"duplicate replicate {r} of cell" if has_reps else "duplicate cell"
@@ -375,6 +383,26 @@ def write_table(df: pd.DataFrame, path: str | Path) -> None:
 def gpu_seconds(df: pd.DataFrame) -> float:
     """Profiling cost of the rows: Σ duration_s × tp."""
     return float((df["duration_s"] * df["tp"]).sum())
+
+
+def profiling_usd(df: pd.DataFrame, usd_per_gpu_hour: Mapping[str, float], default_gpu: str = "") -> float:
+    """Dollars the rows cost: Σ ``duration_s × tp`` × the hourly price of the row's GPU / 3600.
+
+    ``usd_per_gpu_hour``: price by GPU type (case-insensitive); a row without
+    a ``gpu`` is on ``default_gpu``.
+
+    Raises:
+        InputError: a row's GPU has no price.
+    """
+    prices = {k.lower(): float(v) for k, v in usd_per_gpu_hour.items()}
+    gpus = df["gpu"] if "gpu" in df.columns else [""] * len(df)
+    total = 0.0
+    for g, d, tp in zip(gpus, df["duration_s"], df["tp"], strict=True):
+        name = (str(g).strip() if g is not None and str(g) != "nan" else "") or default_gpu
+        if name.lower() not in prices:
+            raise InputError(f"no price for GPU {name!r} (priced: {', '.join(sorted(prices))})")
+        total += float(d) * int(tp) * prices[name.lower()] / 3600.0
+    return total
 
 
 def startup_gpu_seconds(rows: Iterable[Mapping[str, Any]]) -> float:

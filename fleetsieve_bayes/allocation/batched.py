@@ -30,6 +30,21 @@ budget G; W = G + 1 budget levels ``w = 0..G``):
   ``min(λ_i, floor(w_i/tp_q)·c_q)`` is within ``tol`` (relative) of the
   best; its replicas are ``floor(w_i / tp_q)``.
 
+GPU pools (a grid with several): the budget axis becomes one axis per pool,
+``(M + 1)^P`` states ``b`` (GPUs used on each pool, ``M`` the largest pool);
+a state is allowed when every ``b_p ≤ G_p``, ``Σ b_p ≤ G`` and its dollars
+``Σ price_p·b_p ≤ cap·(1 + tol)``. Each class takes one pool and ``w`` GPUs
+on it, so ``cap_i``, ``r_i`` and ``need_i`` get a pool axis. Stages 1–2: t is
+feasible iff some allowed state is reachable when every class adds its
+``need_ip(t)`` on some pool p (a boolean DP over states); feasibility is
+monotone in t, so t* is found by bisection over the sorted candidates.
+Stage 3: the same (max, +) knapsack, each class's move along one pool axis.
+Stage 4: among allowed states with ``F[b] ≥ g*·(1 − tol)`` the least dollars
+c*; stage 5: among those costing ``≤ c*·(1 + tol)`` the fewest GPUs (lowest
+state index among ties); the backtrack recovers each class's pool and GPUs.
+With one pool the single-axis algorithm above runs unchanged (the dollar cap
+only lowers G), so single-type results are identical.
+
 Tolerance: ``tol`` (default 1e-6, the MILP's) is relative to each stage's
 optimum (:func:`fleetsieve_bayes.allocation.objective.within`), so the result
 does not depend on the demand's scale. Computation is
@@ -42,7 +57,7 @@ than about ``tol`` in some stage.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +70,10 @@ from fleetsieve_bayes.allocation.problem import (
     CellGrid,
     check_demand,
     meets_slo,
+    pool_prices,
+    within_cap,
 )
+from fleetsieve_bayes.errors import InputError
 
 __all__ = [
     "DEFAULT_TOL",
@@ -69,6 +87,10 @@ __all__ = [
     "allocation_from_choice",
 ]
 
+# Largest (max_gpus + 1)^(P + 1) (states × one pool axis: the knapsack's gather per
+# class) the pool allocator accepts: 2^26 float32 = 256 MB per array (3 pools of 64
+# GPUs: 65^4 ≈ 1.8e7). Larger pools are the MILP's (allocation/milp_pools.py).
+POOL_STATES_MAX = 1 << 26
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
 _COMPARE_MAX = 1 << 14
@@ -87,19 +109,21 @@ class JaxAllocation(NamedTuple):
     gpus_used: jax.Array  # int32 (...)
     cell: jax.Array  # int32 (..., n_classes), grid cell index or -1
     replicas: jax.Array  # int32 (..., n_classes)
+    usd_per_hour: jax.Array  # float (...), Σ replicas·TP·price of the cells' pools (GPUs when unpriced)
 
 
 class JaxProblem(NamedTuple):
     """The problem as (possibly padded) arrays; a pytree, so it can be traced.
 
-    Shapes: C cells, K classes, T TP levels. Padding cells have
+    Shapes: C cells, K classes, T TP levels, P pools. Padding cells have
     ``cell_valid == False``; padding classes have ``class_valid == False``
-    (they count as fulfilled and serve nothing).
+    (they count as fulfilled and serve nothing). With one pool ``gpus`` is
+    the effective budget (pool count, total and dollar cap together).
     """
 
     cell_class: jax.Array  # int32 (C,), class of each cell
     cell_tp: jax.Array  # int32 (C,), TP of each cell (>= 1)
-    cell_group: jax.Array  # int32 (C,), class * T + index of its TP in tp_levels
+    cell_group: jax.Array  # int32 (C,), (class * P + pool) * T + index of its TP in tp_levels
     cell_valid: jax.Array  # bool (C,)
     tp_levels: jax.Array  # int32 (T,), distinct TPs (>= 1; padding repeats one)
     demand: jax.Array  # float (K,), > 0 (1.0 for padding classes)
@@ -108,7 +132,11 @@ class JaxProblem(NamedTuple):
     ttft_max: jax.Array  # float (K,), +inf where unchecked
     completion_max: jax.Array  # float (K,), +inf where unchecked
     class_valid: jax.Array  # bool (K,)
-    gpus: jax.Array  # int32 (), budget G <= max_gpus
+    gpus: jax.Array  # int32 (), budget G (over all pools) <= max_gpus with one pool
+    cell_pool: jax.Array  # int32 (C,), pool of each cell
+    pool_gpus: jax.Array  # int32 (P,), GPUs each pool can give (<= max_gpus)
+    usd_per_gpu_hour: jax.Array  # float (P,), > 0 (ones when unpriced)
+    usd_cap: jax.Array  # float (), cap·(1 + tol) in dollars per hour, +inf without a cap
 
 
 class JaxAllocator(NamedTuple):
@@ -132,14 +160,20 @@ def jax_problem(
     n_cells: int | None = None,
     n_classes: int | None = None,
     tp_levels: tuple[int, ...] | None = None,
+    tol: float = DEFAULT_TOL,
 ) -> JaxProblem:
     """Arrays of ``(grid, problem)``, optionally padded to ``n_cells``/``n_classes``.
 
     Padding lets instances of different sizes share one compiled function
     (the shapes, not the values, decide compilation). ``tp_levels`` must
-    contain every TP of the grid (default: the grid's distinct TPs).
+    contain every TP of the grid (default: the grid's distinct TPs). ``tol``
+    is the dollar cap's tolerance (:func:`~fleetsieve_bayes.allocation.problem.within_cap`).
     """
+    from fleetsieve_bayes.allocation.cells import pool_budgets
+
     c, k = grid.n_cells, grid.n_classes
+    n_p = grid.n_pools
+    budgets = pool_budgets(grid, problem, tol)
     n_cells = c if n_cells is None else n_cells
     n_classes = k if n_classes is None else n_classes
     if n_cells < c or n_classes < k:
@@ -151,11 +185,16 @@ def jax_problem(
     cell_class[:c] = grid.workload_idx
     cell_tp = np.full(n_cells, levels[0], np.int32)
     cell_tp[:c] = grid.tp
+    cell_pool = np.zeros(n_cells, np.int32)
+    cell_pool[:c] = grid.gpu_idx
     cell_group = np.zeros(n_cells, np.int32)
     cell_group[:c] = [
-        int(w) * n_t + level_of[int(t)] for w, t in zip(grid.workload_idx, grid.tp, strict=True)
+        (int(w) * n_p + int(g)) * n_t + level_of[int(t)]
+        for w, g, t in zip(grid.workload_idx, grid.gpu_idx, grid.tp, strict=True)
     ]
     cell_valid = np.arange(n_cells) < c
+    cap = float(problem.usd_per_hour_max)
+    gpus = int(budgets[0]) if n_p == 1 else int(problem.gpus)
 
     def pad(a: np.ndarray, fill: float) -> np.ndarray:
         out = np.full(n_classes, fill, np.float64)
@@ -176,12 +215,18 @@ def jax_problem(
         ttft_max=jnp.asarray(pad(problem.ttft_max, np.inf)),
         completion_max=jnp.asarray(pad(problem.completion_max, np.inf)),
         class_valid=jnp.asarray(np.arange(n_classes) < k),
-        gpus=jnp.asarray(problem.gpus, jnp.int32),
+        gpus=jnp.asarray(gpus, jnp.int32),
+        cell_pool=jnp.asarray(cell_pool),
+        pool_gpus=jnp.asarray(budgets.astype(np.int32)),
+        usd_per_gpu_hour=jnp.asarray(pool_prices(problem, n_p)),
+        usd_cap=jnp.asarray(within_cap(cap, tol) if np.isfinite(cap) else np.inf),
     )
 
 
 def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -> JaxAllocation:
     """One table: ``values (C, 4)`` → scalar/``(K,)`` :class:`JaxAllocation`."""
+    if spec.pool_gpus.shape[0] > 1:
+        return _solve_pools(spec, values, max_gpus, tol)
     dt = jnp.result_type(values.dtype, jnp.float32)
     values = values.astype(dt)
     thr = values[:, 0]
@@ -256,14 +301,180 @@ def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -
     served_k = jnp.where(valid_k, jnp.minimum(lam, n_rep.astype(dt) * thr_cell), 0.0)
     min_f = jnp.min(jnp.where(valid_k, served_k / lam, jnp.inf))
     zero = jnp.zeros((), dt)
+    gpus_used = jnp.where(feasible, jnp.sum(n_rep * tp_cell), 0).astype(jnp.int32)
     return JaxAllocation(
         feasible=feasible,
         min_fulfillment=jnp.where(feasible, min_f, zero),
         goodput=jnp.where(feasible, jnp.sum(served_k), zero),
-        gpus_used=jnp.where(feasible, jnp.sum(n_rep * tp_cell), 0).astype(jnp.int32),
+        gpus_used=gpus_used,
         cell=jnp.where(feasible, cell, -1),
         replicas=jnp.where(feasible, n_rep, 0),
+        usd_per_hour=gpus_used.astype(dt) * spec.usd_per_gpu_hour.astype(dt)[0],
     )
+
+
+def _pool_service(
+    spec: JaxProblem, adm: jax.Array, thr: jax.Array, lam: jax.Array, n_w: int,
+    sizes: tuple[int, int, int], dt: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """GPU counts ``w (W,)``, and each class's served rate and fulfillment on each pool with
+    ``w`` of its GPUs, ``(K, P, W)`` each: best capacity per (class, pool, TP level) first."""
+    n_k, n_p, n_t = sizes
+    valid_k = spec.class_valid
+    best_c = jax.ops.segment_max(jnp.where(adm, thr, 0.0), spec.cell_group, num_segments=n_k * n_p * n_t)
+    best_c = jnp.maximum(best_c, 0.0).reshape(n_k, n_p, n_t)
+    w = jnp.arange(n_w, dtype=jnp.int32)
+    reps = (w[None, :] // spec.tp_levels[:, None]).astype(dt)  # (T, W)
+    cap = jnp.max(reps[None, None, :, :] * best_c[:, :, :, None], axis=2)  # (K, P, W)
+    served = jnp.where(valid_k[:, None, None], jnp.minimum(lam[:, None, None], cap), 0.0)
+    r = jnp.where(valid_k[:, None, None], served / lam[:, None, None], 1.0)  # nondecreasing in w
+    return w, served, r
+
+
+def _pool_states(spec: JaxProblem, n_w: int, n_p: int, dt: Any) -> tuple[Any, ...]:
+    """The states of the several-pool DP (GPUs used per pool, flattened row-major): strides
+    ``(P,)``, coordinates ``(P, S)``, flat index ``(S,)``, prices ``(P,)``, dollars per hour
+    ``(S,)``, GPUs ``(S,)`` and which states fit every count and cap ``(S,)``."""
+    shape = (n_w,) * n_p
+    n_s = n_w**n_p
+    strides = np.array([n_w ** (n_p - 1 - p) for p in range(n_p)], np.int32)
+    coords = jnp.asarray(np.stack(np.unravel_index(np.arange(n_s), shape)).astype(np.int32))  # (P, S)
+    flat = jnp.arange(n_s, dtype=jnp.int32)
+    price = spec.usd_per_gpu_hour.astype(dt)
+    cost_s = jnp.sum(price[:, None] * coords.astype(dt), axis=0)  # (S,)
+    tot_s = jnp.sum(coords, axis=0)
+    valid_s = (
+        jnp.all(coords <= spec.pool_gpus[:, None], axis=0)
+        & (tot_s <= spec.gpus)
+        & (cost_s <= spec.usd_cap.astype(dt))
+    )
+    return strides, coords, flat, price, cost_s, tot_s, valid_s
+
+
+def _pools_result(
+    spec: JaxProblem, adm: jax.Array, thr: jax.Array, lam: jax.Array, w_k: jax.Array, p_k: jax.Array,
+    price: jax.Array, feasible: jax.Array, tol: float, n_c: int, n_k: int, dt: Any,
+) -> JaxAllocation:
+    """The allocation of the DP's GPUs per class ``w_k (K,)`` on pools ``p_k (K,)``."""
+    valid_k = spec.class_valid
+    cell, n_rep = _choose_cells(adm, thr, spec, lam, w_k, tol, n_c, n_k, p_k)
+    c0 = jnp.maximum(cell, 0)
+    thr_cell = jnp.where(cell >= 0, thr[c0], 0.0)
+    tp_cell = jnp.where(cell >= 0, spec.cell_tp[c0], 0)
+    served_k = jnp.where(valid_k, jnp.minimum(lam, n_rep.astype(dt) * thr_cell), 0.0)
+    min_f = jnp.min(jnp.where(valid_k, served_k / lam, jnp.inf))
+    gpus_k = n_rep * tp_cell
+    usd = jnp.sum(jnp.where(cell >= 0, gpus_k.astype(dt) * price[spec.cell_pool[c0]], 0.0))
+    zero = jnp.zeros((), dt)
+    return JaxAllocation(
+        feasible=feasible,
+        min_fulfillment=jnp.where(feasible, min_f, zero),
+        goodput=jnp.where(feasible, jnp.sum(served_k), zero),
+        gpus_used=jnp.where(feasible, jnp.sum(gpus_k), 0).astype(jnp.int32),
+        cell=jnp.where(feasible, cell, -1),
+        replicas=jnp.where(feasible, n_rep, 0),
+        usd_per_hour=jnp.where(feasible, usd, zero),
+    )
+
+
+def _solve_pools(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -> JaxAllocation:
+    """One table on several GPU pools (module docstring): ``values (C, 4)`` → :class:`JaxAllocation`.
+
+    ``max_gpus`` (static) bounds every pool's axis: states are ``(max_gpus + 1)^P``.
+    """
+    dt = jnp.result_type(values.dtype, jnp.float32)
+    values = values.astype(dt)
+    thr = values[:, 0]
+    n_c = values.shape[0]
+    n_k = spec.demand.shape[0]
+    n_t = spec.tp_levels.shape[0]
+    n_p = spec.pool_gpus.shape[0]
+    kq = spec.cell_class
+    adm = spec.cell_valid & meets_slo(
+        values, spec.success_min.astype(dt)[kq], spec.ttft_max.astype(dt)[kq], spec.completion_max.astype(dt)[kq]
+    )
+    lam = spec.demand.astype(dt)
+    valid_k = spec.class_valid
+
+    n_w = max_gpus + 1
+    w, served, r = _pool_service(spec, adm, thr, lam, n_w, (n_k, n_p, n_t), dt)
+
+    # The states: GPUs used per pool, flattened row-major.
+    shape = (n_w,) * n_p
+    n_s = n_w**n_p
+    strides, coords, flat, price, cost_s, tot_s, valid_s = _pool_states(spec, n_w, n_p, dt)
+
+    lo = jnp.where(valid_k, spec.floor_req.astype(dt), 0.0)  # (K,)
+
+    def feasible_at(t: jax.Array) -> jax.Array:
+        s = within(jnp.maximum(t, lo), tol)  # (K,)
+        need = jnp.sum(r < s[:, None, None], axis=2).astype(jnp.int32)  # (K, P); W = impossible
+
+        def add(reach: jax.Array, need_k: jax.Array) -> tuple[jax.Array, None]:
+            new = jnp.zeros_like(reach)
+            for p in range(n_p):
+                n = need_k[p]
+                ok = (coords[p] >= n) & (n < n_w)
+                new = new | (ok & reach[jnp.maximum(flat - n * strides[p], 0)])
+            return new, None
+
+        reach, _ = jax.lax.scan(add, flat == 0, need)
+        return jnp.any(reach & valid_s)
+
+    # Stages 1–2: bisection for the largest feasible candidate (feasibility falls with t).
+    cand = jnp.sort(jnp.concatenate([jnp.zeros((1,), dt), r.reshape(-1)]))
+    n_cand = int(cand.shape[0])
+    feasible = feasible_at(jnp.zeros((), dt))
+
+    def bisect(_: int, lohi: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        a, b = lohi
+        mid = (a + b) // 2
+        ok = feasible_at(cand[mid])
+        return jnp.where(ok, mid, a), jnp.where(ok, b, mid)
+
+    n_iter = max(1, int(np.ceil(np.log2(n_cand))) + 1)
+    a, _ = jax.lax.fori_loop(0, n_iter, bisect, (jnp.int32(0), jnp.int32(n_cand)))
+    t_star = cand[a]
+
+    # Stage 3: (max, +) knapsack over the states; each class moves along one pool axis.
+    allowed = r >= within(jnp.maximum(t_star, lo), tol)[:, None, None]
+    val = jnp.where(allowed, served, -jnp.inf)  # (K, P, W)
+    diff = w[:, None] - w[None, :]
+    fits = diff >= 0
+    diff = jnp.maximum(diff, 0)
+
+    def dp_step(f_prev: jax.Array, v_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        f = f_prev.reshape(shape)
+        best = jnp.full((n_s,), -jnp.inf, dt)
+        arg = jnp.zeros((n_s,), jnp.int32)
+        for p in range(n_p):
+            x = jnp.moveaxis(f, p, -1)  # (..., W budgets)
+            m = jnp.where(fits, x[..., diff] + v_k[p][None, :], -jnp.inf)  # (..., W, W choices)
+            mp = jnp.moveaxis(jnp.max(m, axis=-1), -1, p).reshape(n_s)
+            ap = jnp.moveaxis(jnp.argmax(m, axis=-1).astype(jnp.int32), -1, p).reshape(n_s)
+            take = mp > best  # ties keep the lower pool
+            best = jnp.where(take, mp, best)
+            arg = jnp.where(take, p * n_w + ap, arg)
+        return best, arg
+
+    f_final, choice = jax.lax.scan(dp_step, jnp.zeros((n_s,), dt), val)  # (S,), (K, S)
+    g_star = jnp.max(jnp.where(valid_s, f_final, -jnp.inf))
+    # Stages 4–5: least dollars within tolerance, then fewest GPUs, then the lowest state.
+    good = valid_s & (f_final >= within(g_star, tol))
+    c_star = jnp.min(jnp.where(good, cost_s, jnp.inf))
+    good = good & (cost_s <= within_cap(c_star, tol))
+    n_star = jnp.min(jnp.where(good, tot_s, jnp.iinfo(jnp.int32).max))
+    b_star = jnp.argmax(good & (tot_s == n_star)).astype(jnp.int32)
+    strides_j = jnp.asarray(strides)
+
+    def back(b: jax.Array, choice_k: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        code = choice_k[b]
+        p, wk = code // n_w, code % n_w
+        return b - wk * strides_j[p], (p, wk)
+
+    _, (p_k, w_k) = jax.lax.scan(back, b_star, choice, reverse=True)  # (K,), (K,)
+
+    return _pools_result(spec, adm, thr, lam, w_k, p_k, price, feasible, tol, n_c, n_k, dt)
 
 
 def _choose_cells(
@@ -275,13 +486,16 @@ def _choose_cells(
     tol: float,
     n_c: int,
     n_k: int,
+    pool_k: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Canonical cell per class given its GPUs ``w_k (K,)``: lowest index within tol of the best.
+    """Canonical cell per class given its GPUs ``w_k (K,)`` (on pool ``pool_k (K,)``): lowest index within tol of the best.
 
     Returns ``cell (K,)`` (-1 for none) and ``replicas (K,)``, int32.
     """
     kq = spec.cell_class
     n_q = w_k[kq] // spec.cell_tp  # (C,)
+    if pool_k is not None:
+        n_q = jnp.where(spec.cell_pool == pool_k[kq], n_q, 0)
     s_q = jnp.where(adm, jnp.minimum(lam[kq], n_q.astype(thr.dtype) * thr), -jnp.inf)
     best = jax.ops.segment_max(s_q, kq, num_segments=n_k)  # (K,)
     ok = adm & (n_q > 0) & (s_q >= within(best[kq], tol))
@@ -318,14 +532,32 @@ def make_jax_allocator(
     :class:`JaxAllocation` with batch shape ``(...)``, ``cell``/``replicas`` of
     shape ``(..., n_classes)``. Compiles once per batch shape.
     """
-    spec = jax_problem(grid, problem)
-    max_gpus = int(problem.gpus)
+    spec = jax_problem(grid, problem, tol=tol)
+    max_gpus = _axis_gpus(grid, spec)
 
     @jax.jit
     def solve(values: jax.Array) -> JaxAllocation:
         return solve_jax_problem(spec, values, max_gpus=max_gpus, tol=tol)
 
     return JaxAllocator(solve=solve, spec=spec, max_gpus=max_gpus, tol=tol)
+
+
+def _axis_gpus(grid: CellGrid, spec: JaxProblem) -> int:
+    """The static budget axis: the budget with one pool, the largest pool's GPUs with several.
+
+    Raises:
+        InputError: several pools whose state space exceeds :data:`POOL_STATES_MAX`.
+    """
+    if grid.n_pools == 1:
+        return int(spec.gpus)
+    m = max(int(np.max(np.asarray(spec.pool_gpus))), 0)
+    size = (m + 1) ** (grid.n_pools + 1)
+    if size > POOL_STATES_MAX:
+        raise InputError(
+            f"the JAX allocator's {grid.n_pools}-pool state space ({m + 1}^{grid.n_pools} states × {m + 1}) "
+            f"is over {POOL_STATES_MAX:.3g}; solve it with the MILP (--solver milp)"
+        )
+    return m
 
 
 def allocate_jax(
@@ -344,8 +576,11 @@ def allocate_jax(
     check_demand(problem.demand)
     levels = tuple(sorted({1, 2, 4, 8} | {int(t) for t in grid.tp}))
     n_cells = max(32, -(-grid.n_cells // 32) * 32)
-    max_gpus = 1 << max(4, int(problem.gpus - 1).bit_length())
-    spec = jax_problem(grid, problem, n_cells=n_cells, tp_levels=levels)
+    spec = jax_problem(grid, problem, n_cells=n_cells, tp_levels=levels, tol=tol)
+    if grid.n_pools == 1:
+        max_gpus = 1 << max(4, int(problem.gpus - 1).bit_length())
+    else:  # (max_gpus + 1)^P states: no padding of the budget axes
+        max_gpus = _axis_gpus(grid, spec)
     padded = np.zeros((n_cells, 4), np.float64)
     padded[: grid.n_cells] = values
     out = _solve_jit(spec, jnp.asarray(padded), max_gpus=max_gpus, tol=tol)

@@ -19,11 +19,19 @@ solves, each stage fixing the previous optimum up to the relative tolerance:
    since t = 0 adds nothing);
 2. maximise ``τ`` with ``r_i ≥ τ·T`` (``T = min_i s_i/λ_i``) → τ*;
 3. add ``τ ≥ τ*·(1 − tol)``, maximise goodput ``Σ x_i`` (divided by Σ s_i) → g*;
-4. add goodput ``≥ g*·(1 − tol)``, minimise GPUs.
+4. add goodput ``≥ g*·(1 − tol)``, minimise GPUs (the objective's stage 5;
+   its stage 4, dollars, is this one with one pool).
 
 CBC runs with zero relative gap and integrality tolerance 1e-9, and the
 objectives reported are recomputed in float64 from the integer replica
 counts.
+
+GPU pools: a grid with several pools is solved by the per-pool GPU-level
+formulation of :mod:`fleetsieve_bayes.allocation.milp_pools` (stage 4 there
+minimises dollars per hour). With one pool, dollars are proportional to GPUs
+(stage 4 is stage 5, "min GPUs" below), and a dollar cap only lowers the
+budget to ``floor(cap·(1 + tol)/price)`` GPUs
+(:func:`~fleetsieve_bayes.allocation.problem.effective_single_budget`).
 
 Exact reduction: a cell with TP ≥ and capacity ≤ another admissible cell of the
 same class is dominated (the other serves at least as much with at most as
@@ -41,6 +49,7 @@ from typing import NamedTuple
 import mip
 import numpy as np
 
+from fleetsieve_bayes.allocation.cells import canonical_cells, pareto_cells, pool_budgets
 from fleetsieve_bayes.allocation.objective import (
     DEFAULT_TOL,
     allocation_from_choice,
@@ -53,68 +62,10 @@ from fleetsieve_bayes.allocation.problem import (
     CellGrid,
     admissible,
     check_demand,
+    effective_single_budget,
 )
 
-__all__ = ["allocate_milp", "pareto_cells", "canonical_cells", "DEFAULT_TOL"]
-
-
-def pareto_cells(grid: CellGrid, values: np.ndarray, adm: np.ndarray, gpus: int) -> list[list[int]]:
-    """Per class, the admissible cells on the (TP ↑, capacity ↓) Pareto front.
-
-    Args:
-        values: ``(n_cells, 4)``; adm: bool ``(n_cells,)``.
-
-    Returns:
-        ``n_classes`` lists of cell indices, each with strictly increasing TP
-        and capacity (ties keep the lowest index); cells with TP > ``gpus``
-        are dropped.
-    """
-    out: list[list[int]] = []
-    cap = values[:, 0]
-    for i in range(grid.n_classes):
-        cells = [q for q in np.flatnonzero(adm & (grid.workload_idx == i)) if grid.tp[q] <= gpus]
-        cells.sort(key=lambda q: (int(grid.tp[q]), -float(cap[q]), int(q)))
-        front: list[int] = []
-        best = -np.inf
-        for q in cells:
-            if cap[q] > best:
-                front.append(int(q))
-                best = float(cap[q])
-        out.append(front)
-    return out
-
-
-def canonical_cells(
-    grid: CellGrid,
-    values: np.ndarray,
-    adm: np.ndarray,
-    demand: np.ndarray,
-    w: np.ndarray,
-    tol: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Lowest-index admissible cell per class within ``tol`` (relative) of the best served rate at ``w_i`` GPUs.
-
-    Args:
-        values: ``(n_cells, 4)``; adm: bool ``(n_cells,)``; demand, w: ``(n_classes,)``.
-
-    Returns:
-        ``cell (n_classes,)`` (-1 for none) and ``replicas (n_classes,)``, int64.
-    """
-    k = grid.n_classes
-    kq = grid.workload_idx
-    n_q = w[kq] // grid.tp
-    s_q = np.where(adm, np.minimum(demand[kq], n_q * values[:, 0]), -np.inf)
-    cell = np.full(k, -1, np.int64)
-    reps = np.zeros(k, np.int64)
-    for i in range(k):
-        mine = np.flatnonzero((kq == i) & adm & (n_q > 0))
-        if mine.size == 0:
-            continue
-        best = s_q[mine].max()
-        q = int(mine[s_q[mine] >= within(best, tol)][0])
-        cell[i] = q
-        reps[i] = int(w[i] // grid.tp[q])
-    return cell, reps
+__all__ = ["allocate_milp", "pareto_cells", "canonical_cells", "pool_budgets", "DEFAULT_TOL"]
 
 
 class _Scaled(NamedTuple):
@@ -243,7 +194,8 @@ def allocate_milp(
         tol: relative stage tolerance (:func:`~fleetsieve_bayes.allocation.objective.within`).
         time_limit: seconds per stage for CBC (None: no limit). A stage that
             hits it without a proven optimum raises ``RuntimeError``.
-        prune: restrict each class to its (TP, capacity) Pareto front (exact).
+        prune: restrict each class to its (TP, capacity) Pareto front (exact;
+            the pool formulation always works on GPU levels).
 
     Returns:
         An :class:`Allocation` (status ``"feasible"`` or ``"infeasible"``).
@@ -253,7 +205,11 @@ def allocate_milp(
     """
     check_demand(problem.demand)
     values = np.asarray(values, np.float64)
-    k, gpus = grid.n_classes, int(problem.gpus)
+    if grid.n_pools > 1:
+        from fleetsieve_bayes.allocation.milp_pools import allocate_pools_milp
+
+        return allocate_pools_milp(grid, values, problem, tol=tol, time_limit=time_limit)
+    k, gpus = grid.n_classes, effective_single_budget(problem, tol)
     lam = np.asarray(problem.demand, np.float64)
     adm = admissible(grid, values, problem)
     cap = values[:, 0]
@@ -267,13 +223,13 @@ def allocate_milp(
     lo = np.where(problem.critical, problem.floor, 0.0)
     inst = _scaled(grid, cap, lam, lo, per_class, gpus, tol)
     if np.any(inst.u_floor > 1.0):  # a critical floor above what the class can reach alone
-        return infeasible_allocation(k)
+        return infeasible_allocation(k, problem)
     t_scale = inst.t_scale if inst.t_scale > 0 else 1.0  # some class unservable: t* = 0
 
     m, n_vars, u, tau, _ = _stage_model(grid, inst, gpus, 0.0, None)
     m.objective = mip.maximize(tau)
     if not _optimize(m, "2 (max min-fulfillment)", time_limit):
-        return infeasible_allocation(k)
+        return infeasible_allocation(k, problem)
     tau_star = max(float(tau.x), _served(n_vars, cap, lam)[0] / t_scale) if inst.t_scale > 0 else 0.0
     m, n_vars, u, tau, _ = _stage_model(grid, inst, gpus, within(tau_star, tol), None)
     m.objective = mip.maximize(_goodput_expr(inst, u))

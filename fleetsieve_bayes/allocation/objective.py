@@ -9,7 +9,13 @@ Stages (:data:`STAGES`), each fixing the previous optimum up to the tolerance:
 1. every critical class reaches ``r_i ≥ δ_i`` (otherwise: infeasible);
 2. maximise ``min_i r_i`` (``r_i = x_i / λ_i``);
 3. maximise total goodput ``Σ x_i``;
-4. minimise GPUs used.
+4. minimise dollars per hour ``Σ_pools price_p·GPUs_p`` (a later stage keeps
+   ``cost ≤ c*·(1 + tol)``, :func:`~fleetsieve_bayes.allocation.problem.within_cap`);
+5. minimise GPUs used.
+
+With one pool (or unpriced pools) stage 4 is stage 5 (dollars are
+proportional to GPUs), so the allocators skip it: a single-type problem is
+solved exactly as before pools existed.
 
 Tolerance (:func:`within`): relative to the stage's own optimum, never to the
 demand — stage 2 keeps ``t ≥ t*·(1 − tol)``, stage 3 keeps
@@ -18,8 +24,8 @@ scaling every demand by any factor changes no comparison, and a demand of
 1e-6 or 1e9 req/s is solved like one of 10.
 
 The gap between the optimistic and the conservative allocation has one term
-per continuous stage plus a critical-feasibility term; stage 4 is a
-tie-breaker among equally good fleets and is deliberately not in the gap.
+per continuous stage plus a critical-feasibility term; stages 4 and 5 are
+tie-breakers among equally good fleets and are deliberately not in the gap.
 :func:`scalar_gap` weighs critical disagreement by :data:`CRITICAL_WEIGHT`
 (more than the two continuous terms, each in [0, 1], can add up to). The gap
 functions use array operators only, so NumPy callers and the JAX kernel share
@@ -32,7 +38,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import (
+    Allocation,
+    AllocationProblem,
+    CellGrid,
+    pool_prices,
+    priced,
+)
 
 __all__ = [
     "STAGES",
@@ -50,7 +62,13 @@ __all__ = [
     "objective_json",
 ]
 
-STAGES: tuple[str, ...] = ("critical floors", "max min fulfillment", "max goodput", "min GPUs")
+STAGES: tuple[str, ...] = (
+    "critical floors",
+    "max min fulfillment",
+    "max goodput",
+    "min dollars per hour",
+    "min GPUs",
+)
 # Relative stage tolerance shared by both allocators.
 DEFAULT_TOL = 1e-6
 # Weight of critical disagreement in the scalar gap: the two continuous terms
@@ -125,10 +143,16 @@ def objective_value(feasible: Any, min_fulfillment: Any, goodput: Any, total_dem
     return weigh(f, f * min_fulfillment, f * goodput / total_demand)
 
 
-def infeasible_allocation(n_classes: int) -> Allocation:
-    """The :class:`Allocation` of an instance whose critical floors cannot be met."""
+def infeasible_allocation(n_classes: int, problem: AllocationProblem | None = None) -> Allocation:
+    """The :class:`Allocation` of an instance whose critical floors cannot be met.
+
+    A priced ``problem`` reports 0 dollars per hour (like its 0 GPUs).
+    """
     k = n_classes
-    return Allocation("infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0)
+    usd = 0.0 if problem is not None and priced(problem) else None
+    return Allocation(
+        "infeasible", np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k), 0.0, 0.0, 0, usd
+    )
 
 
 def allocation_from_choice(
@@ -147,13 +171,17 @@ def allocation_from_choice(
         cell: grid index per class, -1 for none; replicas: per class.
     """
     if not feasible:
-        return infeasible_allocation(grid.n_classes)
+        return infeasible_allocation(grid.n_classes, problem)
     cell = np.asarray(cell, np.int64)
     replicas = np.where(cell >= 0, np.asarray(replicas, np.int64), 0)
     thr = np.where(cell >= 0, np.asarray(values, np.float64)[np.maximum(cell, 0), 0], 0.0)
     demand = np.asarray(problem.demand, np.float64)
     served = np.minimum(demand, replicas * thr)
-    gpus = int(np.sum(np.where(cell >= 0, replicas * grid.tp[np.maximum(cell, 0)], 0)))
+    per_class = np.where(cell >= 0, replicas * grid.tp[np.maximum(cell, 0)], 0)
+    gpus = int(np.sum(per_class))
+    pool = np.where(cell >= 0, grid.gpu_idx[np.maximum(cell, 0)] if grid.n_cells else 0, 0)
+    by_pool = np.bincount(pool, weights=per_class, minlength=grid.n_pools).astype(np.int64)
+    usd = float(np.dot(by_pool, pool_prices(problem, grid.n_pools))) if priced(problem) else None
     return Allocation(
         status="feasible",
         cell=np.where(replicas > 0, cell, -1),
@@ -162,11 +190,15 @@ def allocation_from_choice(
         min_fulfillment=float(np.min(served / demand)),
         goodput_rps=float(np.sum(served)),
         gpus_used=gpus,
+        usd_per_hour=usd,
+        pool_gpus_used=by_pool,
     )
 
 
 def objective_json(alloc: Allocation, *, with_feasible: bool = False, digits: int | None = None) -> dict[str, Any]:
     """``{min_fulfillment, goodput_rps, gpus_used}`` (``feasible`` first when asked).
+
+    A priced allocation adds ``usd_per_hour`` (dollars per hour of the fleet).
 
     ``digits``: floats rounded to this many *significant* digits (scale-free:
     a fulfillment of 1.1e-9 keeps its digits).
@@ -178,4 +210,6 @@ def objective_json(alloc: Allocation, *, with_feasible: bool = False, digits: in
         goodput_rps=num(alloc.goodput_rps),
         gpus_used=int(alloc.gpus_used),
     )
+    if alloc.usd_per_hour is not None:
+        out["usd_per_hour"] = num(alloc.usd_per_hour)
     return out

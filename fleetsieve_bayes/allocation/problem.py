@@ -7,6 +7,15 @@ values in :data:`~fleetsieve_bayes.table.METRICS` order, and an
 :class:`AllocationProblem` (classes, demands, floors, SLOs, GPU budget). They
 know nothing about Bayesian bounds: a conservative or optimistic table is just
 another values array.
+
+GPU pools: every cell runs on one GPU type (``CellGrid.gpu``, an index into
+``CellGrid.pools``); the budget is a count per pool
+(``AllocationProblem.pool_gpus``), optionally priced
+(``usd_per_gpu_hour``) and capped in dollars per hour
+(``usd_per_hour_max``). A grid that names no pool has one pool,
+:data:`DEFAULT_POOL`, holding every cell, and a problem without
+``pool_gpus`` has one pool of ``gpus``: every single-type caller means what
+it meant.
 """
 
 from __future__ import annotations
@@ -32,7 +41,16 @@ __all__ = [
     "ADMISSIBILITY_TOL",
     "DEMAND_RANGE",
     "check_demand",
+    "DEFAULT_POOL",
+    "pool_counts",
+    "pool_prices",
+    "priced",
+    "effective_single_budget",
+    "within_cap",
 ]
+
+# The name of the one pool of a grid built without pools (every cell on it).
+DEFAULT_POOL = ""
 
 # Demands (req/s) the allocators resolve: the stages are scale-free inside this
 # range (tested from 1e-6 to 1e9); beyond it float32 (JAX) fulfillment ratios
@@ -46,8 +64,13 @@ ADMISSIBILITY_TOL = 1e-9
 class CellGrid(NamedTuple):
     """The candidate cells of a campaign, in a fixed order.
 
-    Cells are sorted by workload (campaign order), then TP, then offered load.
-    Every array has shape ``(n_cells,)``.
+    Cells are sorted by workload (campaign order), then GPU pool (pool order),
+    then TP, then offered load. Every array has shape ``(n_cells,)``.
+
+    ``gpu`` is each cell's pool (an index into ``pools``, the GPU type names);
+    ``None`` (the default) puts every cell on the one pool
+    :data:`DEFAULT_POOL`. With one pool a cell's key is ``(workload, tp,
+    load)``; with several it is ``(workload, tp, load, gpu)``.
     """
 
     workloads: tuple[str, ...]  # class names, campaign order; (n_classes,)
@@ -56,10 +79,28 @@ class CellGrid(NamedTuple):
     load: tuple[str, ...]  # load labels (n_cells,)
     offered_rps: np.ndarray  # float64 (n_cells,): arrival rate of the load setting
     duration_s: np.ndarray  # float64 (n_cells,): expected measurement duration
+    gpu: np.ndarray | None = None  # int64 (n_cells,): pool of each cell; None: all on pool 0
+    pools: tuple[str, ...] = (DEFAULT_POOL,)  # GPU type of each pool; (n_pools,)
 
     @property
     def n_cells(self) -> int:
         return len(self.load)
+
+    @property
+    def n_pools(self) -> int:
+        return len(self.pools)
+
+    @property
+    def gpu_idx(self) -> np.ndarray:
+        """Pool index of every cell, int64 ``(n_cells,)`` (zeros for a grid without pools)."""
+        if self.gpu is None:
+            return np.zeros(self.n_cells, np.int64)
+        return np.asarray(self.gpu, np.int64)
+
+    @property
+    def named_pools(self) -> bool:
+        """Whether the grid names its GPU types (results then report each class's ``gpu``)."""
+        return self.pools != (DEFAULT_POOL,)
 
     @property
     def n_classes(self) -> int:
@@ -70,21 +111,45 @@ class CellGrid(NamedTuple):
         """Expected profiling cost of each cell, ``duration_s × tp``; shape ``(n_cells,)``."""
         return self.duration_s * self.tp
 
-    def key(self, i: int) -> tuple[str, int, str]:
-        """``(workload, tp, load)`` of cell ``i``."""
-        return (self.workloads[int(self.workload_idx[i])], int(self.tp[i]), self.load[i])
+    def cost_usd(self, usd_per_gpu_hour: np.ndarray) -> np.ndarray:
+        """Expected profiling cost of each cell in dollars, ``cost_gpu_s × price of its pool / 3600``.
 
-    def index(self) -> dict[tuple[str, int, str], int]:
-        """Map ``(workload, tp, load)`` → cell index."""
+        Args:
+            usd_per_gpu_hour: ``(n_pools,)``.
+
+        Returns:
+            ``(n_cells,)`` float64.
+        """
+        return self.cost_gpu_s * np.asarray(usd_per_gpu_hour, np.float64)[self.gpu_idx] / 3600.0
+
+    def key(self, i: int) -> tuple[Any, ...]:
+        """``(workload, tp, load)`` of cell ``i``; ``(workload, tp, load, gpu)`` with several pools."""
+        base = (self.workloads[int(self.workload_idx[i])], int(self.tp[i]), self.load[i])
+        return base if self.n_pools == 1 else (*base, self.gpu_name(i))
+
+    def gpu_name(self, i: int) -> str:
+        """The GPU type (pool name) of cell ``i``."""
+        return self.pools[0] if self.gpu is None else self.pools[int(self.gpu[i])]
+
+    def index(self) -> dict[tuple[Any, ...], int]:
+        """Map :meth:`key` → cell index."""
         return {self.key(i): i for i in range(self.n_cells)}
 
     def describe(self, i: int) -> str:
-        w, tp, load = self.key(i)
-        return f"{w} TP{tp}@{load}"
+        w, tp, load = self.key(i)[:3]
+        return f"{w} TP{tp}@{load}" + ("" if self.n_pools == 1 else f" on {self.gpu_name(i)}")
 
 
 class AllocationProblem(NamedTuple):
-    """Classes, budget and SLOs. Every array has shape ``(n_classes,)``."""
+    """Classes, budget and SLOs. Every class array has shape ``(n_classes,)``.
+
+    ``gpus`` caps the GPUs used over all pools. ``pool_gpus`` ``(n_pools,)``
+    are the GPUs available per pool (``None``: one pool of ``gpus``);
+    ``usd_per_gpu_hour`` ``(n_pools,)`` their prices (``None``: unpriced —
+    the dollar stage is then the GPU stage and no dollars are reported);
+    ``usd_per_hour_max`` caps the fleet's dollars per hour (``inf``: no cap;
+    a cap needs prices).
+    """
 
     demand: np.ndarray  # req/s, > 0
     critical: np.ndarray  # bool
@@ -93,6 +158,66 @@ class AllocationProblem(NamedTuple):
     ttft_max: np.ndarray  # +inf where the policy names no TTFT limit
     completion_max: np.ndarray  # +inf where the policy names no completion limit
     gpus: int
+    pool_gpus: np.ndarray | None = None  # int (n_pools,), available per pool
+    usd_per_gpu_hour: np.ndarray | None = None  # float (n_pools,), > 0
+    usd_per_hour_max: float = float("inf")
+
+
+def pool_counts(problem: AllocationProblem, n_pools: int = 1) -> np.ndarray:
+    """GPUs available per pool, int64 ``(n_pools,)``, each capped at ``problem.gpus``.
+
+    Raises:
+        ValueError: ``pool_gpus`` does not have ``n_pools`` entries.
+    """
+    if problem.pool_gpus is None:
+        if n_pools != 1:
+            raise ValueError(f"the grid has {n_pools} GPU pools but the problem gives no pool_gpus")
+        return np.array([int(problem.gpus)], np.int64)
+    counts = np.asarray(problem.pool_gpus, np.int64).reshape(-1)
+    if counts.shape[0] != n_pools:
+        raise ValueError(f"the grid has {n_pools} GPU pools but pool_gpus has {counts.shape[0]} entries")
+    return np.minimum(counts, int(problem.gpus))
+
+
+def priced(problem: AllocationProblem) -> bool:
+    """Whether the problem prices its pools (dollars are then a stage and are reported)."""
+    return problem.usd_per_gpu_hour is not None
+
+
+def pool_prices(problem: AllocationProblem, n_pools: int = 1) -> np.ndarray:
+    """Dollars per GPU-hour of each pool, float64 ``(n_pools,)``; ones when unpriced.
+
+    Raises:
+        ValueError: prices of the wrong length or not > 0, or a cap without prices.
+    """
+    if problem.usd_per_gpu_hour is None:
+        if np.isfinite(problem.usd_per_hour_max):
+            raise ValueError("usd_per_hour_max needs usd_per_gpu_hour")
+        return np.ones(n_pools)
+    p = np.asarray(problem.usd_per_gpu_hour, np.float64).reshape(-1)
+    if p.shape[0] != n_pools or not np.all(p > 0) or not np.all(np.isfinite(p)):
+        raise ValueError(f"usd_per_gpu_hour must be {n_pools} finite prices > 0, got {p.tolist()}")
+    return p
+
+
+def within_cap(cap: float, tol: float) -> float:
+    """The most dollars per hour a fleet may cost under a cap ``cap``: ``cap·(1 + tol)``.
+
+    The same relative tolerance as the stages (a fleet costing exactly the cap,
+    up to float rounding, is within it); also the rule of the min-dollars stage
+    (a later stage keeps ``cost ≤ c*·(1 + tol)``).
+    """
+    return cap * (1.0 + tol)
+
+
+def effective_single_budget(problem: AllocationProblem, tol: float) -> int:
+    """The GPU budget of a one-pool problem: ``gpus``, its pool's count and the dollar cap in GPUs."""
+    g = int(pool_counts(problem, 1)[0])
+    cap = float(problem.usd_per_hour_max)
+    if np.isfinite(cap):
+        price = float(pool_prices(problem, 1)[0])
+        g = min(g, int(np.floor(within_cap(cap, tol) / price)))
+    return max(g, 0)
 
 
 class Allocation(NamedTuple):
@@ -111,6 +236,10 @@ class Allocation(NamedTuple):
     min_fulfillment: float
     goodput_rps: float
     gpus_used: int
+    # Dollars per hour of the fleet; None for an unpriced problem (or when infeasible).
+    usd_per_hour: float | None = None
+    # GPUs used per pool, int64 (n_pools,); None when infeasible.
+    pool_gpus_used: np.ndarray | None = None
 
     @property
     def feasible(self) -> bool:
@@ -121,22 +250,79 @@ class Allocation(NamedTuple):
         return [int(c) for c, n in zip(self.cell, self.replicas, strict=True) if c >= 0 and n > 0]
 
 
-def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str = "table") -> CellGrid:
-    """Candidate cells = every cell of ``df`` whose workload is one of ``workloads``
-    (a cell with repeated windows once, by its replicate-0 row).
+def _row_pools(df: pd.DataFrame, pools: tuple[str, ...], source: str) -> np.ndarray:
+    """Pool index of every row of ``df`` (by its ``gpu`` column), int64 ``(n_rows,)``.
+
+    A row without a GPU (no column, or an empty value) is on the only pool.
+    GPU names compare case-insensitively.
 
     Raises:
-        InputError: a campaign workload has no row in the table, or one load
-            label has different offered rates at different TPs.
+        InputError: a row names a GPU in no pool, or names none while there are several pools.
     """
-    df = first_windows(df)
+    n = len(df)
+    if "gpu" not in df.columns:
+        if len(pools) == 1:
+            return np.zeros(n, np.int64)
+        raise InputError(
+            f"{source}: no 'gpu' column, but the campaign has {len(pools)} GPU pools "
+            f"({', '.join(pools)}): every row must name the GPU it ran on"
+        )
+    lookup = {p.lower(): j for j, p in enumerate(pools)}
+    out = np.empty(n, np.int64)
+    for r, (w, tp, load, g) in enumerate(zip(df["workload"], df["tp"], df["load"], df["gpu"], strict=True)):
+        name = "" if g is None or (isinstance(g, float) and np.isnan(g)) else str(g).strip()
+        if not name:
+            if len(pools) != 1:
+                raise InputError(
+                    f"{source}: cell {w} TP{int(tp)}@{load}: column 'gpu' is empty, but the campaign "
+                    f"has {len(pools)} GPU pools ({', '.join(pools)})"
+                )
+            out[r] = 0
+        elif pools == (DEFAULT_POOL,):
+            out[r] = 0  # a campaign without pools: the table's one GPU type is the campaign's
+        elif name.lower() in lookup:
+            out[r] = lookup[name.lower()]
+        else:
+            raise InputError(
+                f"{source}: cell {w} TP{int(tp)}@{load}: column 'gpu' {name!r} is in no "
+                f"[[fleet.pools]] entry (pools: {', '.join(pools)})"
+            )
+    if pools == (DEFAULT_POOL,):
+        named = sorted({str(g).strip() for g in df["gpu"] if str(g).strip() and str(g) != "nan"})
+        if len(named) > 1:
+            raise InputError(
+                f"{source}: column 'gpu' holds {len(named)} GPU types ({', '.join(named)}); a campaign "
+                f"with several types declares them as [[fleet.pools]]"
+            )
+    return out
+
+
+def grid_from_table(
+    df: pd.DataFrame,
+    workloads: tuple[str, ...],
+    *,
+    source: str = "table",
+    pools: tuple[str, ...] | None = None,
+) -> CellGrid:
+    """Candidate cells = every row of ``df`` whose workload is one of ``workloads``.
+
+    ``pools``: the campaign's GPU types, in pool order (``None``: one unnamed
+    pool; the table's ``gpu`` column, if any, may then hold one type only).
+
+    Raises:
+        InputError: a campaign workload has no row in the table, a row's GPU
+            is in no pool (:func:`_row_pools`).
+    """
+    pools = (DEFAULT_POOL,) if pools is None else tuple(pools)
+    df = first_windows(df)  # a cell with repeated windows once, by its replicate-0 row
     rows = df[df["workload"].isin(workloads)]
     for w in workloads:
         if not (rows["workload"] == w).any():
             raise InputError(f"{source}: no rows for workload {w!r} named in the campaign")
     order = {w: i for i, w in enumerate(workloads)}
     widx = rows["workload"].map(order).to_numpy(np.int64)
-    rows = rows.assign(_w=widx).sort_values(["_w", "tp", "offered_rps", "load"], kind="stable")
+    gidx = _row_pools(rows, pools, source)
+    rows = rows.assign(_w=widx, _g=gidx).sort_values(["_w", "_g", "tp", "offered_rps", "load"], kind="stable")
     return CellGrid(
         workloads=tuple(workloads),
         workload_idx=rows["_w"].to_numpy(np.int64),
@@ -144,20 +330,30 @@ def grid_from_table(df: pd.DataFrame, workloads: tuple[str, ...], *, source: str
         load=tuple(str(x) for x in rows["load"]),
         offered_rps=rows["offered_rps"].to_numpy(np.float64),
         duration_s=rows["duration_s"].to_numpy(np.float64),
+        gpu=None if pools == (DEFAULT_POOL,) else rows["_g"].to_numpy(np.int64),
+        pools=pools,
     )
 
 
 def values_from_table(grid: CellGrid, df: pd.DataFrame, *, source: str = "table") -> np.ndarray:
-    """The ``(n_cells, 4)`` METRICS array of ``grid``'s cells, looked up in ``df``
-    (a cell's replicate-0 row where it has several windows).
+    """The ``(n_cells, 4)`` METRICS array of ``grid``'s cells, looked up in ``df``.
+
+    Rows are matched by :meth:`CellGrid.key` (with the GPU when the grid has
+    several pools).
 
     Raises:
         InputError: a cell of the grid has no row in ``df``.
     """
-    df = first_windows(df)
+    df = first_windows(df)  # a cell with repeated windows: its replicate-0 row
+    cols = [df["workload"], df["tp"], df["load"]]
+    if grid.n_pools > 1:
+        rows = df[df["workload"].isin(grid.workloads)]
+        g = np.full(len(df), -1, np.int64)
+        g[np.flatnonzero(df["workload"].isin(grid.workloads).to_numpy())] = _row_pools(rows, grid.pools, source)
+        cols.append([grid.pools[j] if j >= 0 else None for j in g])
     lookup = {
-        (w, int(tp), str(load)): i
-        for i, (w, tp, load) in enumerate(zip(df["workload"], df["tp"], df["load"], strict=True))
+        (w, int(tp), str(load), *rest): i
+        for i, (w, tp, load, *rest) in enumerate(zip(*cols, strict=True))
     }
     metric_cols = df[list(METRICS)].to_numpy(np.float64)
     out = np.empty((grid.n_cells, len(METRICS)), dtype=np.float64)
@@ -229,6 +425,7 @@ def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | No
     """The ``allocation`` object of result.json (docs/contracts.md): ``{workload: {tp, load, replicas}}``, or None if infeasible.
 
     A class that gets no replica appears as ``{"tp": null, "load": null, "replicas": 0}``.
+    A grid that names its GPU pools adds each class's ``gpu`` (null for none).
     """
     if not alloc.feasible:
         return None
@@ -237,6 +434,10 @@ def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | No
         c = int(alloc.cell[i])
         if c < 0 or int(alloc.replicas[i]) == 0:
             out[name] = {"tp": None, "load": None, "replicas": 0}
+            if grid.named_pools:
+                out[name]["gpu"] = None
         else:
             out[name] = {"tp": int(grid.tp[c]), "load": grid.load[c], "replicas": int(alloc.replicas[i])}
+            if grid.named_pools:
+                out[name]["gpu"] = grid.gpu_name(c)
     return out

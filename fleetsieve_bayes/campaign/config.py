@@ -34,7 +34,9 @@ __all__ = [
     "Workload",
     "Measurement",
     "ProfilingPool",
+    "FleetPool",
     "Campaign",
+    "parse_pools",
     "load_campaign",
     "parse_campaign",
 ]
@@ -122,6 +124,24 @@ class ProfilingPool:
 
 
 @dataclass(frozen=True)
+class FleetPool:
+    """One ``[[fleet.pools]]`` entry: GPUs of one type available to the fleet, and their price.
+
+    ``gpu`` is the type's name in the GPU spec table (``fleetsieve_bayes/data/priors/hardware/gpus.toml``,
+    or the file ``spec`` when the campaign gave a path); measurement rows name
+    it in their ``gpu`` column. ``nodes``/``gpus_per_node`` say where the pool's
+    GPUs are (for a backend that places servers; the allocator uses ``count``).
+    """
+
+    gpu: str
+    count: int
+    usd_per_gpu_hour: float
+    nodes: tuple[str, ...] = ()
+    gpus_per_node: int | None = None
+    spec: str | None = None
+
+
+@dataclass(frozen=True)
 class Campaign:
     """A validated campaign file."""
 
@@ -163,6 +183,14 @@ class Campaign:
         if all(q == POINT for q in levels):
             return POINT
         return tuple(float(q) for q in levels)
+    # [[fleet.pools]] (empty: one unnamed pool of `gpus`) and [fleet] usd_per_hour_max.
+    pools: tuple[FleetPool, ...] = ()
+    usd_per_hour_max: float | None = None
+
+    @property
+    def pool_names(self) -> tuple[str, ...] | None:
+        """The GPU type of each pool, in order; ``None`` for a campaign without ``[[fleet.pools]]``."""
+        return tuple(p.gpu for p in self.pools) if self.pools else None
 
     @property
     def settings(self) -> DecisionSettings:
@@ -196,7 +224,19 @@ class Campaign:
                 [inf if w.slo.completion_p99_s is None else w.slo.completion_p99_s for w in ws]
             ),
             gpus=int(self.gpus),
+            **self._pool_fields(),
         )
+
+    def _pool_fields(self) -> dict[str, Any]:
+        """``[[fleet.pools]]`` as :class:`AllocationProblem` fields (none without pools: one pool of ``gpus``)."""
+        if not self.pools:
+            return {}
+        cap = self.usd_per_hour_max
+        return {
+            "pool_gpus": np.array([p.count for p in self.pools], np.int64),
+            "usd_per_gpu_hour": np.array([p.usd_per_gpu_hour for p in self.pools], np.float64),
+            "usd_per_hour_max": float("inf") if cap is None else float(cap),
+        }
 
     @property
     def workload_names(self) -> tuple[str, ...]:
@@ -214,7 +254,8 @@ class Campaign:
 
 # Allowed keys per section, so a typo is an error instead of a silent default.
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
-_FLEET_KEYS = {"gpus"}
+_FLEET_KEYS = {"gpus", "pools", "usd_per_hour_max"}
+_FLEET_POOL_KEYS = {"gpu", "count", "usd_per_gpu_hour", "nodes", "gpus_per_node"}
 _MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin", "success_margin", "knee_guard"}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
@@ -253,9 +294,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     fleet = ctx.table("[fleet]", _section(ctx, raw, "fleet"))
     ctx.check_keys("[fleet]", fleet, _FLEET_KEYS)
-    if "gpus" not in fleet:
-        raise ctx.fail("[fleet] gpus", "missing")
-    gpus = ctx.integer("[fleet] gpus", fleet["gpus"], lo=1)
+    gpus, fleet_pools, usd_per_hour_max = parse_pools(ctx, fleet)
 
     model = ctx.table("[model]", _section(ctx, raw, "model"))
     ctx.check_keys("[model]", model, _MODEL_KEYS)
@@ -330,8 +369,101 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         raw=raw,
         slo_attainment=slo_attainment,
         max_windows_per_cell=max_windows,
+        pools=fleet_pools,
+        usd_per_hour_max=usd_per_hour_max,
     )
     return campaign
+
+
+def parse_pools(ctx: Validator, fleet: dict[str, Any]) -> tuple[int, tuple[FleetPool, ...], float | None]:
+    """``[fleet]``: the GPU budget, its ``[[fleet.pools]]`` and the dollar cap.
+
+    Without pools, ``gpus`` is required (one unnamed pool). With pools,
+    ``gpus`` is optional: the total the fleet may use, at most the pools'
+    sum (default: that sum). ``usd_per_hour_max`` needs priced pools.
+
+    Returns:
+        ``(gpus, pools, usd_per_hour_max)``.
+    """
+    cap = (
+        ctx.number("[fleet] usd_per_hour_max", fleet["usd_per_hour_max"], lo=0.0, lo_open=True)
+        if "usd_per_hour_max" in fleet
+        else None
+    )
+    if "pools" not in fleet:
+        if "gpus" not in fleet:
+            raise ctx.fail("[fleet] gpus", "missing")
+        if cap is not None:
+            raise ctx.fail(
+                "[fleet] usd_per_hour_max", "needs [[fleet.pools]] entries with usd_per_gpu_hour"
+            )
+        return ctx.integer("[fleet] gpus", fleet["gpus"], lo=1), (), None
+    raw_pools = fleet["pools"]
+    if not isinstance(raw_pools, list) or not raw_pools:
+        raise ctx.fail("[[fleet.pools]]", "expected a non-empty array of tables")
+    pools: list[FleetPool] = []
+    for j, item in enumerate(raw_pools):
+        where = f"[[fleet.pools]] #{j + 1}"
+        item = ctx.table(where, item)
+        ctx.check_keys(where, item, _FLEET_POOL_KEYS)
+        for key in ("gpu", "count", "usd_per_gpu_hour"):
+            if key not in item:
+                raise ctx.fail(f"{where} {key}", "missing")
+        gpu, spec = _pool_gpu(ctx, f"{where} gpu", ctx.string(f"{where} gpu", item["gpu"]))
+        if any(p.gpu == gpu for p in pools):
+            raise ctx.fail(f"{where} gpu", f"{gpu!r} is already pool #{[p.gpu for p in pools].index(gpu) + 1}")
+        count = ctx.integer(f"{where} count", item["count"], lo=1)
+        price = ctx.number(f"{where} usd_per_gpu_hour", item["usd_per_gpu_hour"], lo=0.0, lo_open=True)
+        nodes: tuple[str, ...] = ()
+        if "nodes" in item:
+            if not isinstance(item["nodes"], list) or not item["nodes"]:
+                raise ctx.fail(f"{where} nodes", f"expected a non-empty list of node names, got {item['nodes']!r}")
+            nodes = tuple(ctx.string(f"{where} nodes[{n}]", v) for n, v in enumerate(item["nodes"]))
+            if len(set(nodes)) != len(nodes):
+                raise ctx.fail(f"{where} nodes", "a node is listed twice")
+        per_node = (
+            ctx.integer(f"{where} gpus_per_node", item["gpus_per_node"], lo=1) if "gpus_per_node" in item else None
+        )
+        if nodes and per_node is not None and count > len(nodes) * per_node:
+            raise ctx.fail(
+                f"{where} count",
+                f"{count} GPUs do not fit {len(nodes)} node(s) × {per_node} GPUs per node",
+            )
+        pools.append(FleetPool(gpu, count, price, nodes, per_node, spec))
+    available = sum(p.count for p in pools)
+    gpus = available
+    if "gpus" in fleet:
+        gpus = ctx.integer("[fleet] gpus", fleet["gpus"], lo=1)
+        if gpus > available:
+            raise ctx.fail("[fleet] gpus", f"{gpus} is more than the pools hold ({available})")
+    return gpus, tuple(pools), cap
+
+
+def _pool_gpu(ctx: Validator, where: str, value: str) -> tuple[str, str | None]:
+    """A pool's GPU type: a name of the shipped spec table, or a path to a table of one GPU.
+
+    Returns:
+        ``(name, spec path or None)``.
+    """
+    from fleetsieve_bayes.model.derive import gpu_spec, load_gpus
+
+    if value.endswith(".toml") or "/" in value:
+        p = (ctx.path.resolve().parent / value).resolve()
+        if not p.is_file():
+            raise ctx.fail(where, f"GPU spec file not found: {p}")
+        try:
+            table = load_gpus(p)
+        except InputError as exc:
+            raise ctx.fail(where, str(exc)) from None
+        if len(table) != 1:
+            raise ctx.fail(where, f"{p} holds {len(table)} GPUs; a pool's spec file holds exactly one")
+        return next(iter(table)), str(p)
+    if value.lower() in load_gpus():
+        return value.lower(), None
+    try:
+        return gpu_spec(value).name, None
+    except InputError as exc:  # unknown: its did-you-mean and the known names
+        raise ctx.fail(where, f"{exc} (or a path to a GPU table)") from None
 
 
 def refuse_todo(ctx: Validator, raw: dict[str, Any]) -> None:

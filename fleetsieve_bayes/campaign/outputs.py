@@ -119,8 +119,10 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
     objective = None
     if final.final is not None and final.final.feasible:
         objective = {k: final.final.objective[k] for k in ("min_fulfillment", "goodput_rps", "gpus_used")}
+        if "usd_per_hour" in final.final.objective:  # a priced campaign ([[fleet.pools]])
+            objective["usd_per_hour"] = final.final.objective["usd_per_hour"]
     header = journal.header
-    return {
+    result = {
         "status": final.outcome,
         "gpu_seconds": float(sum(r.gpu_seconds for r in meas)),
         "profiling_wall_s": profiling_wall_s(journal.records),
@@ -157,6 +159,13 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "production": _production_json(setup, grid, journal, alloc),
         **_attainment_json(setup.campaign, final.joint),
     }
+    pools = getattr(setup.campaign, "pools", ())
+    if pools:  # profiling cost in dollars: each cell's GPU-seconds at its pool's price
+        price = {p.gpu.lower(): p.usd_per_gpu_hour for p in pools}
+        result["profiling_usd"] = float(
+            sum(r.gpu_seconds * price[str(r.row.get("gpu") or pools[0].gpu).lower()] / 3600.0 for r in meas)
+        )
+    return result
 
 
 def _attainment_json(campaign: Any, joint: dict[str, Any] | None) -> dict[str, Any]:

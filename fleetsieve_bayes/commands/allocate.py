@@ -2,7 +2,8 @@
 
 Solves the exact lexicographic allocation on a fully known table (by default
 the campaign's replay table). With one demand scale, ``--json`` prints
-``{status, allocation, objective: {min_fulfillment, goodput_rps, gpus_used}}``;
+``{status, allocation, objective: {min_fulfillment, goodput_rps, gpus_used}}``
+(with ``[[fleet.pools]]``: each class's ``gpu`` and the fleet's ``usd_per_hour``);
 with several, a list of those objects, each with its ``demand_scale``.
 """
 
@@ -104,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.campaign)
     path = _table_path(campaign, args.table)
     df = read_table(path)
-    grid = grid_from_table(df, campaign.workload_names, source=str(path))
+    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=campaign.pool_names)
     values = values_from_table(grid, df, source=str(path))
     results = []
     for s in scales:
@@ -125,12 +126,16 @@ def _print_table(campaign: Campaign, results: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{campaign.name}: {campaign.gpus} GPUs")
+    budget = " + ".join(f"{p.count} {p.gpu}" for p in campaign.pools) or str(campaign.gpus)
+    table = Table(title=f"{campaign.name}: {budget} GPUs")
     table.add_column("demand ×", justify="right")
     table.add_column("status")
     table.add_column("min fulfil.", justify="right")
     table.add_column("goodput req/s", justify="right")
     table.add_column("GPUs", justify="right")
+    priced = any("usd_per_hour" in r["objective"] for r in results)
+    if priced:
+        table.add_column("$/h", justify="right")
     for name in campaign.workload_names:
         table.add_column(name, no_wrap=True)
     for r in results:
@@ -138,8 +143,9 @@ def _print_table(campaign: Campaign, results: list[dict[str, Any]]) -> None:
         cells = []
         for name in campaign.workload_names:
             a = (r["allocation"] or {}).get(name)
+            on = f" {a['gpu']}" if a and a.get("gpu") else ""
             cells.append(
-                "—" if not a or not a["replicas"] else f"TP{a['tp']}@{a['load']} ×{a['replicas']}"
+                "—" if not a or not a["replicas"] else f"TP{a['tp']}@{a['load']} ×{a['replicas']}{on}"
             )
         table.add_row(
             f"{r['demand_scale']:g}",
@@ -147,6 +153,7 @@ def _print_table(campaign: Campaign, results: list[dict[str, Any]]) -> None:
             f"{obj['min_fulfillment']:.3f}",
             f"{obj['goodput_rps']:.2f}",
             str(obj["gpus_used"]),
+            *([f"{obj['usd_per_hour']:.2f}"] if priced else []),
             *cells,
         )
     Console().print(table)

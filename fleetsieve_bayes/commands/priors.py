@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from fleetsieve_bayes.errors import InputError
 
@@ -53,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     arch.add_argument("--tied-embeddings", action="store_true")
     arch.add_argument("--name", help="family name of the card (default: architecture-dtype-gpu)")
     d.add_argument("--gpu", required=True, help="GPU type (h100-sxm-80gb, h200-141gb, a100-80gb, l40s-48gb)")
+    d.add_argument(
+        "--also-gpus",
+        default=None,
+        help="other GPU types (comma-separated): the card's [gpu_axis] gets their roofline ratios to --gpu",
+    )
     d.add_argument("--dtype", required=True, choices=("bf16", "fp8"), help="weight dtype")
     d.add_argument("--kv-dtype", default="bf16", choices=("bf16", "fp16", "fp8"), help="KV cache dtype (default bf16)")
     d.add_argument("--tp", default="1,2,4,8", help="TP degrees of the grid (default 1,2,4,8)")
@@ -131,7 +137,8 @@ def _command_line(args: argparse.Namespace, source: str) -> str:
                 parts.append(f"--{flag.replace('_', '-')} {v:g}")
         if args.tied_embeddings:
             parts.append("--tied-embeddings")
-    parts += [f"--gpu {args.gpu}", f"--dtype {args.dtype}", f"--kv-dtype {args.kv_dtype}", f"--tp {args.tp}",
+    parts += [f"--gpu {args.gpu}"] + ([f"--also-gpus {args.also_gpus}"] if args.also_gpus else [])
+    parts += [f"--dtype {args.dtype}", f"--kv-dtype {args.kv_dtype}", f"--tp {args.tp}",
               f"--prompt-tokens {args.prompt_tokens:g}", f"--output-tokens {args.output_tokens:g}"]
     if args.gpu_memory_utilization != 0.9:
         parts.append(f"--gpu-memory-utilization {args.gpu_memory_utilization:g}")
@@ -141,6 +148,39 @@ def _command_line(args: argparse.Namespace, source: str) -> str:
         parts.append(f"--name {args.name}")
     parts.append(f"--out {args.out}")
     return "# " + " ".join(parts) + "\n"
+
+
+def _with_gpu_axis(d: Any, args: argparse.Namespace, arch: Any, gpu: Any) -> Any:
+    """The derivation with a ``[gpu_axis]`` section for ``--also-gpus`` (model/gpu_axis.py)."""
+    from fleetsieve_bayes.model.derive import Workload, gpu_spec
+    from fleetsieve_bayes.model.gpu_axis import card_section, gpu_axis
+
+    names = [n.strip() for n in args.also_gpus.split(",") if n.strip()]
+    if not names:
+        raise InputError(f"--also-gpus: expected GPU names, got {args.also_gpus!r}")
+    others = [gpu_spec(n) for n in names]
+    if any(o.name == gpu.name for o in others) or len({o.name for o in others}) != len(others):
+        raise InputError(f"--also-gpus: {args.also_gpus!r} repeats a GPU (or --gpu {gpu.name})")
+    axis = gpu_axis(
+        arch,
+        [gpu, *others],
+        gpu.name,
+        dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
+        workload=Workload(args.prompt_tokens, args.output_tokens),
+        tps=_tp_list(args.tp, "--tp"),
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        min_concurrency=args.min_concurrency,
+    )
+    sections = {**d.sections, "gpu_axis": card_section(axis)}
+    comments = {
+        **d.comments,
+        "gpu_axis": (
+            f"log ratios of each GPU's roofline (per-GPU capacity, p99 TTFT, p99 completion) to {gpu.name}'s, "
+            "per TP (-inf/inf: the model does not fit that GPU, or the reference, at that TP)"
+        ),
+    }
+    return d._replace(sections=sections, comments=comments)
 
 
 def run_derive(args: argparse.Namespace) -> int:
@@ -192,6 +232,8 @@ def run_derive(args: argparse.Namespace) -> int:
         name=args.name,
         source=source,
     )
+    if args.also_gpus:
+        d = _with_gpu_axis(d, args, arch, gpu)
     out = Path(args.out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -89,6 +89,14 @@ Fields (section.key — meaning):
 ``[derivation]`` — the inputs of a card written by ``priors derive`` (model
   architecture, GPU, dtypes, mean tokens, TPs; see
   :mod:`fleetsieve_bayes.model.derive`). Provenance only: the model ignores it.
+``[gpu_axis]`` — roofline ratios of other GPU types to the card's
+  (``priors derive --also-gpus``, :mod:`fleetsieve_bayes.model.gpu_axis`):
+  ``reference`` (the card's GPU), ``gpus`` (every GPU, the reference
+  among them), ``tp`` (strictly increasing), and per GPU a row per TP of ``log_capacity`` (per-GPU
+  capacity, ``-inf`` where the model does not fit), ``log_ttft`` and
+  ``log_completion`` (``inf`` there). Read by
+  :func:`fleetsieve_bayes.model.gpu_axis.axis_from_card`; the joint model
+  does not use it.
 """
 
 from __future__ import annotations
@@ -199,7 +207,15 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "derivation.tp": None,
     "derivation.gpu_memory_utilization": None,
     "derivation.min_concurrency": None,
+    "gpu_axis.reference": None,
+    "gpu_axis.gpus": None,
+    "gpu_axis.tp": None,
+    "gpu_axis.log_capacity": None,
+    "gpu_axis.log_ttft": None,
+    "gpu_axis.log_completion": None,
 }
+# [gpu_axis] keys: all or none; the three ratio matrices are (len(gpus), len(tp)).
+_GPU_AXIS_MATRICES = ("gpu_axis.log_capacity", "gpu_axis.log_ttft", "gpu_axis.log_completion")
 _STRINGS = {
     "card.family",
     "card.description",
@@ -209,6 +225,7 @@ _STRINGS = {
     "derivation.gpu",
     "derivation.dtype",
     "derivation.kv_dtype",
+    "gpu_axis.reference",
 }
 # Lists of TP degrees (positive integers), stored as sorted tuples.
 _TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
@@ -323,6 +340,12 @@ class PriorCard:
     derivation_tp: tuple[int, ...] | None
     derivation_gpu_memory_utilization: float | None
     derivation_min_concurrency: float | None
+    gpu_axis_reference: str | None
+    gpu_axis_gpus: tuple[str, ...] | None
+    gpu_axis_tp: tuple[int, ...] | None
+    gpu_axis_log_capacity: tuple[tuple[float, ...], ...] | None
+    gpu_axis_log_ttft: tuple[tuple[float, ...], ...] | None
+    gpu_axis_log_completion: tuple[tuple[float, ...], ...] | None
 
     def tp_feasible(self, tp: int) -> bool | None:
         """Whether TP ``tp`` can hold the model: True/False when the card's
@@ -336,12 +359,12 @@ class PriorCard:
 
 def card_fields(card: PriorCard) -> list[tuple[str, Any]]:
     """``[("section.key", value), ...]`` in card order (for ``priors show``)."""
+    key_of = {k.replace(".", "_", 1): k for k in DEFAULTS}  # a section may hold "_" (gpu_axis)
     out = []
     for f in fields(card):
         if f.name in ("name", "path"):
             continue
-        section, key = f.name.split("_", 1)
-        out.append((f"{section}.{key}", getattr(card, f.name)))
+        out.append((key_of[f.name], getattr(card, f.name)))
     return out
 
 
@@ -433,13 +456,54 @@ def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
     if checked is not None and infeasible is not None and not set(infeasible) <= set(checked):
         extra = sorted(set(infeasible) - set(checked))
         raise InputError(f"{path}: 'feasibility.infeasible_tp' lists TP {extra} not in 'feasibility.checked_tp'")
+    _check_gpu_axis(path, values)
     if not values["card.family"]:
         values["card.family"] = path.stem
     kwargs = {k.replace(".", "_", 1): v for k, v in values.items()}
     return PriorCard(name=path.stem, path=str(path), **kwargs)
 
 
+def _check_gpu_axis(path: Path, values: dict[str, Any]) -> None:
+    """``[gpu_axis]``: all keys or none, matrices of one row per GPU and one column per TP."""
+    keys = [k for k in DEFAULTS if k.startswith("gpu_axis.")]
+    given = [k for k in keys if values[k] is not None]
+    if not given:
+        return
+    if len(given) != len(keys):
+        missing = ", ".join(repr(k) for k in keys if values[k] is None)
+        raise InputError(f"{path}: [gpu_axis] is missing {missing}")
+    if values["gpu_axis.reference"] not in values["gpu_axis.gpus"]:
+        raise InputError(f"{path}: 'gpu_axis.reference' {values['gpu_axis.reference']!r} is not in 'gpu_axis.gpus'")
+    n_g, n_t = len(values["gpu_axis.gpus"]), len(values["gpu_axis.tp"])
+    for k in _GPU_AXIS_MATRICES:
+        m = values[k]
+        if len(m) != n_g or any(len(row) != n_t for row in m):
+            raise InputError(f"{path}: {k!r} must have {n_g} rows (gpu_axis.gpus) of {n_t} values (gpu_axis.tp)")
+
+
 def _check(path: Path, key: str, value: Any) -> Any:
+    if key == "gpu_axis.tp":
+        if (
+            not isinstance(value, list)
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in value)
+            or any(b <= a for a, b in zip(value, value[1:], strict=False))
+            or not value
+        ):
+            raise InputError(f"{path}: {key!r} must be a strictly increasing list of TP degrees, got {value!r}")
+        return tuple(value)
+    if key == "gpu_axis.gpus":
+        if not isinstance(value, list) or not value or not all(isinstance(g, str) and g for g in value):
+            raise InputError(f"{path}: {key!r} must be a non-empty list of GPU names, got {value!r}")
+        return tuple(value)
+    if key in _GPU_AXIS_MATRICES:
+        ok = isinstance(value, list) and all(
+            isinstance(row, list)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) for x in row)
+            for row in value
+        )
+        if not ok:
+            raise InputError(f"{path}: {key!r} must be a list of rows of numbers (inf allowed), got {value!r}")
+        return tuple(tuple(float(x) for x in row) for row in value)
     if key in _TP_LISTS:
         if not isinstance(value, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in value
