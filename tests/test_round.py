@@ -127,7 +127,7 @@ def test_step_and_record_are_the_one_at_a_time_campaign(tmp_path: Path) -> None:
         if out.chosen is not None:
             state = fsb.measure(state, out.chosen)
     assert json.loads((tmp_path / "out" / "result.json").read_text()) == reference.to_json()
-    cells = [r.cell.to_json() for r in state.records]
+    cells = [{**r.cell.to_json(), "replicate": r.replicate} for r in state.records]
     assert cells == reference.result["measured"]
     assert state.status == reference.status
     assert state.gpu_seconds == reference.gpu_seconds
