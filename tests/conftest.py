@@ -15,6 +15,16 @@ def repo() -> Path:
     return REPO
 
 
+# Compiled programs persist across tests and test runs, as they do across
+# `fleetsieve-bayes run` invocations (fleetsieve_bayes.jax_cache): a campaign's
+# sampler, allocator and acquisition kernel compile once, whether a test runs
+# them in this process or in a `run` subprocess, instead of once per test.
+# FLEETSIEVE_JAX_CACHE picks the folder (or "off"), as for the command line.
+from fleetsieve_bayes.jax_cache import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()
+
+
 # CI runs must be reproducible: hypothesis explores a fixed set of examples
 # there (CI=true), and random ones on developers' machines.
 from hypothesis import settings  # noqa: E402

@@ -1,12 +1,13 @@
 """Resume from any journal state, in a fresh process, to the uninterrupted run's decisions.
 
 A tiny campaign is run by real ``fleetsieve-bayes run`` processes that are
-SIGKILL-ed right after each journal append (``python -m
+SIGKILL-ed right after journal appends (``python -m
 fleetsieve_bayes.testing.faults --kill-after-append N -- run ...``: the process
 kills itself, no cleanup runs) and inside measurements
-(``--kill-in-measurement S``: a timer kills it while the replay sleeps; the
-slow exhaustive version also kills from outside). The pool driver is killed
-after every append the same way.
+(``--kill-in-measurement S``: a timer kills it while the replay sleeps). The
+default suite kills one chain after each kind of append; the slow exhaustive
+version kills after every append and inside every measurement (also from
+outside). The pool driver is killed along its journal the same way.
 Every interrupted directory is resumed by a fresh process and compared with
 the uninterrupted run: measured cells (in order), allocation, status, and the
 number of round records (a resumed round is never recorded twice).
@@ -81,7 +82,7 @@ def _cli(*args: str, **faults: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **_env()}
     return subprocess.run(
         [sys.executable, "-m", "fleetsieve_bayes.testing.faults", *hooks, "--", *args],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, timeout=1800,  # a hang guard, not a speed bound
     )
 
 
@@ -95,31 +96,48 @@ def test_reference_run_is_a_real_campaign(tiny: tuple[Path, dict, list[dict]]) -
     assert n_records == 1 + len(ref["measured"]) + ref["round_records"]
 
 
-def test_killed_after_every_journal_append_and_inside_measurements(
+def _kill_points(ref_records: list[dict]) -> list[int]:
+    """Journal lengths to kill at, one of each kind of append: the campaign header, the
+    first design measurement, the first round, the first acquired cell, the final round."""
+    kinds = [(r["type"], r.get("phase")) for r in ref_records]
+    firsts = {kinds.index(k) + 1 for k in kinds if k[0] != "measurement" or k[1] != "design"}
+    firsts.add(kinds.index(("measurement", "design")) + 1)
+    return sorted(firsts | {len(ref_records)})
+
+
+def test_killed_after_each_kind_of_journal_append_and_inside_measurements(
     tiny: tuple[Path, dict, list[dict]], tmp_path: Path
 ) -> None:
-    """A chain of real processes on one directory, each SIGKILL-ed right after its first
-    journal append, with one more killed inside the first design measurement and inside
-    every acquired cell's measurement; the last process finishes. Same decisions."""
+    """A chain of real processes on one directory, each SIGKILL-ed right after a journal
+    append of each kind (the header, a design measurement, a round, an acquired cell, the
+    final round), with one more killed inside the first design measurement and inside the
+    first acquired cell's measurement; the last process finishes. Same decisions. (Every
+    append and every measurement, each from a fresh directory: the slow exhaustive test.)"""
     campaign, ref, ref_records = tiny
     slow = write_tiny(campaign.parent, name="slow.toml", measurement_extra="delay_s = 2.0")
     out = tmp_path / "chain"
-    killed_inside = 0
-    for k, rec in enumerate(ref_records, start=1):
-        if rec["type"] == "measurement" and (rec["phase"] == "acquire" or k == 2):
+    points = _kill_points(ref_records)
+    assert {ref_records[k - 1]["type"] for k in points} >= {"measurement", "round"}
+    killed_inside, have = 0, 0
+    for k in points:
+        nxt = ref_records[have]
+        if nxt["type"] == "measurement" and killed_inside < 2 and (
+            (killed_inside == 0 and nxt["phase"] == "design") or nxt["phase"] == "acquire"
+        ):
             # The replay sleeps 2 s; a timer kills the process 0.5 s into it.
             proc = _cli("run", str(slow), "--out", str(out), "--quiet", **{KILL_IN_MEASUREMENT: "0.5"})
             assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-            assert len(read_journal(out / "journal.jsonl")[0]) == k - 1, "the killed measurement was journaled"
+            assert len(read_journal(out / "journal.jsonl")[0]) == have, "the killed measurement was journaled"
             killed_inside += 1
-        proc = _cli("run", str(campaign), "--out", str(out), "--quiet", **{KILL: "1"})
-        assert proc.returncode == -signal.SIGKILL, f"process {k}: {proc.stderr[-2000:]}"
+        proc = _cli("run", str(campaign), "--out", str(out), "--quiet", **{KILL: str(k - have)})
+        assert proc.returncode == -signal.SIGKILL, f"killed at {k}: {proc.stderr[-2000:]}"
         assert "Traceback" not in proc.stderr
         records, _ = read_journal(out / "journal.jsonl")
-        assert len(records) == k, f"process {k} appended {len(records) - k + 1} records before its kill"
-        assert records[-1]["type"] == rec["type"]
+        assert len(records) == k, f"the process killed at {k} appended {len(records) - have} records"
+        assert [r["type"] for r in records] == [r["type"] for r in ref_records[:k]]
         assert not (out / "result.json").exists()
-    assert killed_inside == 1 + sum(r.get("phase") == "acquire" for r in ref_records) >= 2
+        have = k
+    assert killed_inside == 2
     # Killed after the final round's record, before result.json: the last process only writes it.
     done = _cli("run", str(campaign), "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -246,6 +246,7 @@ def test_profiling_cost_in_dollars() -> None:
     np.testing.assert_allclose(grid.cost_usd(np.array([4.0, 1.8])), grid.cost_gpu_s * np.where(grid.gpu == 0, 4.0, 1.8) / 3600)
 
 
+@pytest.mark.slow  # a whole campaign in a fresh process; the pricing itself: test_profiling_cost_in_dollars
 def test_run_with_one_priced_pool_reports_dollars(tmp_path: Path) -> None:
     """A campaign whose one pool is priced runs as before and adds usd_per_hour and profiling_usd."""
     from tiny_campaign import cli, write_tiny

@@ -32,6 +32,9 @@ def test_public_names_are_importable() -> None:
         fsb.no_such_name  # noqa: B018
 
 
+# Two whole campaigns in a fresh process; test_round.py's
+# test_step_and_record_are_the_one_at_a_time_campaign checks the same decision in process.
+@pytest.mark.slow
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/ is not shipped in the wheel")
 def test_example_on_the_tiny_campaign(tmp_path: Path) -> None:
     campaign = write_tiny(tmp_path / "c")

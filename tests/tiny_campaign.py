@@ -77,8 +77,9 @@ slo = {{ success_min = 0.99, ttft_p99_s = 5.0 }}
     return path
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, **kw: object) -> subprocess.CompletedProcess:
-    """Run ``fleetsieve-bayes ARGS`` in a fresh Python process."""
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 1800, **kw: object) -> subprocess.CompletedProcess:
+    """Run ``fleetsieve-bayes ARGS`` in a fresh Python process. ``timeout`` only guards against a
+    hang: a tiny campaign takes seconds alone, minutes on a crowded machine."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "fleetsieve_bayes", *args],
