@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from tiny_campaign import cli, write_tiny
+from tiny_campaign import write_tiny
 
 from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync
 from fleetsieve_bayes.backends.traces import Schedule
@@ -33,8 +33,7 @@ def _traffic(url: str, rate: float, n: int = 40) -> None:
 def test_campaign_plan_serve_verify_replan(tmp_path: Path, capsys) -> None:
     campaign = write_tiny(tmp_path / "c")
     old = tmp_path / "old"
-    done = cli("run", str(campaign), "--out", str(old), "--quiet")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert cli_main(["run", str(campaign), "--out", str(old), "--quiet"]) == 0
     result = json.loads((old / "result.json").read_text())
     assert result["status"] == "certified-feasible"
     chat_cell = result["allocation"]["chat"]
@@ -65,9 +64,10 @@ def test_campaign_plan_serve_verify_replan(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
 
     new = tmp_path / "new"
-    done = cli("run", str(campaign), "--out", str(new), "--reuse-measurements", str(old),
-               "--production", str(verify_json))
-    assert done.returncode == 0, done.stderr[-2000:]
+    rc = cli_main(["run", str(campaign), "--out", str(new), "--reuse-measurements", str(old),
+                   "--production", str(verify_json)])
+    stdout = capsys.readouterr().out
+    assert rc == 0
     records, _ = read_records(new / "journal.jsonl")
     prod = [r for r in records if isinstance(r, MeasurementRecord) and r.phase == "production"]
     assert {(r.cell.workload, r.cell.tp, r.cell.load) for r in prod} == {("chat", 4, "C64"), ("code", 4, "C96")}
@@ -77,4 +77,4 @@ def test_campaign_plan_serve_verify_replan(tmp_path: Path, capsys) -> None:
     assert (after["allocation"]["chat"]["tp"], after["allocation"]["chat"]["load"]) != (4, "C64")
     assert after["allocation"]["code"] == result["allocation"]["code"]
     assert [p["workload"] for p in after["production"]["changed"]] == ["chat"]
-    assert "chat: production windows put TP4@C64 outside its SLO" in done.stdout
+    assert "chat: production windows put TP4@C64 outside its SLO" in stdout
