@@ -32,3 +32,11 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI", "").lower() == "true":
     settings.load_profile("ci")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Name the shuffled order (pytest-randomly's seed) even under -q, so a failure that
+    depends on the order can be repeated."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"test order: pytest -p randomly --randomly-seed={seed} repeats it")
