@@ -196,10 +196,12 @@ def test_exhaustive_every_kill_point_from_a_fresh_directory(
         assert _summary(out) == ref, f"killed in measurement {m + 1}"
 
 
-@pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow), None])
-def test_pool_killed_along_its_journal(tiny: tuple[Path, dict, list[dict]], tmp_path: Path, every: int | None) -> None:
-    """The pool driver (simulated clock) killed after every ``every``-th journal append (None:
-    a third of the uninterrupted run's records, so three kills),
+# Slow: the default suite kills a pooled run mid-cell and resumes it (test_servers_die.py,
+# "pooled") and resumes a pool with cells in flight in process (test_parallel.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("every", [1])
+def test_pool_killed_along_its_journal(tiny: tuple[Path, dict, list[dict]], tmp_path: Path, every: int) -> None:
+    """The pool driver (simulated clock) killed after every ``every``-th journal append,
     each kill in a fresh process on the same directory (cells in flight are started again
     on resume): the last process finishes with the uninterrupted pooled run's decisions,
     nothing measured twice."""
@@ -210,7 +212,6 @@ def test_pool_killed_along_its_journal(tiny: tuple[Path, dict, list[dict]], tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     ref = _summary(ref_out)
     n_records = len(read_journal(ref_out / "journal.jsonl")[0])
-    every = every or max(2, n_records // 3)
     out = tmp_path / "chain"
     kills = 0
     for k in range(1, n_records + 1, every):
