@@ -591,7 +591,8 @@ def open_cells(
 class RepeatOptions(NamedTuple):
     """What a strategy reads of repeats in one round (:func:`repeat_options`; all None at ``"point"``).
 
-    ``repeatable (n_cells,)`` bool: measured cells that may be measured again now;
+    ``repeatable (n_cells,)`` bool: measured cells that may be measured again now, where
+    another window can change the decision;
     ``levels (n_cells,)`` each cell's attainment level; ``attainment`` the view's
     :class:`~fleetsieve_bayes.decision.bounds.Attainment`; ``repeat_hint`` the
     committed cell the certificate needs another window of (repeatable), or None.
@@ -609,17 +610,30 @@ def repeat_options(
     """At an SLO-attainment level: the repeats a strategy may choose on ``view`` — the
     :func:`repeatable` cells (``[stopping] max_windows_per_cell``, the backend's
     windows: a replayed cell whose rows are used up is never offered) that are
-    measured in ``view`` and not ``busy`` — and the cell the certificate needs
-    another window of; nothing at ``"point"`` or on a view without attainment."""
+    measured in ``view``, not ``busy``, and committed to by the conservative or the
+    optimistic allocation with an attainment interval that straddles their level
+    (elsewhere another window cannot change the decision) — and the cell the
+    certificate needs another window of; nothing at ``"point"`` or on a view
+    without attainment."""
     from fleetsieve_bayes.decision.bounds import cell_to_repeat, slo_levels
 
     if not at_level(settings) or view.attainment is None:
         return RepeatOptions()
-    rep = repeatable(state, settings.max_windows_per_cell) & np.asarray(view.measured, bool)
-    rep[[int(c) for c in busy]] = False
+    att = view.attainment
     levels = slo_levels(state.grid, settings.slo_attainment)
-    hint = cell_to_repeat(_decision_ends(view), view.attainment, levels, rep)
-    return RepeatOptions(rep, levels, view.attainment, hint if hint is not None and rep[hint] else None)
+    ends = _decision_ends(view)
+    # Only where a window can change or secure the decision: a cell an allocation
+    # commits to that may meet its level and may miss it (its interval straddles the
+    # level, or some draw of it misses: the joint check's P(SLO met)); a settled
+    # cell, or one no allocation wants, cannot move the certificate.
+    doubt = np.zeros(state.grid.n_cells, bool)
+    doubt[ends] = True
+    misses = (att.lo < levels) | np.any(np.asarray(att.draws) < levels[None, :], axis=0)
+    doubt &= misses & (levels <= att.hi + 1e-12)
+    rep = repeatable(state, settings.max_windows_per_cell) & np.asarray(view.measured, bool) & doubt
+    rep[[int(c) for c in busy]] = False
+    hint = cell_to_repeat(ends, att, levels, rep)
+    return RepeatOptions(rep, levels, att, hint if hint is not None and rep[hint] else None)
 
 
 def _decision_ends(view: Belief) -> list[int]:

@@ -23,7 +23,15 @@ from fleetsieve_bayes.decision.strategies import make_strategy
 from fleetsieve_bayes.decision.strategies.base import RoundState, StrategyContext
 from fleetsieve_bayes.decision.strategies.gap import kernel_level, run_kernel
 from fleetsieve_bayes.model.joint import window_rows
-from fleetsieve_bayes.round import assess, choose, new_state, open_cells, record, repeat_options
+from fleetsieve_bayes.round import (
+    assess,
+    choose,
+    new_state,
+    open_cells,
+    record,
+    repeat_options,
+    repeatable,
+)
 from fleetsieve_bayes.settings import DecisionSettings
 
 X, Y, B1, Z = 0, 1, 2, 3
@@ -72,16 +80,15 @@ def _row(c: int, values: np.ndarray) -> dict:
     return {**dict(zip(keys, map(float, values), strict=True)), "duration_s": 300.0, "tp": 1}
 
 
-def _state(extra: dict[int, int] | None = None, window_limit: np.ndarray | None = None):
-    """Every cell measured once (``extra``: more windows of some cells), the strategy, the posterior."""
+def _state(window_limit: np.ndarray | None = None):
+    """Every cell measured once, the strategy and the posterior (``window_limit``: the backend's windows)."""
     strategy = make_strategy("fleetsieve", GRID, PROBLEM, LEVEL, seed=3, n_fantasies=16)
     state = new_state(GRID, PROBLEM, None, None, strategy, seed=3, window_limit=window_limit)
     rows, cells = [], []
     for c in range(GRID.n_cells):
-        for k in range(1 + (extra or {}).get(c, 0)):
-            state = record(state, c, _row(c, WINDOW[c]), phase="design", repeat=k > 0)
-            rows.append(WINDOW[c])
-            cells.append(c)
+        state = record(state, c, _row(c, WINDOW[c]), phase="design")
+        rows.append(WINDOW[c])
+        cells.append(c)
     return state, _posterior(np.array(rows), np.array(cells))
 
 
@@ -105,15 +112,16 @@ def test_a_repeat_is_chosen_where_it_can_flip_the_certificate_and_not_elsewhere(
     state, post = _state()
     view = _view(state, post)
     opts = repeat_options(state, LEVEL, view)
-    assert opts.repeatable.tolist() == [True, True, True, True] and opts.repeat_hint == X
+    # X alone is offered: the others are settled (Y, B1) or wanted by no allocation (Z)
+    assert opts.repeatable.tolist() == [True, False, False, False] and opts.repeat_hint == X
     # The stopping rule acquires (a repeat can settle it) instead of stopping undecided.
     a = assess(state, LEVEL, post, attempt_seed=1)
     assert a.decision.acquire and a.decision.status == UNDECIDED
     assert choose(state, LEVEL, view, post, round_no=1) == X
-    # The kernel's value: positive for X only; a repeat of Z (straddling, never committed),
-    # Y or B1 (settled) cannot change the decision.
+    # The kernel's decision value, every cell offered: positive for X only; a repeat of
+    # Z (straddling, never committed), Y or B1 (settled) cannot change the decision.
     ctx = StrategyContext(GRID, PROBLEM, 0.9, 0.0, 3, 16, LEVEL.rules)
-    rs = _round_state(view, post, opts)
+    rs = _round_state(view, post, opts._replace(repeatable=np.ones(4, bool)))
     assert kernel_level(ctx, rs) is not None
     score = np.asarray(run_kernel(ctx, rs).score)
     assert score[X] > 0.3
@@ -130,31 +138,32 @@ def _round_state(view, post, opts):
 
 
 @pytest.mark.parametrize(
-    ("extra", "limit", "why"),
-    [({X: 2}, None, "max_windows_per_cell"), ({}, np.array([1.0, 3.0, 3.0, 3.0]), "replay rows used up")],
+    ("cap", "limit", "why"),
+    [(1, None, "max_windows_per_cell"), (3, np.array([1.0, 3.0, 3.0, 3.0]), "replay rows used up")],
 )
-def test_a_cell_that_may_not_be_repeated_is_never_chosen(extra, limit, why):
-    state, post = _state(extra, limit)
+def test_a_cell_that_may_not_be_repeated_is_never_chosen(cap, limit, why):
+    settings = LEVEL._replace(max_windows_per_cell=cap)
+    state, post = _state(window_limit=limit)
     view = _view(state, post)
-    opts = repeat_options(state, LEVEL, view)
+    opts = repeat_options(state, settings, view)
     assert not opts.repeatable[X], why
     assert opts.repeat_hint is None
-    a = assess(state, LEVEL, post, attempt_seed=1)
+    a = assess(state, settings, post, attempt_seed=1)
     # Only repeats of X could settle it and none may be made: undecided, naming X.
     assert not a.decision.acquire and a.decision.status == UNDECIDED
     rep = a.attainment_json["repeat"]
-    assert (rep["workload"], rep["tp"], rep["load"]) == ("a", 1, "L2")
-    assert rep["windows"] == 1 + extra.get(X, 0)
+    assert (rep["workload"], rep["tp"], rep["load"], rep["windows"]) == ("a", 1, "L2", 1)
+    if cap > 1:  # only X's rows are used up
+        assert repeatable(state, cap).tolist() == [False, True, True, True]
 
 
 def test_the_pool_never_repeats_a_cell_in_flight():
     state, post = _state()
     view = _view(state, post)
-    assert open_cells(state, LEVEL, view).tolist() == [True, True, True, True]
-    assert open_cells(state, LEVEL, view, busy=[X]).tolist() == [False, True, True, True]
-    # with X in flight the next pick is not X (the other repeats cannot help: it is the
-    # cheapest open cell by the strategy's tie rule, never the busy one)
-    assert choose(state, LEVEL, view, post, round_no=2, busy={X}) != X
+    assert open_cells(state, LEVEL, view).tolist() == [True, False, False, False]
+    # with X in flight nothing else is worth starting: the pool waits for it
+    assert not open_cells(state, LEVEL, view, busy=[X]).any()
+    assert repeat_options(state, LEVEL, view, busy={X}).repeat_hint is None
 
 
 def test_at_point_measured_cells_are_never_candidates():
@@ -164,3 +173,25 @@ def test_at_point_measured_cells_are_never_candidates():
                    allocate=lambda v: allocate_milp(GRID, v, PROBLEM))
     assert repeat_options(state, point, view).repeatable is None
     assert not open_cells(state, point, view).any()
+
+
+def test_the_regret_fallback_at_a_level_repeats_the_cell_whose_attainment_is_in_doubt():
+    from fleetsieve_bayes.decision.regret_acquisition import (
+        level_regret_inputs,
+        regret_scores,
+        select_by_regret,
+    )
+
+    state, post = _state()
+    view = _view(state, post)
+    opts = repeat_options(state, LEVEL, view)
+    level = level_regret_inputs(post, GRID, PROBLEM, opts.levels, opts.repeatable, seed=5)
+    # in about one draw in ten X misses its level: committing to it risks half of class a
+    assert 0.8 < float(np.mean(np.asarray(level.attainment)[:, X] >= 0.9)) < 0.97
+    args = (GRID, PROBLEM, view.optimistic, post.latent, post.noise, state.observed, state.measured)
+    sc = regret_scores(*args, seed=2, level=level)
+    assert sc.expected_regret_now > 0.02
+    assert select_by_regret(sc, GRID.cost_gpu_s) == X
+    assert sc.score[X] > 5 * max(sc.score[[Y, B1, Z]])
+    # the point rule scores no measured cell
+    assert np.all(regret_scores(*args, seed=2).score == -np.inf)

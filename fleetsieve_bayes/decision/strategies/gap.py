@@ -145,7 +145,7 @@ def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
     """Argmax of ``score (n_cells,)`` over the unmeasured cells and the repeats whose
     score is positive (a repeat only where it can change or secure the decision),
     GPU-seconds then index breaking ties; with no such candidate, ``state.repeat_hint``,
-    else the cheapest unmeasured cell.
+    else the cheapest unmeasured cell, else the best-scored repeat.
 
     Raises:
         ValueError: no unmeasured cell and no repeat to make.
@@ -157,7 +157,12 @@ def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
         return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
     if state.repeat_hint is not None and repeat_candidates(state)[state.repeat_hint]:
         return int(state.repeat_hint)
-    return pick(np.zeros(len(s)), state)
+    if (~state.measured).any():
+        return pick(np.zeros(len(s)), state)
+    # Only repeats none of which is expected to help (a pool whose hinted cell is in flight):
+    # the best-scored one.
+    rest = np.where(repeat_candidates(state), np.nan_to_num(np.asarray(score, np.float64), nan=-1e300), -np.inf)
+    return select_cell(rest, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
 
 
 def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
