@@ -18,7 +18,7 @@ import pytest
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.batch import believe
-from fleetsieve_bayes.decision.certificate import UNDECIDED
+from fleetsieve_bayes.decision.certificate import EXHAUSTED, UNDECIDED
 from fleetsieve_bayes.decision.strategies import make_strategy
 from fleetsieve_bayes.decision.strategies.base import RoundState, StrategyContext
 from fleetsieve_bayes.decision.strategies.gap import kernel_level, run_kernel
@@ -149,8 +149,9 @@ def test_a_cell_that_may_not_be_repeated_is_never_chosen(cap, limit, why):
     assert not opts.repeatable[X], why
     assert opts.repeat_hint is None
     a = assess(state, settings, post, attempt_seed=1)
-    # Only repeats of X could settle it and none may be made: undecided, naming X.
-    assert not a.decision.acquire and a.decision.status == UNDECIDED
+    # Only repeats of X could settle it and none may be made: the campaign stops (every
+    # cell measured: exhausted, the best over measured cells) naming X.
+    assert not a.decision.acquire and a.decision.status == EXHAUSTED
     rep = a.attainment_json["repeat"]
     assert (rep["workload"], rep["tp"], rep["load"], rep["windows"]) == ("a", 1, "L2", 1)
     if cap > 1:  # only X's rows are used up
