@@ -477,8 +477,13 @@ def assess(
             certificate=attempt.certificate, attainment=attempt.attainment,
         )
     # At a level, a committed cell whose attainment straddles its level and that may be
-    # measured again is one more thing to measure (decide_round's "cells left").
-    can_repeat = repeat_options(state, settings, view).repeat_hint is not None
+    # measured again is one more thing to measure (decide_round's "cells left"); after a
+    # certification attempt, so is any committed cell some draw of which misses its level
+    # (P(SLO met) is what held the verdict back).
+    opts = repeat_options(state, settings, view)
+    can_repeat = opts.repeat_hint is not None or bool(
+        attempt is not None and opts.repeatable is not None and opts.repeatable.any()
+    )
     n_open = int((~state.measured).sum()) + int(can_repeat)
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds))
     att_json = None
