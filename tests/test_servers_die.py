@@ -338,7 +338,8 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
 @pytest.mark.parametrize(
     ("pool", "n_servers", "n_measured"),
     [
-        ("", 1, 1),
+        # Slow: one server at a time is the simpler case of the pooled kill below.
+        pytest.param("", 1, 1, marks=pytest.mark.slow),
         ("pool_gpus = 4", 2, 0),
         # A local Ray started by the run (4 logical GPUs): its processes, the task
         # workers and their servers all go with the run.
