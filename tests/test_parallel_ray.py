@@ -71,9 +71,12 @@ def test_ray_runs_cells_side_by_side_on_their_gpus(local_ray: Any, tmp_path: Pat
     # Ray gave each task as many devices as its TP, on its node.
     for f in (x for x in recs if x["type"] == "finished"):
         assert len(f["where"]["device_ids"]) == f["cell"]["tp"]
-    # Overlapping cells: the wall clock is well under the sum of the cells' real times.
-    walls = sum(m["wall_s"] for m in recs if m["type"] == "measurement")
-    assert r["profiling_wall_s"] < walls
+    # Overlapping cells: the profiling wall clock (the union of the cells' intervals, from
+    # start to finish) is under the sum of those intervals. (Not under the sum of the
+    # measurements' own wall_s: on a crowded machine a task waits for a Ray worker.)
+    finish = {json.dumps(x["cell"]): x["finish_s"] for x in recs if x["type"] in ("finished", "cancelled", "failed")}
+    spans = [finish[json.dumps(x["cell"])] - x["start_s"] for x in recs if x["type"] == "started"]
+    assert r["profiling_wall_s"] < sum(spans)
 
 
 def test_a_failing_task_keeps_the_others_and_resume_re_runs_it(local_ray: Any, tmp_path: Path) -> None:
