@@ -115,18 +115,27 @@ def test_full_grid_cost_counts_each_window_and_a_startup_failure_once() -> None:
     assert full_grid_gpu_s(table, 3) == pytest.approx(3 * cost[first & ~oom].sum() + cost[first & oom].sum())
 
 
+def _run(k: int, correct: bool, cert: bool) -> dict:
+    """A run record of ``profiling_cost.run_noisy`` (the fields the tables read)."""
+    return {"scenario": f"n{k:03d}", "k": k, "cells": 10, "classes": 2, "status": "certified-feasible" if cert else "undecided",
+            "gpu_seconds": 600.0, "floor_gpu_s": 300.0, "repeats": 1, "correct": correct,
+            "false_certificate": cert and not correct, "oracle_feasible": True,
+            "full_grid": {"1": {"gpu_seconds": 1000.0, "correct": False}, "3": {"gpu_seconds": 3000.0, "correct": True}},
+            "committed": [{"cell": "chat TP2@C1", "windows": 2, "median": 0.9, "lo": 0.8, "hi": 0.95, "truth": 0.97}],
+            "tails_unmeasured": {"cells": 4, "ttft": 0.5, "completion": 1.0, "throughput": 1.0}}
+
+
+def _benchmarks() -> None:
+    path = str(Path(__file__).resolve().parent.parent / "benchmarks")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
 def test_the_noisy_benchmark_tabulates_its_runs() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    _benchmarks()
     import profiling_cost
 
-    def run(k: int, correct: bool, cert: bool) -> dict:
-        return {"scenario": f"n{k:03d}", "k": k, "cells": 10, "classes": 2, "status": "certified-feasible" if cert else "undecided",
-                "gpu_seconds": 600.0, "floor_gpu_s": 300.0, "repeats": 1, "correct": correct,
-                "false_certificate": cert and not correct, "oracle_feasible": True,
-                "full_grid": {"1": {"gpu_seconds": 1000.0, "correct": False}, "3": {"gpu_seconds": 3000.0, "correct": True}},
-                "committed": [{"cell": "chat TP2@C1", "windows": 2, "median": 0.9, "lo": 0.8, "hi": 0.95, "truth": 0.97}],
-                "tails_unmeasured": {"cells": 4, "ttft": 0.5, "completion": 1.0, "throughput": 1.0}}
-
+    run = _run
     s = profiling_cost.summarise_noisy([run(0, True, True), run(1, False, True)])
     assert s["correct_frac"] == 0.5 and s["false_certificates"] == 1 and s["full1_ratio_pooled"] == 0.6
     assert s["committed_mae"] == pytest.approx(0.07) and s["committed_coverage"] == 0.0
@@ -134,3 +143,21 @@ def test_the_noisy_benchmark_tabulates_its_runs() -> None:
     md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
                                                    "summary": s, "runs": []}})
     assert "| decisions correct at the level | 50% | 0% | 100% | ≥ 95 % |" in md
+
+
+def test_calibration_reads_the_end_of_campaigns_from_a_checkpoint(tmp_path: Path) -> None:
+    _benchmarks()
+    import json
+
+    import calibration_study
+
+    # a checkpoint (--partial JSONL) with a cut-short last line and a fleet finished twice
+    lines = [json.dumps(_run(0, True, True)), json.dumps(_run(1, False, False)),
+             json.dumps({**_run(1, False, False), "tails_unmeasured": {"cells": 6, "ttft": 1.0, "completion": 1.0,
+                                                                       "throughput": 1.0}}), '{"scen']
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    c = calibration_study.campaign_study(0.9, 0, 0, tmp_path / "p.jsonl")
+    assert c["fleets"] == 2 and c["committed_cells"] == 2 and c["committed_mae"] == pytest.approx(0.07)
+    assert c["tails_cells"] == 10 and c["tails_ttft_within_20"] == pytest.approx((4 * 0.5 + 6) / 10)
+    md = calibration_study.published_table({"level": 0.9, "campaign": c})
+    assert "| committed cells (2): reported attainment MAE | 0.070 | ≤ 0.05 |" in md
