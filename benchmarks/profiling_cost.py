@@ -13,6 +13,21 @@ instead and reports per fleet its cost against the full grid and the
 hindsight floor, ε-correctness and false certificates (a certificate of
 either kind whose decision is not ε-correct on the truth).
 
+``--noisy N`` runs N fleets of the noisy suite instead
+(:mod:`fleetsieve_bayes.evaluation.noisy`: window noise around the ``true_*``
+curves, 5 replicate rows per cell, each cell's true attainment), every campaign
+at ``slo_attainment = --level`` (0.9) with at most ``--max-windows`` windows per
+cell, and scores each decision against the truth at that level: correct (every
+committed cell's true attainment ≥ the level and ε-correct against the
+optimum of the truth at the level), false certificates, GPU-seconds against a
+fully measured grid with one window per cell, beside that grid's own
+correctness with one window and with three (median of three); the calibration
+of the committed cells' reported attainment and the final posterior's TTFT /
+completion medians at cells never measured (``calibration_study.py --studies
+campaign`` reads the same runs). ``--partial FILE --resume`` checkpoints per
+fleet and skips the fleets already there; ``--workdir DIR`` keeps each fleet's
+campaign directory (an interrupted campaign resumes); ``--quick``: 3 fleets.
+
 Prints a markdown table, writes JSON (default
 ``benchmarks/results/profiling_cost.json``) and a PNG of regret against
 GPU-seconds next to it.
@@ -24,6 +39,8 @@ Examples::
         --orders 200 --split --out benchmarks/results/profiling_cost_1.0.json
     python benchmarks/profiling_cost.py --demand-scale 1.3 --orders 200
     python benchmarks/profiling_cost.py --suite 30 --orders 5
+    python benchmarks/profiling_cost.py --noisy 40 --jobs 2 --partial noisy.jsonl --resume --publish
+    python benchmarks/profiling_cost.py --noisy 40 --quick
 """
 
 from __future__ import annotations
