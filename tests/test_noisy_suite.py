@@ -161,3 +161,23 @@ def test_calibration_reads_the_end_of_campaigns_from_a_checkpoint(tmp_path: Path
     assert c["tails_cells"] == 10 and c["tails_ttft_within_20"] == pytest.approx((4 * 0.5 + 6) / 10)
     md = calibration_study.published_table({"level": 0.9, "campaign": c})
     assert "| committed cells (2): reported attainment MAE | 0.070 | ≤ 0.05 |" in md
+
+
+def test_an_exhausted_campaign_at_a_level_reads_its_measured_cells_at_the_level(tmp_path: Path) -> None:
+    # Every cell measured: the point way (first windows) commits to a cell whose true
+    # attainment is ~0.5; read at the level it decides as the truth's optimum does.
+    from fleetsieve_bayes.round import measured_only_table
+
+    _, table, camp = noisy_suite_fleet(0, SMALL)
+    campaign = write_synthetic(tmp_path, table, camp)
+    problem, fleet = campaign.problem(), noisy_fleet(table, campaign.workload_names)
+    everything = np.ones(fleet.grid.n_cells, bool)
+    levels = np.full(fleet.grid.n_cells, 0.9)
+    point = allocate_milp(fleet.grid, measured_only_table(fleet.windows[:, 0], everything), problem)
+    at_level = allocate_milp(fleet.grid, measured_only_table(
+        fleet.windows[:, 0], everything, fleet.grid, problem, fleet.attainment, levels), problem)
+    assert min(fleet.attainment[c] for c in point.committed()) < 0.9
+    assert at_level.committed() and min(fleet.attainment[c] for c in at_level.committed()) >= 0.9
+    s = score_campaign(fleet, problem, {"status": "exhausted", "gpu_seconds": 0.0, "measured": [],
+                                        "allocation": allocation_to_json(at_level, fleet.grid)}, 0.9, campaign.epsilon)
+    assert s["correct"]
