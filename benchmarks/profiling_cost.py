@@ -618,9 +618,39 @@ def _done_noisy(partial: Path | None, scenarios: set[str]) -> dict[str, dict[str
     return done
 
 
+def noisy_baselines(ks: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """``--noisy N --floors-only``: no campaign, only each fleet's full grids (1 and 3 windows)
+    scored at the level, and the hindsight floor of the truth at that level."""
+    from fleetsieve_bayes.evaluation.attainment import noisy_fleet, true_level_table
+    from fleetsieve_bayes.evaluation.noisy import full_grid_scores, noisy_suite_fleet
+    from fleetsieve_bayes.evaluation.regret import make_oracle
+    from fleetsieve_bayes.evaluation.synthetic import write_synthetic
+
+    per = []
+    for k in ks:
+        _, table, camp = noisy_suite_fleet(args.suite_seed, k, windows=args.windows, level=args.level,
+                                           max_windows=args.max_windows)
+        with tempfile.TemporaryDirectory(prefix="fsb-noisy-") as tmp:
+            campaign = write_synthetic(tmp, table, camp)
+        problem, fleet = campaign.problem(), noisy_fleet(table, campaign.workload_names)
+        oracle = make_oracle(fleet.grid, true_level_table(fleet, problem, args.level), problem)
+        per.append({"scenario": f"n{k:03d}", "cells": fleet.grid.n_cells, "oracle_feasible": bool(oracle.allocation.feasible),
+                    "floor_gpu_s": oracle.floor_gpu_s,
+                    "full_grid": full_grid_scores(fleet, table, problem, args.level, campaign.epsilon)})
+    return {"fleets": len(per), "feasible": int(sum(r["oracle_feasible"] for r in per)),
+            "full_grid": {w: {"correct_frac": float(np.mean([r["full_grid"][w]["correct"] for r in per])),
+                              "gpu_seconds_mean": float(np.mean([r["full_grid"][w]["gpu_seconds"] for r in per]))}
+                          for w in ("1", "3")},
+            "floor_over_full1_pooled": float(sum(r["floor_gpu_s"] for r in per)
+                                             / sum(r["full_grid"]["1"]["gpu_seconds"] for r in per)),
+            "per_fleet": per}
+
+
 def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
     """Every fleet of the noisy suite (or ``--fleets``), resumed from ``--partial`` when ``--resume``."""
     ks = [int(k) for k in args.fleets.split(",")] if args.fleets else list(range(args.noisy))
+    if args.floors_only:
+        return {"noisy_baselines": {"level": args.level, "windows": args.windows, **noisy_baselines(ks, args)}}
     tasks = [{
         "noisy": True, "scenario": f"n{k:03d}", "k": k, "suite_seed": args.suite_seed, "windows": args.windows,
         "level": args.level, "max_windows": args.max_windows, "strategy": "fleetsieve", "seed": 0,
@@ -824,6 +854,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def published_table(res: dict[str, Any]) -> str:
     """The markdown of a run's JSON ``res`` (a campaign run or a synthetic suite)."""
+    if "noisy_baselines" in res:
+        b = res["noisy_baselines"]
+        f1, f3 = b["full_grid"]["1"], b["full_grid"]["3"]
+        return (f"Noisy suite, {b['fleets']} fleets ({b['feasible']} feasible on the truth at level {b['level']:g}), "
+                f"no campaign: the fully measured grid read the point way is correct at the level in "
+                f"{f1['correct_frac']:.0%} of fleets with one window per cell (mean {f1['gpu_seconds_mean']:.0f} GPU-s) "
+                f"and {f3['correct_frac']:.0%} with three (median window; {f3['gpu_seconds_mean']:.0f} GPU-s); the "
+                f"hindsight floor at the level is {b['floor_over_full1_pooled']:.2f}× the one-window grid (pooled).")
     if "noisy" in res:
         return noisy_markdown(res)
     return suite_markdown(res) if "campaigns" in res else campaign_markdown(res)
@@ -832,7 +870,8 @@ def published_table(res: dict[str, Any]) -> str:
 def study_name(args: argparse.Namespace) -> str:
     """The published study a run belongs to: ``profiling_cost_1.3x``, ``…_split``, ``…_floors``, ``…_suite40_seed1``."""
     if args.noisy:
-        return "profiling_cost_noisy" + (f"_seed{args.suite_seed}" if args.suite_seed else "")
+        return ("profiling_cost_noisy" + ("_baselines" if args.floors_only else "")
+                + (f"_seed{args.suite_seed}" if args.suite_seed else ""))
     if args.suite:
         return f"profiling_cost_suite{args.suite}" + (f"_seed{args.suite_seed}" if args.suite_seed else "")
     name = f"profiling_cost_{args.demand_scale:g}x" if args.demand_scale != 1.0 else "profiling_cost_1.0x"
