@@ -29,7 +29,18 @@ Three studies, each a fit per held-out set with the chosen inference preset:
   cells below saturation the share whose posterior median TTFT p99 and
   completion p99 are within 20 % of the truth.
 
+* ``campaign``: the same scores at the END of campaigns on the noisy suite
+  (``benchmarks/profiling_cost.py --noisy``: each fleet's campaign at
+  ``slo_attainment = --level`` to its stop): the attainment ``result.json``
+  reports for its committed cells against their true attainment (MAE, share
+  of 90 % intervals containing it) and, below saturation, the share of cells
+  the campaign never measured whose final posterior median TTFT p99 and
+  completion p99 (``posterior.nc``) are within 20 % of the truth. ``--from``
+  reads a finished ``profiling_cost.py --noisy`` JSON (or its ``--partial``
+  JSONL) instead of running the campaigns again.
+
     python benchmarks/calibration_study.py                       # quick: loo-cell + loo-tp + 10 fleets
+    python benchmarks/calibration_study.py --studies campaign --from benchmarks/results/profiling_cost_noisy.json
     python benchmarks/calibration_study.py --studies attainment --fleets 8
     python benchmarks/calibration_study.py --fleets 100 --preset default --out FILE
 
@@ -250,6 +261,55 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     }
 
 
+def campaign_study(level: float, fleets: int, seed: int, source: Path | None, jobs: int = 1) -> dict:
+    """End-of-campaign calibration on the noisy suite: committed cells' reported attainment
+    and unmeasured cells' tails (runs of ``profiling_cost.run_noisy``, read from ``source``
+    — its JSON or ``--partial`` JSONL — or run here)."""
+    import profiling_cost as pc
+
+    if source is not None:
+        text = source.read_text()
+        if source.suffix == ".jsonl":
+            runs = []
+            for line in text.splitlines():
+                try:
+                    runs.append(json.loads(line))
+                except json.JSONDecodeError:  # a line cut short by an interrupted run
+                    continue
+            runs = [r for r in runs if "full_grid" in r and "error" not in r]
+            runs = list({r["scenario"]: r for r in runs}.values())
+        else:
+            runs = json.loads(text)["noisy"]["runs"]
+    else:
+        tasks = [{"noisy": True, "scenario": f"n{k:03d}", "k": k, "suite_seed": seed, "windows": 5, "level": level,
+                  "max_windows": 3, "strategy": "fleetsieve", "seed": 0} for k in range(fleets)]
+        runs = pc._run_all(tasks, jobs, "calibration")
+    runs = sorted(runs, key=lambda r: r["k"])
+    s = pc.summarise_noisy(runs) if runs else {}
+    per = [{"fleet": r["scenario"], "status": r["status"], "committed": r["committed"],
+            "tails_unmeasured": r["tails_unmeasured"]} for r in runs]
+    keys = ("committed_cells", "committed_mae", "committed_coverage", "tails_cells", "tails_ttft_within_20",
+            "tails_completion_within_20", "tails_throughput_within_20")
+    return {"fleets": len(runs), "source": None if source is None else str(source),
+            **{k: s.get(k) for k in keys}, "per_fleet": per}
+
+
+def _campaign_lines(c: dict, level: float) -> list[str]:
+    """The end-of-campaign calibration table (:func:`campaign_study`)."""
+    def f(x: float | None, fmt: str) -> str:
+        return "—" if x is None else format(x, fmt)
+
+    return [f"At the end of campaigns on the noisy suite ({c['fleets']} fleets, slo_attainment {level:g}; "
+            "`profiling_cost.py --noisy`):", "",
+            "| measure | value | target |", "|---|---:|---|",
+            f"| committed cells ({c['committed_cells']}): reported attainment MAE | {f(c['committed_mae'], '.3f')} | ≤ 0.05 |",
+            f"| committed cells: 90 % intervals containing the true attainment | {f(c['committed_coverage'], '.0%')} | ≥ 85 % |",
+            f"| unmeasured cells below saturation ({c['tails_cells']}): TTFT p99 within 20 % | "
+            f"{f(c['tails_ttft_within_20'], '.0%')} | ≥ 75 % |",
+            f"| … completion p99 within 20 % | {f(c['tails_completion_within_20'], '.0%')} | ≥ 75 % |",
+            f"| … throughput within 20 % | {f(c['tails_throughput_within_20'], '.0%')} | |", ""]
+
+
 def published_table(res: dict) -> str:
     """The markdown tables of a run's JSON ``res`` (the studies it holds)."""
     level, out = res["level"], []
@@ -293,6 +353,8 @@ def published_table(res: dict) -> str:
                 "Unmeasured cells below saturation within 20 % of the truth (posterior median): TTFT p99 "
                 f"{a['tails_ttft_within_20']:.2f}, completion p99 {a['tails_completion_within_20']:.2f}, "
                 f"throughput {a['throughput_within_20']:.2f}.", ""]
+    if "campaign" in res:
+        out += _campaign_lines(res["campaign"], level)
     return "\n".join(out).strip()
 
 
@@ -306,6 +368,9 @@ def main() -> None:
     ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
     ap.add_argument("--windows", type=int, default=3, help="attainment: windows of a repeated cell")
     ap.add_argument("--share", type=float, default=0.5, help="attainment: share of cells measured")
+    ap.add_argument("--from", dest="source", type=Path, default=None,
+                    help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
+    ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "calibration_study.json")
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/calibration_<studies>_<preset>.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
@@ -320,6 +385,8 @@ def main() -> None:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
         res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share)
+    if "campaign" in studies:
+        res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:
         res["sbc"] = sbc(grid, args.preset, args.level, args.fleets, args.extra, args.seed)
     res["seconds"] = time.perf_counter() - t0

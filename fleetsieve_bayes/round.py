@@ -336,11 +336,32 @@ def server_failures(grid: CellGrid, records: Sequence[Any]) -> np.ndarray:
     return inferred
 
 
-def measured_only_table(observed: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """``(n_cells, 4)`` values where unmeasured cells are inadmissible (zero throughput and success)."""
+def measured_only_table(
+    observed: np.ndarray,
+    measured: np.ndarray,
+    grid: CellGrid | None = None,
+    problem: AllocationProblem | None = None,
+    attainment_lo: np.ndarray | None = None,
+    levels: np.ndarray | None = None,
+) -> np.ndarray:
+    """``(n_cells, 4)`` values where unmeasured cells are inadmissible (zero throughput and success).
+
+    At an SLO-attainment level (``attainment_lo (n_cells,)``, the lower credible bound of
+    each cell's attainment, and ``levels (n_cells,)``, with ``grid`` and ``problem``) a
+    measured cell is admissible only where its attainment clears its level, as in the
+    conservative table (:func:`fleetsieve_bayes.decision.intervals.level_tables`), not
+    where its first window happened to meet the SLOs.
+    """
     vals = np.where(measured[:, None], observed, 0.0)
     vals[~measured, 1:3] = np.inf
-    return vals
+    if attainment_lo is None or levels is None or grid is None or problem is None:
+        return vals
+    from fleetsieve_bayes.decision.intervals import level_tables
+
+    w = grid.workload_idx
+    lim = (problem.success_min[w], problem.ttft_max[w], problem.completion_max[w])
+    out, _ = level_tables(vals, vals, attainment_lo, attainment_lo, levels, *lim)
+    return np.asarray(out)
 
 
 def new_state(
@@ -498,8 +519,18 @@ def assess(
     if decision.final == "conservative":
         final = view.conservative
     elif decision.final == "measured-only":
-        final = allocate(measured_only_table(state.observed, state.measured))
+        final = allocate(_measured_only(state, settings, view))
     return Assessment(view, attempt, decision, final, allocate_s, att_json)
+
+
+def _measured_only(state: CampaignState, settings: DecisionSettings, view: Belief) -> np.ndarray:
+    """The exhausted campaign's table (:func:`measured_only_table`; at a level, read at it)."""
+    if view.attainment is None or not at_level(settings):
+        return measured_only_table(state.observed, state.measured)
+    from fleetsieve_bayes.decision.bounds import slo_levels
+
+    levels = slo_levels(state.grid, settings.slo_attainment)
+    return measured_only_table(state.observed, state.measured, state.grid, state.problem, view.attainment.lo, levels)
 
 
 def _attainment_state(

@@ -142,9 +142,9 @@ def score_decision(
         certified: the campaign said certified-feasible (or -infeasible).
 
     Returns:
-        ``correct``: ε-correct against the oracle of the truth at the level
-        (:func:`true_level_table`) — which needs every committed cell's true
-        attainment ≥ its level (a cell below it serves nothing there);
+        ``correct``: every committed cell's true attainment ≥ its level and the
+        decision ε-correct against the oracle of the truth at the level
+        (:func:`true_level_table`, where a cell below its level serves nothing);
         ``false_certificate``: certified and not correct; ``slo_ok``: every
         committed cell's true attainment ≥ its level;
         ``min_true_attainment`` of the committed cells.
@@ -158,10 +158,12 @@ def score_decision(
     q = np.broadcast_to(np.asarray(level, np.float64), (fleet.grid.n_cells,))
     committed = [] if cell is None else [int(c) for c, n in zip(cell, replicas, strict=True) if c >= 0 and n > 0]
     att = [float(fleet.attainment[c]) for c in committed]
+    slo_ok = bool(all(fleet.attainment[c] >= q[c] for c in committed))
     return {
-        "correct": ok,
-        "false_certificate": bool(certified and not ok),
-        "slo_ok": bool(all(fleet.attainment[c] >= q[c] for c in committed)),
+        "correct": bool(ok and slo_ok),
+        "eps_correct": ok,
+        "false_certificate": bool(certified and not (ok and slo_ok)),
+        "slo_ok": slo_ok,
         "min_true_attainment": min(att) if att else None,
         "oracle_feasible": bool(oracle.allocation.feasible),
     }
