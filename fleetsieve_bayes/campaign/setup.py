@@ -179,7 +179,8 @@ def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
             if r["workload"] not in names:
                 continue
             row = plain_row({k: (None if v is pd.NA else v) for k, v in r.items()})
-            out.append((Cell(str(r["workload"]), int(r["tp"]), str(r["load"])), row, f"seed table {path} line {line}"))
+            gpu = str(r.get("gpu") or "") if campaign.pool_names and len(campaign.pool_names) > 1 else ""
+            out.append((Cell(str(r["workload"]), int(r["tp"]), str(r["load"]), gpu), row, f"seed table {path} line {line}"))
     return out
 
 
