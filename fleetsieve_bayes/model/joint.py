@@ -196,7 +196,7 @@ _OVER_SHARPNESS = 40.0
 # shared by the classes (95 % within ×/÷ 1.8 of the roofline) plus a class's
 # departure from it. Model constants, like OVERLOAD_CLASS_SD.
 GPU_DEVIATION_LOG_SD = 0.3
-GPU_DEVIATION_CLASS_SD = 0.1
+GPU_DEVIATION_CLASS_SD = 0.2
 # Failure under load (see :func:`load_failures`): P(fail | ρ) ∝ sigmoid(k log ρ)
 # with k = FAILURE_SHARPNESS: against deep overload, a failed run makes ρ = 1
 # half as likely, ρ = 0.8 a seventh, ρ = 0.5 e^-5.5 times.
