@@ -22,7 +22,7 @@ violating its SLO on the truth); the decision's true $/h against the best
 single-type fleet where that fleet serves as much (where it serves less, the
 mixed fleet wins outright).
 
-    python benchmarks/mixed_pools.py --fleets 4 [--seed 0] [--partial FILE] [--out FILE] [--publish]
+    python benchmarks/mixed_pools.py --fleets 4 [--seed 0] [--partial FILE] [--work DIR] [--jobs 2] [--out FILE] [--publish]
     python benchmarks/profiling_cost.py --pools 4      # the same study
 
 Prints a markdown table and writes JSON (default benchmarks/results/mixed_pools.json).
@@ -58,13 +58,30 @@ def _service(out: Any) -> tuple[float, float]:
 
 
 def _run(campaign_path: Path, seed: int) -> dict[str, Any]:
+    """Run one campaign to its stop in ``out`` next to its file; a finished one is read back."""
     from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.campaign.runner import run_campaign
 
-    with tempfile.TemporaryDirectory(prefix="fsb-pools-") as tmp:
-        t0 = time.perf_counter()
-        out = run_campaign(load_campaign(campaign_path), Path(tmp), strategy="fleetsieve", seed=seed)
-        return {**out.result, "wall_s": time.perf_counter() - t0}
+    out = campaign_path.parent / "out"
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    t0 = time.perf_counter()
+    result = run_campaign(load_campaign(campaign_path), out, strategy="fleetsieve", seed=seed).result
+    result["wall_s"] = time.perf_counter() - t0
+    done.write_text(json.dumps(result, default=float))
+    return result
+
+
+def _run_all(paths: list[Path], seed: int, jobs: int) -> list[dict[str, Any]]:
+    """:func:`_run` of every campaign, ``jobs`` at a time."""
+    if jobs <= 1:
+        return [_run(p, seed) for p in paths]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as ex:
+        return list(ex.map(_run, paths, [seed] * len(paths)))
 
 
 def single_type_optima(grid: Any, truth: np.ndarray, problem: Any) -> dict[str, dict[str, Any]]:
@@ -88,7 +105,7 @@ def _best(single: dict[str, dict[str, Any]]) -> str:
                                       -single[g]["usd_per_hour"]))
 
 
-def study_fleet(k: int, seed: int, work: Path) -> dict[str, Any]:
+def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
     """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
     from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
     from fleetsieve_bayes.campaign.config import load_campaign
@@ -118,7 +135,8 @@ def study_fleet(k: int, seed: int, work: Path) -> dict[str, Any]:
     single_opt = single_type_optima(grid, truth, problem)
     best = _best(single_opt)
 
-    mixed = _run(path, seed)
+    single_paths = [single_type(work / f"f{k:03d}" / g, fleet, g) for g in grid.pools]
+    mixed, *single_results = _run_all([path, *single_paths], seed, jobs)
     cr = cells_from_json(grid, mixed.get("allocation"))
     out = evaluate_cells(grid, truth, problem, *(cr if cr else (None, None)))
     reg = regret(out, oracle, problem)
@@ -129,15 +147,14 @@ def study_fleet(k: int, seed: int, work: Path) -> dict[str, Any]:
     b = single_opt[best]
     same_service = _service(out) <= (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
     singles = {}
-    for g in grid.pools:
-        r = _run(single_type(work / f"f{k:03d}" / g, fleet, g), seed)
+    for g, r in zip(grid.pools, single_results, strict=True):
         singles[g] = {"status": r["status"], "gpu_seconds": r["gpu_seconds"], "usd": r.get("profiling_usd"),
-                      "wall_s": r["wall_s"]}
+                      "wall_s": r.get("wall_s")}
     sum_single = sum(s["gpu_seconds"] for s in singles.values())
     return {
         "fleet": k, "info": fleet.info, "status": mixed["status"], "certified": certified,
         "gpu_seconds": mixed["gpu_seconds"], "profiling_usd": mixed.get("profiling_usd"),
-        "profiling_by_gpu": mixed.get("profiling_by_gpu"), "wall_s": mixed["wall_s"],
+        "profiling_by_gpu": mixed.get("profiling_by_gpu"), "wall_s": mixed.get("wall_s"),
         "allocation": mixed.get("allocation"),
         "regret": reg._asdict(), "eps_correct_goodput": goodput_ok, "eps_correct_cost": cost_ok,
         "false_certificate": bool(certified and (out.violations or not goodput_ok or not cost_ok)),
@@ -217,12 +234,15 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         for line in Path(partial).read_text().splitlines():
             r = json.loads(line)
             done[int(r["fleet"])] = r
+    work_arg = getattr(args, "work", None)
+    jobs = int(getattr(args, "jobs", 1) or 1)
     with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
+        work = Path(work_arg) if work_arg else Path(tmp)  # --work: campaigns and their runs persist (resumable)
         for k in range(n):
             if k in done:
                 continue
             try:
-                r = study_fleet(k, seed, Path(tmp))
+                r = study_fleet(k, seed, work, jobs)
             except Exception as exc:  # noqa: BLE001 - reported, excluded from the summary
                 r = {"fleet": k, "error": f"{type(exc).__name__}: {exc}"}
             done[k] = r
@@ -250,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fleets", type=int, default=4, help="mixed-pool fleets (default 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--partial", type=Path, default=None, help="append each finished fleet to this JSONL file (and resume from it)")
+    p.add_argument("--work", type=Path, default=None, help="keep each campaign and its run here (a finished run is read back)")
+    p.add_argument("--jobs", type=int, default=1, help="campaigns of a fleet run at once (default 1)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/mixed_pools.json and its docs/results.md section")
     return run_study(p.parse_args(argv), argv)

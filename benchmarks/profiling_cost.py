@@ -595,6 +595,7 @@ def _pools_mode(args: argparse.Namespace, argv: list[str] | None) -> int:
     from mixed_pools import run_study
 
     args.pool_seed = args.suite_seed
+    args.work = None
     return run_study(args, argv)
 
 
