@@ -25,9 +25,11 @@ loose enough for slower GPUs (× the worst tail ratio); the others keep the
 reference GPU's SLOs, which only fast types meet.
 
 Pools: the reference pool is too small for an all-H100 answer on fleets
-built to need a mix (``need_mix``: 35 % of the H100s the demand needs);
-every other pool alone can serve the demand. Prices are
-:data:`PRICES` × U(0.9, 1.1).
+built to need a mix (``need_mix``: 35 % of the fleet size the demand was
+drawn for); otherwise it holds 1.3× the H100s the demand needs; every
+other pool 1.3× that in its own GPUs (by the card's mean capacity ratio),
+at most :data:`MAX_POOL`. A type may still serve a class badly or not at all
+within its SLOs (tails too slow). Prices are :data:`PRICES` × U(0.9, 1.1).
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ OTHERS = ("a100-80gb", "l40s-48gb", "h200-141gb")
 PRICES = {"h100-sxm-80gb": 4.0, "h200-141gb": 5.0, "a100-80gb": 2.0, "l40s-48gb": 1.0}
 ARCH, DTYPE = "llama-3.1-8b", "bf16"
 AXIS_TPS = (1, 2, 4, 8)
+# Largest pool: the batched JAX allocator's pool DP has (count + 1)^pools
+# states, and the acquisition runs it on every draw (a pool of 124 L40S made
+# a round's acquisition take minutes on 2 shared cores).
+MAX_POOL = 32
 
 
 class MixedFleet(NamedTuple):
@@ -129,13 +135,14 @@ def mixed_fleet(rng: np.random.Generator, *, need_mix: bool) -> MixedFleet:
     table = pd.concat(parts, ignore_index=True)
     prices = {g: round(PRICES[g] * float(rng.uniform(0.9, 1.1)), 2) for g in types}
     pools = []
+    need = 1.3 * spec.pressure * spec.gpus  # about what the demand needs in H100s, with room
     for g in types:
         if g == REFERENCE:
-            count = max(1, math.ceil(0.35 * spec.gpus)) if need_mix else 2 * spec.gpus
+            count = max(1, math.ceil(0.35 * spec.gpus)) if need_mix else math.ceil(need)
         else:
-            mean_ratio = float(np.mean(card_axis.log_capacity[card_axis.row(g)][np.isfinite(card_axis.log_capacity[card_axis.row(g)])]))
-            count = int(min(128, math.ceil(2 * spec.gpus * math.exp(-mean_ratio))))
-        pools.append({"gpu": g, "count": count, "usd_per_gpu_hour": prices[g]})
+            cap = card_axis.log_capacity[card_axis.row(g)]
+            count = min(MAX_POOL, math.ceil(need * math.exp(-float(np.mean(cap[np.isfinite(cap)])))))
+        pools.append({"gpu": g, "count": int(count), "usd_per_gpu_hour": prices[g]})
     campaign = {
         "name": "mixed-pools",
         "fleet": {"pools": pools},
