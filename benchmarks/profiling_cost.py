@@ -41,6 +41,7 @@ Examples::
     python benchmarks/profiling_cost.py --suite 30 --orders 5
     python benchmarks/profiling_cost.py --noisy 40 --jobs 2 --partial noisy.jsonl --resume --publish
     python benchmarks/profiling_cost.py --noisy 40 --quick
+    python benchmarks/profiling_cost.py --pools 30 --partial pools.jsonl   # mixed GPU pools
 """
 
 from __future__ import annotations
@@ -817,7 +818,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/<study>.json, its docs/results.md section and MANIFEST.json")
+    p.add_argument("--pools", type=int, default=0,
+                   help="run N mixed-pool fleets: the mixed campaign against one campaign per GPU type "
+                   "and the best single-type fleet (benchmarks/mixed_pools.py; --partial resumes)")
     args = p.parse_args(argv)
+    if args.pools:
+        return _pools_mode(args, argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if args.quick and args.noisy:
         args.noisy = min(args.noisy, 3)
@@ -850,6 +856,16 @@ def main(argv: list[str] | None = None) -> int:
 
         publish(study_name(args), json.loads(json.dumps(res, default=_json_default)), md, command_line(__file__, argv))
     return 0
+
+
+def _pools_mode(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--pools N``: the mixed-pool study of benchmarks/mixed_pools.py (seed ``--suite-seed``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mixed_pools import run_study
+
+    args.pool_seed = args.suite_seed
+    args.work = None
+    return run_study(args, argv)
 
 
 def published_table(res: dict[str, Any]) -> str:

@@ -429,11 +429,10 @@ def record(
     if phase is None:
         phase = "design" if pending_design(state) else "acquire"
     replicate = check_window(state.grid, state.records, int(cell), repeat=repeat)
-    w, tp, load = state.grid.key(int(cell))
     now = time.time()
     rec = MeasurementRecord(
         seq=len(state.records), round=0 if phase == "design" else state.round, phase=phase,
-        cell=Cell(w, tp, load), row=dict(row), gpu_seconds=float(row["duration_s"]) * int(row["tp"]),
+        cell=Cell(*state.grid.key(int(cell))), row=dict(row), gpu_seconds=float(row["duration_s"]) * int(row["tp"]),
         started_at=now, finished_at=now, wall_s=0.0, replicate=replicate,
     )
     return observe(state, (*state.records, rec))

@@ -219,11 +219,28 @@ def test_allocate_refuses_a_row_on_an_unknown_gpu(tmp_path: Path, capsys: pytest
     assert len(err) == 1 and "column 'gpu' 'h200-141gb' is in no [[fleet.pools]] entry" in err[0]
 
 
-def test_run_refuses_several_pools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_of_several_pools_needs_a_card_with_a_gpu_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fixture's card (the shipped H100 card) has no [gpu_axis]: one line naming [model] family."""
     assert main(["run", str(CAMPAIGN), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "[[fleet.pools]]: `run` profiles one GPU type" in err[-1]
+    assert len(err) == 1 and "[model] family: the prior card" in err[-1] and "has no [gpu_axis]" in err[-1]
     assert not (tmp_path / "out").exists()
+
+
+def test_run_of_several_pools_on_a_gpu_off_the_cards_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _copy(tmp_path, 'family = "dense-31b-fp8-h100"', 'family = "card-h100-a100.toml"')
+    shutil.copy(FIXTURE / "card-h100-a100.toml", tmp_path / "card-h100-a100.toml")
+    p.write_text(p.read_text().replace('gpu = "A100-80GB"', 'gpu = "l40s-48gb"'))
+    assert main(["run", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[[fleet.pools]] #2 gpu: 'l40s-48gb' is not on the prior card's GPU axis" in err[-1]
+
+
+def test_run_of_several_pools_on_a_measuring_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _copy(tmp_path, 'backend = "replay"\ntable = "grid.csv"', 'backend = "vllm"')
+    assert main(["run", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[measurement] backend: 'vllm' profiles one GPU type" in err[-1]
 
 
 def test_profiling_cost_in_dollars() -> None:
@@ -264,3 +281,29 @@ def test_run_with_one_priced_pool_reports_dollars(tmp_path: Path) -> None:
     assert result["profiling_usd"] == pytest.approx(result["gpu_seconds"] * 2.5 / 3600)
     if result["objective"] is not None:
         assert result["objective"]["usd_per_hour"] == pytest.approx(2.5 * result["objective"]["gpus_used"])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("count = 8", "count = 0"), "[[fleet.pools]] #1 count: must be >= 1, got 0"),
+        (('gpu = "A100-80GB"', 'gpu = "a1000"'), "[[fleet.pools]] #2 gpu: unknown GPU 'a1000'"),
+        (("usd_per_gpu_hour = 1.8", "usd_per_gpu_hour = -1.0"), "[[fleet.pools]] #2 usd_per_gpu_hour: must be > 0"),
+        (None, "column 'gpu' 'h200-141gb' is in no [[fleet.pools]] entry"),
+    ],
+)
+def test_run_of_several_pools_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str] | None, message: str
+) -> None:
+    p = _copy(tmp_path, 'family = "dense-31b-fp8-h100"', 'family = "card-h100-a100.toml"')
+    shutil.copy(FIXTURE / "card-h100-a100.toml", tmp_path / "card-h100-a100.toml")
+    if edit is None:
+        bad = pd.read_csv(tmp_path / "grid.csv")
+        bad.loc[3, "gpu"] = "h200-141gb"
+        bad.to_csv(tmp_path / "grid.csv", index=False)
+    else:
+        p.write_text(p.read_text().replace(*edit, 1))
+    assert main(["run", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()

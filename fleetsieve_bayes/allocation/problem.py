@@ -34,6 +34,7 @@ __all__ = [
     "AllocationProblem",
     "Allocation",
     "grid_from_table",
+    "row_pools",
     "values_from_table",
     "admissible",
     "meets_slo",
@@ -295,6 +296,15 @@ def _row_pools(df: pd.DataFrame, pools: tuple[str, ...], source: str) -> np.ndar
                 f"with several types declares them as [[fleet.pools]]"
             )
     return out
+
+
+def row_pools(df: pd.DataFrame, pools: tuple[str, ...], source: str = "table") -> np.ndarray:
+    """The pool of every row of ``df``, int64 ``(n_rows,)`` (its ``gpu`` matched to ``pools``, case-insensitive).
+
+    Raises:
+        InputError: a row names a GPU in no pool, or names none while there are several pools.
+    """
+    return _row_pools(df, tuple(pools), source)
 
 
 def grid_from_table(

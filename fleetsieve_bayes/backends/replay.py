@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fleetsieve_bayes.allocation.problem import grid_from_table
+from fleetsieve_bayes.allocation.problem import grid_from_table, row_pools
 from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError
@@ -66,10 +66,14 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     path = campaign.measurement.table
     assert path is not None  # validated with the campaign
     df = read_table(path)
-    grid = grid_from_table(df, campaign.workload_names, source=str(path))
-    windows: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = {}
-    for r, rep in zip(df.to_dict(orient="records"), replicates(df).tolist(), strict=True):
-        windows.setdefault((r["workload"], int(r["tp"]), str(r["load"])), {})[rep] = {
+    # Several [[fleet.pools]]: one table holds every GPU type, a cell is keyed by its GPU too.
+    pools = campaign.pool_names if campaign.pool_names and len(campaign.pool_names) > 1 else None
+    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=pools)
+    df = df[df["workload"].isin(campaign.workload_names)]
+    gpu = [()] * len(df) if pools is None else [(pools[j],) for j in row_pools(df, pools, str(path))]
+    windows: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
+    for r, rep, g in zip(df.to_dict(orient="records"), replicates(df).tolist(), gpu, strict=True):
+        windows.setdefault((r["workload"], int(r["tp"]), str(r["load"]), *g), {})[rep] = {
             k: _plain(v) for k, v in r.items()
         }
 
@@ -84,9 +88,8 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     def measure(cell: int, replicate: int = 0) -> dict[str, Any]:
         rows = windows[grid.key(cell)]
         if replicate not in rows:
-            w, tp, load = grid.key(cell)
             raise InputError(
-                f"{path}: cell {w} TP{tp}@{load}: window {replicate + 1} (replicate {replicate}) was asked for "
+                f"{path}: cell {grid.describe(cell)}: window {replicate + 1} (replicate {replicate}) was asked for "
                 f"but the table holds {len(rows)} window(s) of it; a replayed cell cannot be measured again "
                 f"once its rows are used up"
             )

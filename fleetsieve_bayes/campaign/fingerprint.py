@@ -48,7 +48,7 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
     m = campaign.measurement
     return {
         "name": campaign.name,
-        "fleet": {"gpus": campaign.gpus},
+        "fleet": _fleet_inputs(campaign),
         "model": {
             "family": campaign.family,
             "inference": campaign.inference,
@@ -74,6 +74,19 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             for w in campaign.workloads
         },
     }
+
+
+def _fleet_inputs(campaign: Campaign) -> dict[str, Any]:
+    """``[fleet]``: the budget, and with ``[[fleet.pools]]`` each pool and the dollar cap."""
+    out: dict[str, Any] = {"gpus": campaign.gpus}
+    if campaign.pools:
+        out["pools"] = [
+            {"gpu": p.gpu, "count": p.count, "usd_per_gpu_hour": p.usd_per_gpu_hour, "nodes": list(p.nodes),
+             "gpus_per_node": p.gpus_per_node}
+            for p in campaign.pools
+        ]
+        out["usd_per_hour_max"] = campaign.usd_per_hour_max
+    return out
 
 
 def fingerprint(

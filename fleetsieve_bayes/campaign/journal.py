@@ -134,6 +134,7 @@ class _Fields:
             self.str_(f"{name}.workload", obj=v),
             self.int_(f"{name}.tp", obj=v),
             str(self.get(f"{name}.load", obj=v)),
+            str(v.get("gpu") or ""),
         )
 
     def allocation(self, name: str, v: Any) -> dict[str, dict[str, Any]] | None:
@@ -151,22 +152,52 @@ class _Fields:
             if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int)):
                 raise self.fail(f"{name}.{w}.tp", f"must be an integer or null, got {tp!r}")
             out[str(w)] = {"tp": tp, "load": None if e.get("load") is None else str(e["load"]), "replicas": reps}
+            if e.get("gpu") is not None:  # a campaign of several pools names each class's GPU type
+                out[str(w)]["gpu"] = str(e["gpu"])
         return out
 
 
-class Cell(NamedTuple):
-    """One candidate cell ``(workload, tp, load)``."""
+class Cell(tuple):
+    """One candidate cell ``(workload, tp, load)``, or ``(workload, tp, load, gpu)``
+    in a campaign of several GPU pools.
 
-    workload: str
-    tp: int
-    load: str
+    A plain tuple of 3 or 4 items (``gpu`` empty: 3), so ``tuple(cell)`` is the
+    grid's key of the cell (:meth:`fleetsieve_bayes.allocation.problem.CellGrid.key`).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, workload: str, tp: int, load: str, gpu: str = "") -> Cell:
+        items = (workload, tp, load) if not gpu else (workload, tp, load, gpu)
+        return super().__new__(cls, items)
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self)
+
+    @property
+    def workload(self) -> str:
+        return self[0]
+
+    @property
+    def tp(self) -> int:
+        return self[1]
+
+    @property
+    def load(self) -> str:
+        return self[2]
+
+    @property
+    def gpu(self) -> str:
+        """The GPU type (pool) of the cell; "" in a campaign of one pool."""
+        return self[3] if len(self) > 3 else ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.workload, "tp": self.tp, "load": self.load}
+        out = {"workload": self.workload, "tp": self.tp, "load": self.load}
+        return {**out, "gpu": self.gpu} if self.gpu else out
 
     @property
     def label(self) -> str:
-        return f"{self.workload} TP{self.tp}@{self.load}"
+        return f"{self.workload} TP{self.tp}@{self.load}" + (f" on {self.gpu}" if self.gpu else "")
 
 
 class Header(NamedTuple):

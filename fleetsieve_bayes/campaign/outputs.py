@@ -162,9 +162,19 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
     pools = getattr(setup.campaign, "pools", ())
     if pools:  # profiling cost in dollars: each cell's GPU-seconds at its pool's price
         price = {p.gpu.lower(): p.usd_per_gpu_hour for p in pools}
-        result["profiling_usd"] = float(
-            sum(r.gpu_seconds * price[str(r.row.get("gpu") or pools[0].gpu).lower()] / 3600.0 for r in meas)
-        )
+        def gpu_of(r: Any) -> str:
+            return str(getattr(r.cell, "gpu", "") or r.row.get("gpu") or pools[0].gpu).lower()
+
+        result["profiling_usd"] = float(sum(r.gpu_seconds * price[gpu_of(r)] / 3600.0 for r in meas))
+        if len(pools) > 1:  # several pools: each GPU type's share of the profiling
+            by = {p.gpu: {"gpu_seconds": 0.0, "usd": 0.0, "windows": 0} for p in pools}
+            name = {p.gpu.lower(): p.gpu for p in pools}
+            for r in meas:
+                e = by[name[gpu_of(r)]]
+                e["gpu_seconds"] += float(r.gpu_seconds)
+                e["usd"] += float(r.gpu_seconds) * price[gpu_of(r)] / 3600.0
+                e["windows"] += 1
+            result["profiling_by_gpu"] = by
     return result
 
 

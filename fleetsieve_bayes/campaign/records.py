@@ -32,8 +32,7 @@ def no_events(kind: str, info: dict[str, Any]) -> None:
 
 def cell_of(grid: CellGrid, c: int) -> Cell:
     """Cell ``c`` of ``grid`` as the journal names it."""
-    w, tp, load = grid.key(c)
-    return Cell(w, tp, load)
+    return Cell(*grid.key(c))
 
 
 def side_of(a: Allocation, grid: CellGrid) -> Side:

@@ -131,6 +131,7 @@ def resolve(
 
     name = _strategy_name(strategy)
     card, card_file = _card(campaign, prior)
+    _check_gpu_axis(campaign, card)
     if preset is None or isinstance(preset, (str, Path)):
         try:
             preset = load_preset(campaign.inference if preset is None else preset)
@@ -152,6 +153,31 @@ def resolve(
         seed_rows=_seed_table_rows(campaign),
         reuse=reuse,
     )
+
+
+def _check_gpu_axis(campaign: Campaign, card: Any) -> None:
+    """A campaign of several pools needs a card whose ``[gpu_axis]`` covers every pool's GPU.
+
+    Raises:
+        InputError: naming the campaign file and ``[model] family`` or the pool's ``gpu``.
+    """
+    from fleetsieve_bayes.model.gpu_axis import axis_from_card
+
+    if len(campaign.pools) < 2:
+        return
+    axis = axis_from_card(card)
+    if axis is None:
+        raise InputError(
+            f"{campaign.path}: [model] family: the prior card {campaign.family} has no [gpu_axis] section, which "
+            f"a fleet of {len(campaign.pools)} GPU types needs (write one with `priors derive --also-gpus`)"
+        )
+    on_axis = {g.lower() for g in axis.gpus}
+    for j, p in enumerate(campaign.pools):
+        if p.gpu.lower() not in on_axis:
+            raise InputError(
+                f"{campaign.path}: [[fleet.pools]] #{j + 1} gpu: {p.gpu!r} is not on the prior card's GPU axis "
+                f"({', '.join(axis.gpus)})"
+            )
 
 
 def build_strategy(setup: CampaignSetup, grid: CellGrid, problem: Any) -> Strategy:
@@ -179,7 +205,8 @@ def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
             if r["workload"] not in names:
                 continue
             row = plain_row({k: (None if v is pd.NA else v) for k, v in r.items()})
-            out.append((Cell(str(r["workload"]), int(r["tp"]), str(r["load"])), row, f"seed table {path} line {line}"))
+            gpu = str(r.get("gpu") or "") if campaign.pool_names and len(campaign.pool_names) > 1 else ""
+            out.append((Cell(str(r["workload"]), int(r["tp"]), str(r["load"]), gpu), row, f"seed table {path} line {line}"))
     return out
 
 

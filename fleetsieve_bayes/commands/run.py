@@ -49,12 +49,12 @@ def main(args: argparse.Namespace) -> int:
     from fleetsieve_bayes.reporting.progress import make_progress
 
     campaign = load_campaign(args.campaign)
-    if len(campaign.pools) > 1:  # the model has no GPU axis yet: refuse rather than pool types blindly
+    if len(campaign.pools) > 1 and campaign.measurement.backend != "replay":
         from fleetsieve_bayes.errors import InputError
 
         raise InputError(
-            f"{campaign.path}: [[fleet.pools]]: `run` profiles one GPU type; a fleet of "
-            f"{len(campaign.pools)} pools is solved by `allocate` on a measured table"
+            f"{campaign.path}: [measurement] backend: {campaign.measurement.backend!r} profiles one GPU type; "
+            f"a campaign of {len(campaign.pools)} [[fleet.pools]] runs on the replay backend (one table of every type)"
         )
     quiet = args.quiet or args.json
     with make_progress(quiet=quiet, stream=sys.stderr) as on_event:

@@ -146,7 +146,8 @@ def cells_from_json(grid: CellGrid, alloc_json: dict[str, Any] | None) -> tuple[
         entry = alloc_json.get(name)
         if not entry or not entry.get("replicas") or entry.get("tp") is None:
             continue
-        cell[i] = index[(name, int(entry["tp"]), str(entry["load"]))]
+        gpu = (str(entry["gpu"]),) if grid.n_pools > 1 else ()  # several pools: the key names the GPU
+        cell[i] = index[(name, int(entry["tp"]), str(entry["load"]), *gpu)]
         reps[i] = int(entry["replicas"])
     return cell, reps
 

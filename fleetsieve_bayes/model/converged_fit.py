@@ -69,6 +69,7 @@ from fleetsieve_bayes.model.diagnostics import (
     failed_cells,
     minor_mode_chains,
 )
+from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import model_data
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 
@@ -160,7 +161,8 @@ def fit_certifying(
     diag: dict[str, Any] = {}
     stats: dict[str, np.ndarray] = {}
     fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
-    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell)
+    data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell,
+                      gpu=grid_gpu_inputs(grid, card))
     same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))

@@ -16,8 +16,9 @@ architecture and dtype:
 * as a prior card's ``[gpu_axis]`` section (``priors derive --also-gpus``):
   :func:`card_section` writes it, :func:`axis_from_card` reads it back.
 
-These are the *prior* offsets of the GPU axis; the ratios' departure from the
-truth is what a model with a learned per-type deviation would estimate.
+These are the *prior* offsets of the GPU axis; the joint model adds a learned
+per-type deviation (:func:`fleetsieve_bayes.model.joint.gpu_deviation`), and
+:func:`grid_gpu_inputs` builds both inputs of a grid for it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ from fleetsieve_bayes.model.derive import (
     roofline,
 )
 
-__all__ = ["GpuAxis", "gpu_axis", "cell_log_ratios", "card_section", "axis_from_card"]
+__all__ = ["GpuAxis", "gpu_axis", "cell_log_ratios", "card_section", "axis_from_card", "grid_gpu_inputs", "card_with_axis"]
+
+# Log ratios are clipped to this: a TP at which the model does not fit a GPU
+# (capacity ratio 0) is a capacity e^-10 of the reference's, not -inf.
+_LOG_RATIO_CLIP = 10.0
 
 
 class GpuAxis(NamedTuple):
@@ -190,3 +195,59 @@ def axis_from_card(card: object) -> GpuAxis | None:
         log_ttft=np.array(card.gpu_axis_log_ttft, np.float64),  # type: ignore[attr-defined]
         log_completion=np.array(card.gpu_axis_log_completion, np.float64),  # type: ignore[attr-defined]
     )
+
+
+def grid_gpu_inputs(grid: CellGrid, card: object) -> tuple[np.ndarray, np.ndarray] | None:
+    """The joint model's GPU-axis inputs of ``grid`` under ``card``'s ``[gpu_axis]``.
+
+    None when every cell is on the card's GPU: a grid without named pools,
+    or one pool of the card's reference GPU (or a card without an axis and one pool).
+
+    Returns:
+        ``(offset, onehot)``: float64 ``(n_cells, 3)`` log ratios (capacity,
+        ttft, completion) of each cell's GPU at its TP, clipped to ±10, and
+        float64 ``(n_cells, n_dev)`` one-hot of the cell's non-reference
+        pool (``n_dev`` pools are not the reference; a reference cell's row is 0).
+
+    Raises:
+        InputError: several pools and a card without ``[gpu_axis]``, or a
+            pool's GPU (or a cell's TP) the axis does not cover.
+    """
+    if not grid.named_pools:
+        return None
+    axis = axis_from_card(card)
+    if axis is None:
+        if grid.n_pools == 1:
+            return None
+        raise InputError(
+            f"the prior card has no [gpu_axis] section, which a fleet of {grid.n_pools} GPU types "
+            f"({', '.join(grid.pools)}) needs: write one with `priors derive --also-gpus`"
+        )
+    ref = axis.reference.lower()
+    if grid.n_pools == 1 and grid.pools[0].lower() == ref:
+        return None
+    offset = np.clip(cell_log_ratios(grid, axis), -_LOG_RATIO_CLIP, _LOG_RATIO_CLIP)
+    dev = [j for j, p in enumerate(grid.pools) if p.lower() != ref]
+    onehot = np.zeros((grid.n_cells, len(dev)))
+    g = grid.gpu_idx
+    for k, j in enumerate(dev):
+        onehot[g == j, k] = 1.0
+    return offset, onehot
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, float) and not np.isfinite(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+def card_with_axis(card_text: str, axis: GpuAxis) -> str:
+    """A prior card's TOML text with ``axis`` as its ``[gpu_axis]`` section (appended; the text must have none)."""
+    lines = ["", "[gpu_axis]"] + [f"{k} = {_toml(v)}" for k, v in card_section(axis).items()]
+    return card_text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"

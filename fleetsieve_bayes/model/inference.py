@@ -50,10 +50,12 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
+from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import (
     ModelData,
     fleet_model,
     from_transformed,
+    gpu_dev_count,
     init_unconstrained,
     model_data,
     sample_obs,
@@ -97,10 +99,11 @@ _DERIVED = (
     "tail_slope",
     "overload",
     "window",
+    "gpu_dev",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
-_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z")
+_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z")
 
 
 class Posterior(NamedTuple):
@@ -150,7 +153,9 @@ def prior_predictive(
         modelling scale; it is mapped back here).
     """
     card = card if isinstance(card, PriorCard) else load_card(card)
-    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
+    data = model_data(
+        grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool), gpu=grid_gpu_inputs(grid, card)
+    )
     pred = Predictive(bind_model(card), num_samples=n)(jax.random.PRNGKey(seed), data, None)
     out = {k: np.asarray(v) for k, v in pred.items()}
     out["y"] = np.asarray(from_transformed(pred["y"]))
@@ -249,7 +254,8 @@ def fit(
     """
     card, preset = _resolve(card, preset)
     data = model_data(
-        grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell
+        grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell,
+        gpu=grid_gpu_inputs(grid, card),
     )
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
@@ -257,9 +263,10 @@ def fit(
 
 
 def _shape_key(data: ModelData) -> tuple[int, ...]:
+    gpu = () if data.gpu_offset is None else ("gpu", gpu_dev_count(data))
     if data.windows is None:
-        return (int(data.u.shape[0]), int(data.cap_ref.shape[0]))
-    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]))
+        return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), *gpu)
+    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]), *gpu)
 
 
 def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:
@@ -301,7 +308,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # None: NumPyro's identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
-                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None)
+                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None, gpu_dev_count(d))
             if inverse_mass is not None and not preset.dense_mass:
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
@@ -595,7 +602,9 @@ def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard
     """Whether ``params`` (draws, chain-major) have this model's site shapes — a
     warm start saved by another version of the model (e.g. before a class-level
     parameter was added) starts cold instead of failing."""
-    want = init_unconstrained(jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None)
+    want = init_unconstrained(
+        jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data)
+    )
     return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 
 

@@ -34,6 +34,11 @@ Per cell ``c`` of class ``w`` with ``u = log2(TP)`` and offered load ``λ``:
 * partial pooling: every class-level parameter is a shared family offset plus
   a per-class deviation, both normal with the card's scales
   (:func:`class_prior`; whitened, so NUTS sees a well-conditioned posterior).
+* GPU types (issue 31): a cell on GPU ``g`` adds to ``log C`` and to both
+  tail bases ``r_g(TP) + δ_{w,g}``: the roofline log ratio of ``g`` to the
+  card's reference GPU (from ``priors derive --also-gpus``) and a learned
+  deviation per type, partially pooled across classes (:func:`gpu_deviation`);
+  a grid on the reference GPU alone has no such term.
 * noise: Student-t on the transformed scale (log throughput, log tails, logit
   success clipped to ``[SUCCESS_EPS, 1 - SUCCESS_EPS]``), one scale per metric
   (:data:`NOISE_FLOOR` plus a half-normal part) and one number of degrees of
@@ -113,6 +118,10 @@ __all__ = [
     "init_unconstrained",
     "load_failures",
     "FAILURE_SHARPNESS",
+    "gpu_dev_count",
+    "gpu_deviation",
+    "GPU_DEVIATION_LOG_SD",
+    "GPU_DEVIATION_CLASS_SD",
 ]
 
 # Student-t degrees of freedom of the observation noise of the tails and
@@ -181,6 +190,13 @@ OVERLOAD_LOG_MEDIAN = math.log(5.0)
 OVERLOAD_LOG_SD = 1.5
 OVERLOAD_CLASS_SD = 1.0
 _OVER_SHARPNESS = 40.0
+# The GPU axis (issue 31): a class's capacity and tail bases on a GPU type are
+# the roofline ratio to the card's reference GPU times a learned deviation, log
+# scale, per type and column (capacity, ttft, completion): a family level
+# shared by the classes (95 % within ×/÷ 1.8 of the roofline) plus a class's
+# departure from it. Model constants, like OVERLOAD_CLASS_SD.
+GPU_DEVIATION_LOG_SD = 0.3
+GPU_DEVIATION_CLASS_SD = 0.2
 # Failure under load (see :func:`load_failures`): P(fail | ρ) ∝ sigmoid(k log ρ)
 # with k = FAILURE_SHARPNESS: against deep overload, a failed run makes ρ = 1
 # half as likely, ρ = 0.8 a seventh, ρ = 0.5 e^-5.5 times.
@@ -217,6 +233,13 @@ class ModelData(NamedTuple):
     # Every measurement window, several per cell (None: one value per cell, the
     # Student-t likelihood of ``observed``; see :class:`WindowRows`).
     windows: WindowRows | None = None
+    # The GPU axis (None: every cell on the card's GPU): per cell the roofline
+    # log ratios (capacity, ttft, completion) of its GPU type to the card's
+    # reference, (n_cells, 3), and which non-reference type it runs on,
+    # one-hot (n_cells, n_gpu_dev) (a zero row: the reference). See
+    # :func:`fleetsieve_bayes.model.gpu_axis.grid_gpu_inputs`.
+    gpu_offset: jnp.ndarray | None = None
+    gpu_onehot: jnp.ndarray | None = None
 
 
 class WindowRows(NamedTuple):
@@ -270,6 +293,7 @@ def model_data(
     server_failed: np.ndarray | None = None,
     rows: np.ndarray | None = None,
     row_cell: np.ndarray | None = None,
+    gpu: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ModelData:
     """Build the model's fixed-shape inputs.
 
@@ -289,6 +313,10 @@ def model_data(
             ``observed``. A measured cell without a row (a failure inferred
             for every load of its TP) adds nothing to the likelihood, as its
             failed value would not.
+        gpu: the GPU axis, ``(offset (n_cells, 3), onehot (n_cells, n_gpu_dev))``
+            (:func:`fleetsieve_bayes.model.gpu_axis.grid_gpu_inputs`); None:
+            every cell on the card's GPU. A class's capacity reference
+            (``cap_ref``) is then on the reference GPU's scale.
     """
     n = grid.n_cells
     observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
@@ -300,6 +328,8 @@ def model_data(
         raise ValueError(f"n_classes_max={n_classes} < {grid.n_classes} classes in the grid")
     u = np.log2(grid.tp.astype(np.float64))
     per_gpu = grid.offered_rps / grid.tp
+    if gpu is not None:  # each cell's load on the reference GPU's scale
+        per_gpu = per_gpu / np.exp(np.asarray(gpu[0], np.float64)[:, 0])
     cap_ref = np.zeros(n_classes)
     load_ref = np.zeros(n_classes)
     overall = float(np.median(per_gpu[per_gpu > 0])) if np.any(per_gpu > 0) else 1.0
@@ -322,7 +352,14 @@ def model_data(
         measured=jnp.asarray(measured),
         failed_under_load=jnp.asarray(load_failures(grid, measured, fit, server_failed)),
         windows=None if rows is None else window_rows(rows, row_cell, measured, failed),
+        gpu_offset=None if gpu is None else jnp.asarray(np.asarray(gpu[0], np.float64)),
+        gpu_onehot=None if gpu is None else jnp.asarray(np.asarray(gpu[1], np.float64)),
     )
+
+
+def gpu_dev_count(data: ModelData) -> int:
+    """Non-reference GPU types of the model's GPU axis (0: no axis)."""
+    return 0 if data.gpu_onehot is None else int(data.gpu_onehot.shape[1])
 
 
 def window_rows(
@@ -772,6 +809,9 @@ def latent_metrics(
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
+    gpu_shift = _gpu_shift(params, data)  # (n_cells, 3) or None
+    if gpu_shift is not None:
+        log_cap = log_cap + gpu_shift[:, 0]
     k = params["sharpness"]
     if jnp.ndim(k) == 1:  # per class ([saturation] class_sd > 0); a scalar is shared
         k = k[w]
@@ -784,6 +824,8 @@ def latent_metrics(
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
         + params["tail_blowup"][w] * h_queue[:, None]
     )
+    if gpu_shift is not None:
+        log_tails = log_tails + gpu_shift[:, 1:3]
     if "overload" in params:
         log_tails = log_tails + overload_growth(log_rho, params["overload"][w])
     else:
@@ -801,6 +843,39 @@ def latent_metrics(
     logit_s = params["succ_base"][w] - params["succ_drop"][w] * h_succ
     z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
     return from_transformed(z), jnp.exp(log_cap)
+
+
+def _gpu_shift(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray | None:
+    """Per cell, the log shift ``(capacity, ttft, completion)`` ``(n_cells, 3)`` of its GPU type.
+
+    The roofline ratio ``data.gpu_offset`` plus the learned deviation
+    ``params["gpu_dev"] (n_classes, n_gpu_dev, 3)`` of the cell's class on its
+    type (zero on the reference); None without a GPU axis.
+    """
+    if data.gpu_offset is None:
+        return None
+    if "gpu_dev" not in params:
+        return data.gpu_offset
+    dev = jnp.einsum("ck,ckj->cj", data.gpu_onehot, params["gpu_dev"][data.widx])
+    return data.gpu_offset + dev
+
+
+def gpu_deviation(data: ModelData, n_classes: int) -> jnp.ndarray:
+    """Sample the GPU axis's deviations: site ``gpu_z (n_classes + 1, n_gpu_dev, 3)``.
+
+    A type's departure from its roofline ratio, per column (capacity, ttft,
+    completion): a family level shared by the classes (sd
+    :data:`GPU_DEVIATION_LOG_SD`, row 0 of ``gpu_z``) plus a class's own
+    departure (sd :data:`GPU_DEVIATION_CLASS_SD`) — partial pooling, so two
+    measurements of one class on a type move every class's prediction there.
+
+    Returns:
+        the deterministic site ``gpu_dev (n_classes, n_gpu_dev, 3)``.
+    """
+    n_dev = gpu_dev_count(data)
+    z = numpyro.sample("gpu_z", dist.Normal(jnp.zeros((n_classes + 1, n_dev, 3)), 1.0).to_event(3))
+    dev = GPU_DEVIATION_LOG_SD * z[0][None] + GPU_DEVIATION_CLASS_SD * z[1:]
+    return numpyro.deterministic("gpu_dev", dev)
 
 
 def class_param_count(card: PriorCard) -> int:
@@ -985,6 +1060,8 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
         "tail_elasticity": tail_elasticity,
         "overload": overload,
     }
+    if data.gpu_offset is not None:
+        params["gpu_dev"] = gpu_deviation(data, n_classes)
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
@@ -1123,7 +1200,7 @@ def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
 
 
 def init_unconstrained(
-    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False
+    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False, n_gpu_dev: int = 0
 ) -> dict[str, jnp.ndarray]:
     """A random starting point for MCMC in NumPyro's unconstrained space.
 
@@ -1137,7 +1214,8 @@ def init_unconstrained(
         ``{"class_z": (n_classes, class_param_count(card)), "global": (6,), "noise_raw": (4,)}``
         (13 columns, 14 with a per-class sharpness); with ``windows`` (the
         window-noise likelihood) also ``window_g (7,)`` and ``window_z
-        (n_classes, 6)`` uniform in ``(-1, 1)``.
+        (n_classes, 6)`` uniform in ``(-1, 1)``; with ``n_gpu_dev`` non-reference
+        GPU types also ``gpu_z (n_classes + 1, n_gpu_dev, 3)``, likewise.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
@@ -1155,4 +1233,6 @@ def init_unconstrained(
         k4, k5 = jax.random.split(jax.random.fold_in(key, 1))
         out["window_g"] = u(k4, (len(_WINDOW_G),))
         out["window_z"] = u(k5, (n_classes, N_WINDOW_CLASS))
+    if n_gpu_dev:
+        out["gpu_z"] = u(jax.random.fold_in(key, 2), (n_classes + 1, n_gpu_dev, 3))
     return out

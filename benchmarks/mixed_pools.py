@@ -1,0 +1,281 @@
+"""Mixed GPU pools end to end: one campaign over every type against one campaign per type.
+
+Synthetic mixed-pool fleets (:mod:`fleetsieve_bayes.evaluation.mixed_pools`,
+fixed seed; every other fleet is built to need a mix: too few H100s for an
+all-H100 answer). For each fleet:
+
+* the **mixed campaign** (every pool, the generic card with the roofline
+  ``[gpu_axis]``) runs to its stop on the replay backend;
+* **one campaign per GPU type**, run separately (its rows, its pool, the
+  generic card), each to its stop;
+* on the noise-free truth: the full-table optimum over all pools (the
+  oracle), and the **best single-type fleet** (the optimum with one pool
+  alone, best over the types: max–min fulfillment, then goodput, then
+  dollars).
+
+Reported per fleet: profiling GPU-seconds (and dollars) of the mixed
+campaign against the sum of the single-type campaigns; whether its decision
+is ε-correct on the truth on goodput (the lexicographic regret) *and* on cost
+(its true $/h within (1 + ε) of the oracle's); false certificates (a
+certified decision that is not ε-correct on either, or commits to a cell
+violating its SLO on the truth); the decision's true $/h against the best
+single-type fleet where that fleet serves as much (where it serves less, the
+mixed fleet wins outright).
+
+    python benchmarks/mixed_pools.py --fleets 4 [--seed 0] [--partial FILE] [--work DIR] [--jobs 2] [--out FILE] [--publish]
+    python benchmarks/profiling_cost.py --pools 4      # the same study
+
+Prints a markdown table and writes JSON (default benchmarks/results/mixed_pools.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "mixed_pools.json"
+TOL = 1e-6
+
+
+def _usd_per_hour(grid: Any, problem: Any, cell: np.ndarray | None, reps: np.ndarray | None) -> float:
+    """Dollars per hour of per-class cells and replicas ``(n_classes,)`` (0 for none)."""
+    if cell is None or reps is None:
+        return 0.0
+    price = np.asarray(problem.usd_per_gpu_hour, np.float64)
+    return float(sum(int(n) * int(grid.tp[c]) * price[grid.gpu_idx[c]] for c, n in zip(cell, reps, strict=True) if c >= 0 and n > 0))
+
+
+def _service(out: Any) -> tuple[float, float]:
+    return (round(out.min_fulfillment, 6), round(out.goodput_rps, 6))
+
+
+def _run(campaign_path: Path, seed: int) -> dict[str, Any]:
+    """Run one campaign to its stop in ``out`` next to its file; a finished one is read back."""
+    from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.campaign.runner import run_campaign
+
+    out = campaign_path.parent / "out"
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    t0 = time.perf_counter()
+    result = run_campaign(load_campaign(campaign_path), out, strategy="fleetsieve", seed=seed).result
+    result["wall_s"] = time.perf_counter() - t0
+    done.write_text(json.dumps(result, default=float))
+    return result
+
+
+def _run_all(paths: list[Path], seed: int, jobs: int) -> list[dict[str, Any]]:
+    """:func:`_run` of every campaign, ``jobs`` at a time."""
+    if jobs <= 1:
+        return [_run(p, seed) for p in paths]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as ex:
+        return list(ex.map(_run, paths, [seed] * len(paths)))
+
+
+def single_type_optima(grid: Any, truth: np.ndarray, problem: Any) -> dict[str, dict[str, Any]]:
+    """Per GPU type, the exact optimum on the truth with that pool alone."""
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.evaluation.regret import evaluate_allocation
+
+    out = {}
+    for j, g in enumerate(grid.pools):
+        counts = np.where(np.arange(grid.n_pools) == j, np.asarray(problem.pool_gpus), 0)
+        p = problem._replace(pool_gpus=counts, gpus=int(counts[j]))
+        a = allocate_milp(grid, truth, p)
+        o = evaluate_allocation(grid, truth, p, a)
+        usd = _usd_per_hour(grid, problem, a.cell, a.replicas) if a.feasible else 0.0
+        out[g] = {"min_fulfillment": o.min_fulfillment, "goodput_rps": o.goodput_rps, "usd_per_hour": usd}
+    return out
+
+
+def _best(single: dict[str, dict[str, Any]]) -> str:
+    return max(single, key=lambda g: (round(single[g]["min_fulfillment"], 6), round(single[g]["goodput_rps"], 6),
+                                      -single[g]["usd_per_hour"]))
+
+
+def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
+    """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
+    from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
+    from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.evaluation.mixed_pools import (
+        mixed_fleet,
+        single_type,
+        true_values,
+        write_mixed,
+    )
+    from fleetsieve_bayes.evaluation.regret import (
+        cells_from_json,
+        eps_correct,
+        evaluate_cells,
+        make_oracle,
+        regret,
+    )
+
+    need_mix = k % 2 == 0
+    fleet = mixed_fleet(np.random.default_rng([seed, k]), need_mix=need_mix)
+    path = write_mixed(work / f"f{k:03d}" / "mixed", fleet)
+    campaign = load_campaign(path)
+    grid = grid_from_table(fleet.table, campaign.workload_names, pools=campaign.pool_names)
+    truth = values_from_table(grid, true_values(fleet.table))
+    problem = campaign.problem()
+    oracle = make_oracle(grid, truth, problem)
+    oracle_usd = _usd_per_hour(grid, problem, oracle.allocation.cell, oracle.allocation.replicas) if oracle.allocation.feasible else 0.0
+    single_opt = single_type_optima(grid, truth, problem)
+    best = _best(single_opt)
+
+    single_paths = [single_type(work / f"f{k:03d}" / g, fleet, g) for g in grid.pools]
+    mixed, *single_results = _run_all([path, *single_paths], seed, jobs)
+    cr = cells_from_json(grid, mixed.get("allocation"))
+    out = evaluate_cells(grid, truth, problem, *(cr if cr else (None, None)))
+    reg = regret(out, oracle, problem)
+    usd = _usd_per_hour(grid, problem, *(cr if cr else (None, None)))
+    goodput_ok = eps_correct(reg, campaign.epsilon)
+    cost_ok = goodput_ok and (usd <= (1 + campaign.epsilon) * oracle_usd + TOL or not oracle.allocation.feasible)
+    certified = mixed["status"] in ("certified-feasible", "certified-infeasible")
+    b = single_opt[best]
+    same_service = _service(out) <= (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
+    singles = {}
+    for g, r in zip(grid.pools, single_results, strict=True):
+        singles[g] = {"status": r["status"], "gpu_seconds": r["gpu_seconds"], "usd": r.get("profiling_usd"),
+                      "wall_s": r.get("wall_s")}
+    sum_single = sum(s["gpu_seconds"] for s in singles.values())
+    return {
+        "fleet": k, "info": fleet.info, "status": mixed["status"], "certified": certified,
+        "gpu_seconds": mixed["gpu_seconds"], "profiling_usd": mixed.get("profiling_usd"),
+        "profiling_by_gpu": mixed.get("profiling_by_gpu"), "wall_s": mixed.get("wall_s"),
+        "allocation": mixed.get("allocation"),
+        "regret": reg._asdict(), "eps_correct_goodput": goodput_ok, "eps_correct_cost": cost_ok,
+        "false_certificate": bool(certified and (out.violations or not goodput_ok or not cost_ok)),
+        "usd_per_hour": usd, "oracle_usd_per_hour": oracle_usd,
+        "oracle_service": list(_service(oracle.outcome)), "decision_service": list(_service(out)),
+        "single_optima": single_opt, "best_single": best, "best_single_usd_per_hour": b["usd_per_hour"],
+        # The decision serves exactly what the best single-type fleet serves: compare dollars.
+        "same_service_as_best_single": bool(same_service and _service(out) == (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))),
+        "serves_more_than_best_single": bool(_service(out) > (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))),
+        "singles": singles, "sum_single_gpu_seconds": sum_single,
+        "gpu_seconds_ratio": mixed["gpu_seconds"] / sum_single if sum_single else None,
+    }
+
+
+def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [f for f in fleets if "error" not in f]
+    ratio = [f["gpu_seconds_ratio"] for f in ok if f["gpu_seconds_ratio"] is not None]
+    cert = [f for f in ok if f["certified"]]
+    comparable = [f for f in ok if f["same_service_as_best_single"]]
+    savings = [1 - f["usd_per_hour"] / f["best_single_usd_per_hour"] for f in comparable if f["best_single_usd_per_hour"] > 0]
+    not_worse = [f for f in ok if f["serves_more_than_best_single"]
+                 or (f["same_service_as_best_single"] and f["usd_per_hour"] <= f["best_single_usd_per_hour"] + TOL)]
+    mix = [f for f in ok if f["info"]["need_mix"]]
+    strictly = [f for f in mix if f["serves_more_than_best_single"]
+                or (f["same_service_as_best_single"] and f["usd_per_hour"] < f["best_single_usd_per_hour"] - TOL)]
+    return {
+        "fleets": len(ok), "errors": len(fleets) - len(ok), "certified": len(cert),
+        "eps_correct_goodput": sum(f["eps_correct_goodput"] for f in cert),
+        "eps_correct_cost": sum(f["eps_correct_cost"] for f in cert),
+        "false_certificates": sum(f["false_certificate"] for f in ok),
+        "gpu_seconds_ratio_mean": float(np.mean(ratio)) if ratio else None,
+        "gpu_seconds_ratio_max": float(np.max(ratio)) if ratio else None,
+        "not_worse_than_best_single": len(not_worse),
+        "need_mix": len(mix), "strictly_better_on_need_mix": len(strictly),
+        "comparable_cost": len(comparable),
+        "mean_saving_vs_best_single": float(np.mean(savings)) if savings else None,
+    }
+
+
+def markdown(res: dict[str, Any]) -> str:
+    s = res["summary"]
+    lines = [
+        "| fleet | types | need mix | status | mixed GPU-s | Σ single GPU-s | ratio | ε-correct (goodput / cost) | $/h | best single | its $/h |",
+        "|---|---|---|---|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for f in res["fleets"]:
+        if "error" in f:
+            lines.append(f"| {f['fleet']} | error: {f['error'][:60]} |||||||||")
+            continue
+        lines.append(
+            f"| {f['fleet']} | {', '.join(f['info']['types'])} | {'yes' if f['info']['need_mix'] else 'no'} | {f['status']} "
+            f"| {f['gpu_seconds']:,.0f} | {f['sum_single_gpu_seconds']:,.0f} | {f['gpu_seconds_ratio']:.2f} "
+            f"| {'yes' if f['eps_correct_goodput'] else 'no'} / {'yes' if f['eps_correct_cost'] else 'no'} "
+            f"| {f['usd_per_hour']:.2f} | {f['best_single']}{' (serves less)' if f['serves_more_than_best_single'] else ''} "
+            f"| {f['best_single_usd_per_hour']:.2f} |"
+        )
+    ms = s["mean_saving_vs_best_single"]
+    lines += [
+        "",
+        f"{s['fleets']} fleets, {s['certified']} certified: ε-correct on goodput {s['eps_correct_goodput']}, on cost "
+        f"{s['eps_correct_cost']}; false certificates {s['false_certificates']}. Profiling GPU-seconds / Σ single-type "
+        f"campaigns: mean {s['gpu_seconds_ratio_mean']:.2f}, max {s['gpu_seconds_ratio_max']:.2f}. Fleet cost not above the "
+        f"best single-type fleet (or serving more) on {s['not_worse_than_best_single']}/{s['fleets']}; strictly better on "
+        f"{s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix; mean $/h saving where the service "
+        f"is the same: {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({s['comparable_cost']} fleets).",
+    ]
+    return "\n".join(lines)
+
+
+def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Run ``args.pools`` (or ``args.fleets``) fleets, checkpointing each to ``--partial``."""
+    n = int(getattr(args, "pools", 0) or getattr(args, "fleets", 0))
+    seed = int(getattr(args, "pool_seed", getattr(args, "seed", 0)) or 0)
+    partial = getattr(args, "partial", None)
+    done: dict[int, dict[str, Any]] = {}
+    if partial is not None and Path(partial).exists():
+        for line in Path(partial).read_text().splitlines():
+            r = json.loads(line)
+            done[int(r["fleet"])] = r
+    work_arg = getattr(args, "work", None)
+    jobs = int(getattr(args, "jobs", 1) or 1)
+    with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
+        work = Path(work_arg) if work_arg else Path(tmp)  # --work: campaigns and their runs persist (resumable)
+        for k in range(n):
+            if k in done:
+                continue
+            try:
+                r = study_fleet(k, seed, work, jobs)
+            except Exception as exc:  # noqa: BLE001 - reported, excluded from the summary
+                r = {"fleet": k, "error": f"{type(exc).__name__}: {exc}"}
+            done[k] = r
+            if partial is not None:
+                with open(partial, "a") as fh:
+                    fh.write(json.dumps(r, default=float) + "\n")
+            print(f"fleet {k}: {r.get('status', r.get('error'))}", file=sys.stderr, flush=True)
+    fleets = [done[k] for k in range(n)]
+    res = {"study": "mixed_pools", "seed": seed, "fleets": fleets, "summary": summarise(fleets)}
+    md = markdown(res)
+    print(md)
+    out = Path(getattr(args, "out", None) or DEFAULT_OUT)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=float))
+    if getattr(args, "publish", False):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from publish import command_line, publish
+
+        publish("mixed_pools", res, md, command_line(__file__, argv))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fleets", type=int, default=4, help="mixed-pool fleets (default 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--partial", type=Path, default=None, help="append each finished fleet to this JSONL file (and resume from it)")
+    p.add_argument("--work", type=Path, default=None, help="keep each campaign and its run here (a finished run is read back)")
+    p.add_argument("--jobs", type=int, default=1, help="campaigns of a fleet run at once (default 1)")
+    p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
+    p.add_argument("--publish", action="store_true", help="write benchmarks/published/mixed_pools.json and its docs/results.md section")
+    return run_study(p.parse_args(argv), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The GPU type as an axis of the joint model: roofline ratio × learned per-type deviation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from numpyro import handlers
+
+from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
+from fleetsieve_bayes.campaign.journal import Cell
+from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.evaluation.mixed_pools import mixed_fleet, true_values
+from fleetsieve_bayes.model.gpu_axis import card_with_axis, grid_gpu_inputs
+from fleetsieve_bayes.model.joint import fleet_model, model_data
+from fleetsieve_bayes.model.priors import load_card
+from fleetsieve_bayes.resources import data_dir
+from fleetsieve_bayes.table import read_table
+
+REPO = Path(__file__).resolve().parent.parent
+GENERIC = data_dir("priors") / "generic.toml"
+
+
+def _fleet_with(gpu: str, need_mix: bool = False):
+    for seed in range(40):
+        f = mixed_fleet(np.random.default_rng(seed), need_mix=need_mix)
+        if gpu in f.info["types"]:
+            return f
+    raise AssertionError(f"no fleet with {gpu}")
+
+
+def _card(tmp_path: Path, fleet):
+    path = tmp_path / "card.toml"
+    path.write_text(card_with_axis(GENERIC.read_text(), fleet.card_axis))
+    return load_card(path)
+
+
+def _sites(data, card) -> dict:
+    tr = handlers.trace(handlers.seed(fleet_model, jax.random.PRNGKey(0))).get_trace(data, card, None)
+    return {k: v["value"].shape for k, v in tr.items() if v["type"] == "sample"}
+
+
+def test_a_single_type_grid_has_no_gpu_axis(tmp_path: Path) -> None:
+    df = read_table(REPO / "examples" / "h100_31b_fp8" / "grid.csv")
+    grid = grid_from_table(df, ("chat", "code"))
+    fleet = _fleet_with("a100-80gb")
+    card = _card(tmp_path, fleet)
+    assert grid_gpu_inputs(grid, card) is None
+    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
+    assert data.gpu_offset is None and "gpu_z" not in _sites(data, card)
+
+
+def test_a_mixed_grid_carries_ratios_and_one_deviation_per_type(tmp_path: Path) -> None:
+    fleet = _fleet_with("a100-80gb")
+    card = _card(tmp_path, fleet)
+    pools = tuple(fleet.info["types"])
+    names = tuple(w["name"] for w in fleet.campaign["workloads"])
+    grid = grid_from_table(fleet.table, names, pools=pools)
+    offset, onehot = grid_gpu_inputs(grid, card)
+    assert offset.shape == (grid.n_cells, 3) and onehot.shape == (grid.n_cells, len(pools) - 1)
+    on_ref = grid.gpu_idx == 0
+    assert np.all(offset[on_ref] == 0) and np.all(onehot[on_ref] == 0)
+    assert np.all(onehot[~on_ref].sum(1) == 1)
+    a = pools.index("a100-80gb")
+    assert np.all(offset[grid.gpu_idx == a, 0] < 0) and np.all(offset[grid.gpu_idx == a, 1] > 0)
+    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool), gpu=(offset, onehot))
+    assert _sites(data, card)["gpu_z"] == (len(names) + 1, len(pools) - 1, 3)
+
+
+def test_several_pools_need_a_card_with_a_gpu_axis() -> None:
+    fleet = _fleet_with("a100-80gb")
+    grid = grid_from_table(fleet.table, tuple(w["name"] for w in fleet.campaign["workloads"]),
+                           pools=tuple(fleet.info["types"]))
+    with pytest.raises(InputError, match=r"the prior card has no \[gpu_axis\] section.*priors derive --also-gpus"):
+        grid_gpu_inputs(grid, load_card(GENERIC))
+
+
+def test_a_cell_on_a_pool_is_its_grid_key() -> None:
+    plain, on = Cell("chat", 4, "C96"), Cell("chat", 4, "C96", "a100-80gb")
+    assert tuple(plain) == ("chat", 4, "C96") and plain.gpu == "" and plain.to_json() == {"workload": "chat", "tp": 4, "load": "C96"}
+    assert tuple(on) == ("chat", 4, "C96", "a100-80gb") and on.label == "chat TP4@C96 on a100-80gb"
+    assert on.to_json()["gpu"] == "a100-80gb" and on != plain and Cell(*tuple(on)) == on
+
+
+@pytest.mark.slow
+def test_two_a100_cells_move_the_h100_predictions_toward_truth(tmp_path: Path) -> None:
+    """Truth: a roofline-consistent mixed fleet (each class at its own request shape, so
+    the card's ratios are off by a class-specific amount). Two A100 measurements of one
+    class, nothing on the H100: the H100 predictions of that class get closer to the
+    truth, narrower, and their 90 % intervals still hold the truth."""
+    from fleetsieve_bayes.model import inference
+
+    fleet = _fleet_with("a100-80gb")
+    card = _card(tmp_path, fleet)
+    pools = tuple(fleet.info["types"])
+    names = tuple(w["name"] for w in fleet.campaign["workloads"])
+    grid = grid_from_table(fleet.table, names, pools=pools)
+    observed = values_from_table(grid, fleet.table)
+    truth = values_from_table(grid, true_values(fleet.table))
+    a = pools.index("a100-80gb")
+    on_a = np.flatnonzero((grid.workload_idx == 0) & (grid.gpu_idx == a))
+    tps = sorted(set(grid.tp[on_a].tolist()))
+    pick = [on_a[grid.tp[on_a] == tps[-1]][-2], on_a[grid.tp[on_a] == tps[0]][-1]]
+    on_h = np.flatnonzero((grid.workload_idx == 0) & (grid.gpu_idx == 0))
+
+    def predict(measured: np.ndarray) -> tuple[float, float, float]:
+        post = inference.fit(grid, observed, measured, card, "fast", seed=0)
+        lat = post.latent[:, on_h, :3]  # throughput, ttft, completion
+        med = np.median(lat, 0)
+        lo, hi = np.quantile(lat, [0.05, 0.95], 0)
+        tr = truth[on_h, :3]
+        return (float(np.mean(np.abs(np.log(med / tr)))), float(np.mean((tr >= lo) & (tr <= hi))),
+                float(np.mean(np.log(hi / lo))))
+
+    none = np.zeros(grid.n_cells, bool)
+    two = none.copy()
+    two[pick] = True
+    err0, _, width0 = predict(none)
+    err1, cov1, width1 = predict(two)
+    assert err1 < 0.7 * err0
+    assert width1 < 0.6 * width0
+    assert cov1 >= 0.9
