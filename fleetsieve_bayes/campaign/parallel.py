@@ -90,6 +90,7 @@ from fleetsieve_bayes.round import (
     CampaignState,
     assess,
     choose,
+    decision_values,
     fit_round,
     new_state,
     observe,
@@ -378,7 +379,7 @@ def _acquire(
 ) -> None:
     """Plan a batch of picks conditioned on the cells in flight, start those that fit
     (via :func:`_admit`) and journal a round record per started pick."""
-    from fleetsieve_bayes.decision.batch import plan_batch
+    from fleetsieve_bayes.decision.batch import GATE_FRACTION, BatchGate, plan_batch
 
     campaign, settings = ctx.campaign, ctx.setup.settings
     free_cells = max(1, ctx.pool.n_free // max(1, int(ctx.tp[candidates].min())))
@@ -400,6 +401,10 @@ def _acquire(
         first_round=fl.next_round,
         max_picks=min(MAX_PICKS, free_cells + 1),
         real=a.view,
+        gate=BatchGate(
+            value=lambda belief, round_no: decision_values(state, settings, belief, posterior, round_no, a.attempt),
+            fraction=GATE_FRACTION,
+        ),
     )
     t_fit, t_alloc = t_fit_alloc
     first = True

@@ -29,6 +29,20 @@ Packing (which picks can start now) is the caller's ``admit(cell, reserved)``
 callback: a pick that does not fit the free GPUs becomes the *reservation*
 (it waits for GPUs and is believed meanwhile, so later picks condition on it);
 later picks start only if ``admit`` lets them fill the gap.
+
+The value gate (:class:`BatchGate`, optional): a batch does not fill every free
+GPU. The first pick of a planning step starts (one cell at a time would measure
+it next); a later pick starts only if its *discounted decision value* is at
+least ``fraction`` of the best value of the first pick's state, or if the
+certificate needs it (the believed conservative allocation commits to it). The
+decision value is the acquisition kernel's expected gap reduction on the
+believed state — the score the one-at-a-time strategy ranks cells by — and the
+discount is the kernel's expected fraction of the gap left after the earlier
+picks, ``prod_j (1 - score_j / gap_j)``: a speculative cell is worth its GPU-seconds
+only while the cells before it are unlikely to settle the question. A pick the
+gate holds back is *deferred*: believed (later picks condition on it, so a cell
+the certificate needs once it is in can still start now) but not started; the
+next planning step, on real measurements, asks again.
 """
 
 from __future__ import annotations
@@ -48,7 +62,12 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.settings import DecisionSettings
 
-__all__ = ["Belief", "Pick", "BatchPlan", "believed_values", "believe", "plan_batch"]
+__all__ = ["Belief", "Pick", "BatchPlan", "BatchGate", "DecisionValues", "GATE_FRACTION", "believed_values", "believe", "plan_batch"]
+
+# A speculative pick starts when its discounted decision value is at least this
+# fraction of the best one of its planning step (tuned on the synthetic suite:
+# benchmarks/parallel_profiling.py).
+GATE_FRACTION = 0.5
 
 
 class Belief(NamedTuple):
@@ -75,10 +94,32 @@ class Pick(NamedTuple):
 
     cell: int
     round: int
-    start: bool  # started now (else: the reservation, waiting for GPUs)
+    start: bool  # started now (else: the reservation, waiting for GPUs, or deferred)
     believed: tuple[int, ...]  # cells believed measured when it was picked
     certificate: Certificate  # the believed state's certificate
-    seconds: float  # believe + select
+    seconds: float  # believe + select (+ value)
+    value: float | None = None  # discounted decision value (None: no gate)
+    deferred: bool = False  # held back by the value gate (believed, not started)
+
+
+class DecisionValues(NamedTuple):
+    """The acquisition kernel's view of one (believed) state.
+
+    ``score (n_cells,)``: expected gap reduction of measuring each cell (−inf or NaN
+    where measured); ``gap_now``: the state's scalar gap."""
+
+    score: np.ndarray
+    gap_now: float
+
+
+class BatchGate(NamedTuple):
+    """Which picks after the first of a planning step may start (module docstring).
+
+    ``value(belief, round_no) -> DecisionValues``: the kernel on a believed state;
+    ``fraction``: the share of the step's best value a discounted pick must reach."""
+
+    value: Callable[[Belief, int], DecisionValues]
+    fraction: float = GATE_FRACTION
 
 
 class BatchPlan(NamedTuple):
@@ -134,6 +175,42 @@ def believe(
     return Belief(m, obs, bounds, cons, opt, cert, att)
 
 
+def _best(values: DecisionValues, cand: np.ndarray) -> float:
+    """The best finite score over the candidate cells (0 when none is positive)."""
+    sc = np.where(cand, np.nan_to_num(np.asarray(values.score, np.float64), nan=-np.inf, posinf=-np.inf), -np.inf)
+    return max(0.0, float(sc.max())) if sc.size else 0.0
+
+
+def _discount(values: DecisionValues, c: int) -> float:
+    """The kernel's expected fraction of the gap left after measuring ``c``, in [0, 1]."""
+    s = float(np.nan_to_num(np.asarray(values.score, np.float64)[c], nan=0.0, neginf=0.0, posinf=0.0))
+    if values.gap_now <= 0.0:
+        return 0.0
+    return float(np.clip(1.0 - s / values.gap_now, 0.0, 1.0))
+
+
+class _Gating(NamedTuple):
+    """The value gate's running state within one planning step."""
+
+    reference: float  # the best decision value of the first pick's state
+    left: float  # expected fraction of the gap the earlier picks leave
+
+
+def _gate(
+    gate: BatchGate, gating: _Gating | None, belief: Belief, c: int, round_no: int, cand: np.ndarray
+) -> tuple[bool, float, _Gating]:
+    """``(passes, discounted value, gating after c)`` for pick ``c`` on ``belief``."""
+    values = gate.value(belief, round_no)
+    s = float(np.nan_to_num(np.asarray(values.score, np.float64)[c], nan=0.0, neginf=0.0, posinf=0.0))
+    if gating is None:  # the step's first pick always starts
+        ref = max(_best(values, cand), s)
+        return True, s, _Gating(ref, _discount(values, c))
+    v = s * gating.left
+    needed = c in belief.certificate.unmeasured_committed
+    passes = needed or (gating.reference > 0.0 and v >= gate.fraction * gating.reference)
+    return passes, v, gating._replace(left=gating.left * _discount(values, c))
+
+
 def plan_batch(
     *,
     believe_fn: Callable[[Sequence[int]], Belief],
@@ -144,6 +221,7 @@ def plan_batch(
     first_round: int,
     max_picks: int,
     real: Belief | None = None,
+    gate: BatchGate | None = None,
 ) -> BatchPlan:
     """Pick cells one at a time, each conditioned on the in-flight cells and the earlier picks.
 
@@ -162,6 +240,7 @@ def plan_batch(
         max_picks: at most this many strategy calls.
         real: the state with nothing believed, when ``in_flight`` is empty
             (saves one allocation).
+        gate: the value gate (None: every pick that fits starts).
     """
     believed = [int(c) for c in in_flight]
     cand = np.asarray(candidates, bool).copy()
@@ -170,6 +249,7 @@ def plan_batch(
     round_no = first_round
     stop = "no candidate left to start"
     belief: Belief | None = None
+    gating: _Gating | None = None
     for _ in range(max_picks):
         if not cand.any():
             stop = "no candidate left to start"
@@ -185,8 +265,18 @@ def plan_batch(
         c = int(select(belief, round_no))
         if not cand[c]:
             raise RuntimeError(f"strategy chose cell {c}, which is measured, in flight or believed")
+        value = None
+        if gate is not None:
+            passes, value, gating = _gate(gate, gating, belief, c, round_no, cand)
+            if not passes:
+                picks.append(Pick(c, round_no, False, tuple(believed), belief.certificate,
+                                  time.perf_counter() - t0, value, deferred=True))
+                cand[c] = False
+                believed.append(c)
+                stop = "the remaining picks are not worth starting yet"
+                continue
         start = admit(c, reserved)
-        picks.append(Pick(c, round_no, start, tuple(believed), belief.certificate, time.perf_counter() - t0))
+        picks.append(Pick(c, round_no, start, tuple(believed), belief.certificate, time.perf_counter() - t0, value))
         cand[c] = False
         believed.append(c)
         if start:
