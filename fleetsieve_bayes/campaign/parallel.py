@@ -403,6 +403,9 @@ def _acquire(
         real=a.view,
         gate=BatchGate(
             value=lambda belief, round_no: decision_values(state, settings, belief, posterior, round_no, a.attempt),
+            real=a.view,
+            # Scored with the randomness of a round the measurements alone fix (a resume replays it).
+            real_round=1 + sum(1 for r in state.records if r.phase == "acquire"),
             fraction=GATE_FRACTION,
         ),
     )

@@ -31,18 +31,22 @@ callback: a pick that does not fit the free GPUs becomes the *reservation*
 later picks start only if ``admit`` lets them fill the gap.
 
 The value gate (:class:`BatchGate`, optional): a batch does not fill every free
-GPU. The first pick of a planning step starts (one cell at a time would measure
-it next); a later pick starts only if its *discounted decision value* is at
-least ``fraction`` of the best value of the first pick's state, or if the
-certificate needs it (the believed conservative allocation commits to it). The
+GPU. A pick starts only if its *discounted decision value* is at least
+``fraction`` of the best value on the real state, or if the certificate needs it
+(the believed conservative allocation commits to it); with nothing in flight,
+the first pick always starts (one cell at a time would measure it next). The
 decision value is the acquisition kernel's expected gap reduction on the
 believed state — the score the one-at-a-time strategy ranks cells by — and the
-discount is the kernel's expected fraction of the gap left after the earlier
-picks, ``prod_j (1 - score_j / gap_j)``: a speculative cell is worth its GPU-seconds
-only while the cells before it are unlikely to settle the question. A pick the
-gate holds back is *deferred*: believed (later picks condition on it, so a cell
-the certificate needs once it is in can still start now) but not started; the
-next planning step, on real measurements, asks again.
+discount is the kernel's expected fraction of the gap left once the cells in
+flight and the earlier picks are in, ``prod_j (1 - score_j / gap_j)`` (the cells
+in flight scored on the real state, each pick on its believed state): a
+speculative cell is worth its GPU-seconds only while the cells before it are
+unlikely to settle the question. A pick the gate holds back is *deferred*:
+believed (later picks condition on it, so a cell the certificate needs once it
+is in can still start now) but not started; the next completion asks again.
+Every quantity the gate reads is a function of the measurements, the cells in
+flight in start order and the round numbers, so a resumed campaign re-plans an
+interrupted batch the same way.
 """
 
 from __future__ import annotations
@@ -112,16 +116,6 @@ class DecisionValues(NamedTuple):
     gap_now: float
 
 
-class BatchGate(NamedTuple):
-    """Which picks after the first of a planning step may start (module docstring).
-
-    ``value(belief, round_no) -> DecisionValues``: the kernel on a believed state;
-    ``fraction``: the share of the step's best value a discounted pick must reach."""
-
-    value: Callable[[Belief, int], DecisionValues]
-    fraction: float = GATE_FRACTION
-
-
 class BatchPlan(NamedTuple):
     """What one planning step decided."""
 
@@ -129,6 +123,21 @@ class BatchPlan(NamedTuple):
     reserved: int | None  # a pick waiting for GPUs
     stop: str  # why picking stopped (one line)
     believed_certificate: Certificate | None  # the believed state's certificate when it stopped
+
+
+class BatchGate(NamedTuple):
+    """Which picks may start (module docstring).
+
+    ``value(belief, round_no) -> DecisionValues``: the kernel on a (believed) state;
+    ``real``: the state with nothing believed; ``real_round``: the round whose randomness
+    scores it (a function of the measurements only, so a resume scores it the same);
+    ``fraction``: the share of the real state's best value a discounted pick must reach
+    (0 or less: every pick starts)."""
+
+    value: Callable[[Belief, int], DecisionValues]
+    real: Belief
+    real_round: int
+    fraction: float = GATE_FRACTION
 
 
 def believed_values(posterior: Any, cells: Sequence[int]) -> np.ndarray:
@@ -192,22 +201,32 @@ def _discount(values: DecisionValues, c: int) -> float:
 class _Gating(NamedTuple):
     """The value gate's running state within one planning step."""
 
-    reference: float  # the best decision value of the first pick's state
-    left: float  # expected fraction of the gap the earlier picks leave
+    reference: float  # the best decision value on the real state
+    left: float  # expected fraction of the gap the cells in flight and earlier picks leave
+
+
+def _open_gate(gate: BatchGate, in_flight: Sequence[int]) -> _Gating:
+    """The reference value and the discount of the cells in flight (in start order)."""
+    values = gate.value(gate.real, gate.real_round)
+    left = 1.0
+    for f in in_flight:
+        left *= _discount(values, int(f))
+    return _Gating(_best(values, ~np.asarray(gate.real.measured, bool)), left)
 
 
 def _gate(
-    gate: BatchGate, gating: _Gating | None, belief: Belief, c: int, round_no: int, cand: np.ndarray
+    gate: BatchGate, gating: _Gating, belief: Belief, c: int, round_no: int, fresh: bool
 ) -> tuple[bool, float, _Gating]:
-    """``(passes, discounted value, gating after c)`` for pick ``c`` on ``belief``."""
+    """``(passes, discounted value, gating after c)`` for pick ``c`` on ``belief``;
+    ``fresh``: nothing is in flight or picked before it (it starts whatever its value)."""
     values = gate.value(belief, round_no)
     s = float(np.nan_to_num(np.asarray(values.score, np.float64)[c], nan=0.0, neginf=0.0, posinf=0.0))
-    if gating is None:  # the step's first pick always starts
-        ref = max(_best(values, cand), s)
-        return True, s, _Gating(ref, _discount(values, c))
     v = s * gating.left
     needed = c in belief.certificate.unmeasured_committed
-    passes = needed or (gating.reference > 0.0 and v >= gate.fraction * gating.reference)
+    passes = (
+        fresh or needed or gate.fraction <= 0.0
+        or (gating.reference > 0.0 and v >= gate.fraction * gating.reference)
+    )
     return passes, v, gating._replace(left=gating.left * _discount(values, c))
 
 
@@ -249,7 +268,7 @@ def plan_batch(
     round_no = first_round
     stop = "no candidate left to start"
     belief: Belief | None = None
-    gating: _Gating | None = None
+    gating = None if gate is None else _open_gate(gate, believed)
     for _ in range(max_picks):
         if not cand.any():
             stop = "no candidate left to start"
@@ -266,8 +285,8 @@ def plan_batch(
         if not cand[c]:
             raise RuntimeError(f"strategy chose cell {c}, which is measured, in flight or believed")
         value = None
-        if gate is not None:
-            passes, value, gating = _gate(gate, gating, belief, c, round_no, cand)
+        if gate is not None and gating is not None:
+            passes, value, gating = _gate(gate, gating, belief, c, round_no, fresh=not believed)
             if not passes:
                 picks.append(Pick(c, round_no, False, tuple(believed), belief.certificate,
                                   time.perf_counter() - t0, value, deferred=True))
