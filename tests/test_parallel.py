@@ -160,7 +160,7 @@ def test_plan_batch_conditions_each_pick_and_stops_when_the_belief_certifies() -
         select=select,
         candidates=np.array([False, False, True, True, True, True]),
         in_flight=[0, 1],
-        admit=lambda c, reserved: True,
+        admit=lambda c, reserved, believed: True,
         first_round=5,
         max_picks=8,
     )
@@ -180,7 +180,7 @@ def test_plan_batch_reserves_a_cell_that_does_not_fit_and_backfills() -> None:
 
     admits: list[tuple[int, int | None]] = []
 
-    def admit(c: int, reserved: int | None) -> bool:
+    def admit(c: int, reserved: int | None, believed: tuple[int, ...]) -> bool:
         admits.append((c, reserved))
         return c != 0 and c != 2  # cells 0 and 2 are too big for the free GPUs
 
@@ -205,7 +205,7 @@ class _GateCert(NamedTuple):
 
 
 def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_needs() -> None:
-    from fleetsieve_bayes.decision.batch import Belief, BatchGate, DecisionValues, plan_batch
+    from fleetsieve_bayes.decision.batch import BatchGate, Belief, DecisionValues, plan_batch
 
     n = 6
 
@@ -228,7 +228,7 @@ def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_nee
         select=lambda b, r: int(np.flatnonzero(~b.measured)[0]),
         candidates=np.ones(n, bool),
         in_flight=[],
-        admit=lambda c, reserved: started.append(c) is None,
+        admit=lambda c, reserved, believed: started.append(c) is None,
         first_round=1,
         max_picks=5,
         real=real,
@@ -251,7 +251,7 @@ def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_nee
         started.clear()
         plan_batch(
             believe_fn=belief_of, select=lambda b, r: int(np.flatnonzero(~b.measured)[0]),
-            candidates=np.arange(n) > 0, in_flight=[0], admit=lambda c, reserved: started.append(c) is None,
+            candidates=np.arange(n) > 0, in_flight=[0], admit=lambda c, reserved, believed: started.append(c) is None,
             first_round=2, max_picks=4, real=real,
             gate=BatchGate(value=lambda b, r: DecisionValues(np.full(n, 0.5), 0.5), real=real, real_round=1,
                            fraction=fraction),

@@ -25,7 +25,7 @@ measurements. Medians are the least committal single guess, and an in-flight
 cell's real value replaces its belief as soon as it finishes (asynchronous
 refit and refill: one completion, one refit, one refill).
 
-Packing (which picks can start now) is the caller's ``admit(cell, reserved)``
+Packing (which picks can start now) is the caller's ``admit(cell, reserved, believed)``
 callback: a pick that does not fit the free GPUs becomes the *reservation*
 (it waits for GPUs and is believed meanwhile, so later picks condition on it);
 later picks start only if ``admit`` lets them fill the gap.
@@ -236,7 +236,7 @@ def plan_batch(
     select: Callable[[Belief, int], int],
     candidates: np.ndarray,
     in_flight: Sequence[int],
-    admit: Callable[[int, int | None], bool],
+    admit: Callable[[int, int | None, tuple[int, ...]], bool],
     first_round: int,
     max_picks: int,
     real: Belief | None = None,
@@ -251,9 +251,11 @@ def plan_batch(
         candidates: ``(n_cells,)`` bool, cells that may be started (unmeasured,
             not in flight).
         in_flight: cells being measured now.
-        admit: ``admit(cell, reserved) -> bool``: whether ``cell`` can start now
-            given the current reservation (None: none yet); the caller's GPU
-            packing. An admitted cell is counted as started by the caller.
+        admit: ``admit(cell, reserved, believed) -> bool``: whether ``cell`` can
+            start now given the current reservation (None: none yet); the
+            caller's GPU packing. An admitted cell is counted as started by the
+            caller; ``believed``: the cells its pick was conditioned on (in
+            flight, reserved or deferred).
         first_round: round number of the first pick (rounds count started
             acquisitions, so each pick's randomness is its own).
         max_picks: at most this many strategy calls.
@@ -294,7 +296,7 @@ def plan_batch(
                 believed.append(c)
                 stop = "the remaining picks are not worth starting yet"
                 continue
-        start = admit(c, reserved)
+        start = admit(c, reserved, tuple(believed))
         picks.append(Pick(c, round_no, start, tuple(believed), belief.certificate, time.perf_counter() - t0, value))
         cand[c] = False
         believed.append(c)
