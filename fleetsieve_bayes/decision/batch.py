@@ -205,13 +205,16 @@ class _Gating(NamedTuple):
     left: float  # expected fraction of the gap the cells in flight and earlier picks leave
 
 
-def _open_gate(gate: BatchGate, in_flight: Sequence[int]) -> _Gating:
-    """The reference value and the discount of the cells in flight (in start order)."""
+def _open_gate(gate: BatchGate, in_flight: Sequence[int], candidates: np.ndarray) -> _Gating:
+    """The reference value (the best over the candidates and the cells in flight, on the
+    real state) and the discount of the cells in flight (in start order)."""
     values = gate.value(gate.real, gate.real_round)
     left = 1.0
     for f in in_flight:
         left *= _discount(values, int(f))
-    return _Gating(_best(values, ~np.asarray(gate.real.measured, bool)), left)
+    open_ = np.asarray(candidates, bool).copy()
+    open_[[int(f) for f in in_flight]] = True
+    return _Gating(_best(values, open_), left)
 
 
 def _gate(
@@ -270,7 +273,7 @@ def plan_batch(
     round_no = first_round
     stop = "no candidate left to start"
     belief: Belief | None = None
-    gating = None if gate is None else _open_gate(gate, believed)
+    gating = None if gate is None else _open_gate(gate, believed, cand)
     for _ in range(max_picks):
         if not cand.any():
             stop = "no candidate left to start"
