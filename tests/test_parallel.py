@@ -201,10 +201,12 @@ def test_plan_batch_reserves_a_cell_that_does_not_fit_and_backfills() -> None:
 
 class _GateCert(NamedTuple):
     status: str
+    gap: Any
     unmeasured_committed: tuple[int, ...] = ()
 
 
 def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_needs() -> None:
+    from fleetsieve_bayes.allocation.objective import Gap
     from fleetsieve_bayes.decision.batch import BatchGate, Belief, DecisionValues, plan_batch
 
     n = 6
@@ -214,12 +216,12 @@ def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_nee
         m[list(believed)] = True
         # Once cells 0 and 1 are believed, the conservative allocation commits to cell 3.
         committed = (3,) if {0, 1} <= set(believed) else ()
-        return Belief(m, None, None, None, None, _GateCert("undecided", committed))
+        return Belief(m, None, None, None, None, _GateCert("undecided", Gap(0.0, 1.0, 0.0), committed))
 
     def value(belief: Belief, round_no: int) -> DecisionValues:
-        # Gap 0.5; cell 0 is expected to remove 0.4 of it, the others 0.3 each, whatever is believed.
-        score = np.where(belief.measured, -np.inf, np.array([0.4, 0.3, 0.3, 0.01, 0.3, 0.3]))
-        return DecisionValues(score, 0.5)
+        # Gap 1; cell 0 is expected to remove 0.6 of it, cell 3 0.01, the others 0.3 each.
+        score = np.where(belief.measured, -np.inf, np.array([0.6, 0.3, 0.3, 0.01, 0.3, 0.3]))
+        return DecisionValues(score, 1.0)
 
     real = belief_of([])
     started: list[int] = []
@@ -230,28 +232,32 @@ def test_value_gate_defers_speculative_picks_and_starts_what_the_certificate_nee
         in_flight=[],
         admit=lambda c, reserved, believed: started.append(c) is None,
         first_round=1,
-        max_picks=5,
+        max_picks=6,
         real=real,
         gate=BatchGate(value=value, real=real, real_round=1, fraction=0.5),
     )
     # Cell 0 starts (nothing in flight: one at a time would measure it). Cell 1 is worth
-    # 0.3 x (1 - 0.4/0.5) = 0.06 < 0.5 x 0.4: deferred, as are 2 and 4; cell 3 starts
-    # although it is worth little, because the believed certificate needs it.
+    # 0.3 x (1 - 0.6) = 0.12 < 0.5 x 0.6: deferred, and cell 2 (0.3 x 0.4 x 0.7); cell 3
+    # starts although it is worth little, because the believed certificate needs it. Then
+    # no pick can be worth 0.3 any more (the gap left, 1 x 0.4 x 0.7 x 0.7 x 0.99, is less):
+    # planning stops.
     assert started == [0, 3]
     assert [(p.cell, p.start, p.deferred) for p in plan.picks] == [
-        (0, True, False), (1, False, True), (2, False, True), (3, True, False), (4, False, True)
+        (0, True, False), (1, False, True), (2, False, True), (3, True, False)
     ]
-    assert [p.round for p in plan.picks] == [1, 2, 2, 2, 3]
-    assert plan.picks[1].value == pytest.approx(0.3 * 0.2)
-    assert plan.reserved is None
+    assert [p.round for p in plan.picks] == [1, 2, 2, 2]
+    assert plan.picks[1].value == pytest.approx(0.3 * 0.4)
+    assert plan.picks[3].believed == (0, 1, 2)
+    assert plan.reserved is None and plan.stop == "no further pick can be worth starting now"
 
-    # With a cell in flight that is expected to settle the gap, no speculative cell starts,
-    # only the one the certificate needs; at fraction 0 the gate is off: every pick that fits starts.
-    for fraction, expect in ((0.5, [3]), (0.0, [1, 2, 3, 4])):
+    # A cell in flight expected to settle the gap: nothing speculative starts; at fraction
+    # 0 the gate is off and every pick that fits starts.
+    for fraction, expect in ((0.5, []), (0.0, [1, 2, 3, 4])):
         started.clear()
         plan_batch(
             believe_fn=belief_of, select=lambda b, r: int(np.flatnonzero(~b.measured)[0]),
-            candidates=np.arange(n) > 0, in_flight=[0], admit=lambda c, reserved, believed: started.append(c) is None,
+            candidates=np.arange(n) > 0, in_flight=[0],
+            admit=lambda c, reserved, believed: started.append(c) is None,
             first_round=2, max_picks=4, real=real,
             gate=BatchGate(value=lambda b, r: DecisionValues(np.full(n, 0.5), 0.5), real=real, real_round=1,
                            fraction=fraction),

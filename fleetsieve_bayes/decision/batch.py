@@ -57,6 +57,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fleetsieve_bayes.allocation.objective import scalar_gap
 from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
@@ -233,6 +234,18 @@ def _gate(
     return passes, v, gating._replace(left=gating.left * _discount(values, c))
 
 
+def _spent(gate: BatchGate | None, gating: _Gating, belief: Belief, cand: np.ndarray) -> bool:
+    """Whether no later pick can pass the gate: none can be worth ``fraction`` of the
+    reference (a cell removes at most the believed gap, discounted), and the believed
+    certificate needs no candidate."""
+    if gate is None or gate.fraction <= 0.0:
+        return False
+    if any(cand[int(c)] for c in belief.certificate.unmeasured_committed):
+        return False
+    bound = gating.left * float(scalar_gap(belief.certificate.gap))
+    return gating.reference <= 0.0 or bound < gate.fraction * gating.reference
+
+
 def plan_batch(
     *,
     believe_fn: Callable[[Sequence[int]], Belief],
@@ -285,6 +298,9 @@ def plan_batch(
                 f"the believed state is {belief.certificate.status}: waiting for the "
                 f"{len(believed)} cell(s) in flight instead of starting more"
             )
+            break
+        if gating is not None and believed and _spent(gate, gating, belief, cand):
+            stop = "no further pick can be worth starting now"
             break
         c = int(select(belief, round_no))
         if not cand[c]:
