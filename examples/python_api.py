@@ -20,5 +20,5 @@ settings = fsb.DecisionSettings.from_campaign(campaign)
 while not state.done:
     state, step = fsb.step(state, settings)
     if step.chosen is not None:
-        state = fsb.measure(state, step.chosen)
+        state = fsb.measure(state, step.chosen, repeat=step.repeat)
 print(state.status, state.gpu_seconds, "GPU-s;", {w: p.replicas for w, p in fsb.allocation_of(state).items()})

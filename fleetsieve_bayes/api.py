@@ -29,6 +29,7 @@ from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.campaign.journal import MeasurementRecord
 from fleetsieve_bayes.campaign.outputs import Placement
 from fleetsieve_bayes.campaign.setup import build_strategy, resolve
+from fleetsieve_bayes.campaign.windows import check_window
 from fleetsieve_bayes.round import CampaignState, new_state, record
 
 __all__ = ["init", "measure", "allocation_of"]
@@ -69,14 +70,22 @@ def init(
     return new_state(grid, problem, setup.card, setup.preset, strat, seed, seeded, backend=backend)
 
 
-def measure(state: CampaignState, cell: int) -> CampaignState:
-    """Measure ``cell`` with the state's backend and enter its row (:func:`fleetsieve_bayes.round.record`)."""
+def measure(state: CampaignState, cell: int, *, repeat: bool = False) -> CampaignState:
+    """Measure ``cell``'s next window with the state's backend and enter its row
+    (:func:`fleetsieve_bayes.round.record`). ``repeat``: another window of a measured
+    cell (a step's ``repeat``), asked for explicitly so that no cell is measured twice
+    by accident.
+
+    Raises:
+        RuntimeError: a measured cell without ``repeat``, or ``repeat`` of an unmeasured one.
+    """
     if state.backend is None:
         raise ValueError("this state has no backend: enter rows with fleetsieve_bayes.record(state, cell, row)")
+    replicate = check_window(state.grid, state.records, int(cell), repeat=repeat)
     row = state.backend.preflight(cell)
     if row is None:
-        row = state.backend.measure(cell)
-    return record(state, cell, row)
+        row = state.backend.measure(cell, replicate) if replicate else state.backend.measure(cell)
+    return record(state, cell, row, repeat=repeat)
 
 
 def allocation_of(state: CampaignState) -> dict[str, Placement] | None:

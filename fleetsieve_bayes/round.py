@@ -30,7 +30,7 @@ these functions and share nothing else but the campaign's records.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -84,6 +84,9 @@ __all__ = [
     "assess",
     "choose",
     "decision_values",
+    "open_cells",
+    "RepeatOptions",
+    "repeat_options",
     "step",
     "decide_round",
     "measured_state",
@@ -474,14 +477,23 @@ def assess(
             bounds=attempt.bounds, conservative=attempt.conservative, optimistic=attempt.optimistic,
             certificate=attempt.certificate, attainment=attempt.attainment,
         )
-    n_unmeasured = int((~state.measured).sum())
-    decision = decide_round(RoundFacts(state.round, view.certificate.status, n_unmeasured, settings.max_rounds))
+    # At a level, a committed cell whose attainment straddles its level and that may be
+    # measured again is one more thing to measure (decide_round's "cells left"); after a
+    # certification attempt, so is any committed cell some draw of which misses its level
+    # (P(SLO met) is what held the verdict back).
+    opts = repeat_options(state, settings, view)
+    can_repeat = opts.repeat_hint is not None or bool(
+        attempt is not None and opts.repeatable is not None and opts.repeatable.any()
+    )
+    n_open = int((~state.measured).sum()) + int(can_repeat)
+    decision = decide_round(RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds))
     att_json = None
     if attempt is None and view.attainment is not None:
         att_json, only_repeats = _attainment_state(state, settings, view)
-        if decision.acquire and only_repeats:
+        if decision.acquire and only_repeats and not can_repeat:
             # The gap lies in measured cells whose attainment straddles their level:
-            # no unmeasured cell can settle it, only more windows of those cells.
+            # no unmeasured cell can settle it, only more windows of those cells,
+            # and none may be measured again (the cap, or the backend's windows).
             decision = RoundDecision(UNDECIDED, False, "conservative")
     final: Allocation | None = None
     if decision.final == "conservative":
@@ -525,12 +537,24 @@ def choose(
     posterior: Any,
     round_no: int,
     attempt: CertificationAttempt | None = None,
+    *,
+    busy: Collection[int] = (),
 ) -> int:
     """The strategy's next cell on ``view`` (the real state, or one with cells believed
     measured), its randomness from ``(seed, round_no)``. After a certification attempt the
-    strategy reads the attempt's converged draws, thinned to the cheap fit's shape."""
+    strategy reads the attempt's converged draws, thinned to the cheap fit's shape.
+
+    At an SLO-attainment level the strategy may also choose a measured cell of
+    :func:`repeat_options` (its next window: ``state.measured[chosen]`` says it is
+    a repeat); ``busy``: cells being measured or already picked in this batch
+    (the pool driver's), never repeated now.
+
+    Raises:
+        RuntimeError: the strategy chose a measured cell it may not repeat.
+    """
     if attempt is not None:
         posterior = thin(attempt.posterior, posterior.latent.shape[0])
+    level = repeat_options(state, settings, view, busy=busy)
     rs = RoundState(
         grid=state.grid,
         problem=state.problem,
@@ -548,11 +572,80 @@ def choose(
         rng=round_rng(state.seed, round_no),
         key=round_jax_key(state.seed, round_no),
         attempt=attempt,
+        **level._asdict(),
     )
     chosen = int(state.strategy.select(rs))
-    if view.measured[chosen]:
+    if view.measured[chosen] and not (level.repeatable is not None and level.repeatable[chosen]):
         raise RuntimeError(f"strategy {state.strategy.name!r} chose measured cell {state.grid.describe(chosen)}")
     return chosen
+
+
+def open_cells(
+    state: CampaignState, settings: DecisionSettings, view: Belief, *, busy: Collection[int] = ()
+) -> np.ndarray:
+    """``(n_cells,)`` bool: the cells :func:`choose` may return on ``view`` with ``busy``
+    cells taken — the unmeasured ones and, at an SLO-attainment level, the
+    repeatable ones (what the pool driver hands :func:`~fleetsieve_bayes.decision.batch.plan_batch`)."""
+    out = ~np.asarray(state.measured, bool)
+    rep = repeat_options(state, settings, view, busy=busy).repeatable
+    if rep is not None:
+        out |= rep
+    out[[int(c) for c in busy]] = False
+    return out
+
+
+class RepeatOptions(NamedTuple):
+    """What a strategy reads of repeats in one round (:func:`repeat_options`; all None at ``"point"``).
+
+    ``repeatable (n_cells,)`` bool: measured cells that may be measured again now, where
+    another window can change the decision;
+    ``levels (n_cells,)`` each cell's attainment level; ``attainment`` the view's
+    :class:`~fleetsieve_bayes.decision.bounds.Attainment`; ``repeat_hint`` the
+    committed cell the certificate needs another window of (repeatable), or None.
+    """
+
+    repeatable: np.ndarray | None = None
+    levels: np.ndarray | None = None
+    attainment: Any = None
+    repeat_hint: int | None = None
+
+
+def repeat_options(
+    state: CampaignState, settings: DecisionSettings, view: Belief, *, busy: Collection[int] = ()
+) -> RepeatOptions:
+    """At an SLO-attainment level: the repeats a strategy may choose on ``view`` — the
+    :func:`repeatable` cells (``[stopping] max_windows_per_cell``, the backend's
+    windows: a replayed cell whose rows are used up is never offered) that are
+    measured in ``view``, not ``busy``, and committed to by the conservative or the
+    optimistic allocation with an attainment interval that straddles their level
+    (elsewhere another window cannot change the decision) — and the cell the
+    certificate needs another window of; nothing at ``"point"`` or on a view
+    without attainment."""
+    from fleetsieve_bayes.decision.bounds import cell_to_repeat, slo_levels
+
+    if not at_level(settings) or view.attainment is None:
+        return RepeatOptions()
+    att = view.attainment
+    levels = slo_levels(state.grid, settings.slo_attainment)
+    ends = _decision_ends(view)
+    # Only where a window can change or secure the decision: a cell an allocation
+    # commits to that may meet its level and may miss it (its interval straddles the
+    # level, or some draw of it misses: the joint check's P(SLO met)); a settled
+    # cell, or one no allocation wants, cannot move the certificate.
+    doubt = np.zeros(state.grid.n_cells, bool)
+    doubt[ends] = True
+    misses = (att.lo < levels) | np.any(np.asarray(att.draws) < levels[None, :], axis=0)
+    doubt &= misses & (levels <= att.hi + 1e-12)
+    rep = repeatable(state, settings.max_windows_per_cell) & np.asarray(view.measured, bool) & doubt
+    rep[[int(c) for c in busy]] = False
+    hint = cell_to_repeat(ends, att, levels, rep)
+    return RepeatOptions(rep, levels, att, hint if hint is not None and rep[hint] else None)
+
+
+def _decision_ends(view: Belief) -> list[int]:
+    """The cells the conservative and the optimistic allocation commit to (conservative first)."""
+    cons, opt = view.conservative, view.optimistic
+    return (cons.committed() if cons.feasible else []) + (opt.committed() if opt.feasible else [])
 
 
 def step(
@@ -615,12 +708,16 @@ def decision_values(
     posterior: Any,
     round_no: int,
     attempt: CertificationAttempt | None = None,
+    *,
+    busy: Collection[int] = (),
 ) -> DecisionValues:
     """The acquisition kernel's expected gap reduction of every cell on ``view`` (the
     real state or a believed one): the score the ``fleetsieve`` strategy ranks cells
-    by, on the same draws and randomness as :func:`choose` with these arguments.
-    The pool's value gate (:class:`fleetsieve_bayes.decision.batch.BatchGate`) reads
-    it whatever the strategy, to judge whether a speculative cell is worth starting."""
+    by, on the same draws, randomness and repeat candidates as :func:`choose` with
+    these arguments (at an SLO-attainment level a repeatable measured cell is scored
+    as "measure it again"). The pool's value gate
+    (:class:`fleetsieve_bayes.decision.batch.BatchGate`) reads it whatever the
+    strategy, to judge whether a speculative cell is worth starting."""
     from fleetsieve_bayes.decision.strategies.base import StrategyContext
     from fleetsieve_bayes.decision.strategies.gap import run_kernel
 
@@ -633,6 +730,7 @@ def decision_values(
         bounds=view.bounds, conservative=view.conservative, optimistic=view.optimistic,
         certificate=view.certificate, round=round_no, rng=round_rng(state.seed, round_no),
         key=round_jax_key(state.seed, round_no), attempt=attempt,
+        **repeat_options(state, settings, view, busy=busy)._asdict(),
     )
     ctx = StrategyContext(state.grid, state.problem, settings.credible_level, settings.repeatability,
                           state.seed, rules=settings.rules)

@@ -125,7 +125,7 @@ def test_step_and_record_are_the_one_at_a_time_campaign(tmp_path: Path) -> None:
     while not state.done:
         state, out = fsb.step(state, settings)
         if out.chosen is not None:
-            state = fsb.measure(state, out.chosen)
+            state = fsb.measure(state, out.chosen, repeat=out.repeat)
     assert json.loads((tmp_path / "out" / "result.json").read_text()) == reference.to_json()
     cells = [{**r.cell.to_json(), "replicate": r.replicate} for r in state.records]
     assert cells == reference.result["measured"]

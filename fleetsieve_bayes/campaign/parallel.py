@@ -101,6 +101,7 @@ from fleetsieve_bayes.round import (
     fit_round,
     new_state,
     observe,
+    open_cells,
     pending_design,
     round_key,
 )
@@ -362,8 +363,8 @@ def _decide(ctx: _Context, fl: _Flight, state: CampaignState, posterior: Any, t_
     state = state._replace(round=fl.next_round)
     a = assess(state, settings, posterior, attempt_seed=round_key(state.seed, fl.next_round).attempt_seed)
     t_alloc = a.allocate_s + (0.0 if a.attempt is None else float(a.attempt.wall_s))
-    candidates = ~state.measured
-    candidates[list(fl.flight)] = False
+    # Unmeasured cells and, at an SLO-attainment level, repeats; none in flight.
+    candidates = open_cells(state, settings, a.view, busy=list(fl.flight))
     # The round's stopping rule on what is measured; cells in flight count as
     # unmeasured, and only a certificate stops the campaign while some fly.
     decision = a.decision
@@ -399,9 +400,16 @@ def _acquire(
             allocate=lambda values: allocate_milp(state.grid, values, state.problem),
         )
 
+    taken = set(fl.flight)  # in flight or picked in this batch: never repeated now
+
+    def _select(belief: Belief, round_no: int) -> int:
+        c = choose(state, settings, belief, posterior, round_no, a.attempt, busy=taken)
+        taken.add(c)
+        return c
+
     plan = plan_batch(
         believe_fn=believe_fn,
-        select=lambda belief, round_no: choose(state, settings, belief, posterior, round_no, a.attempt),
+        select=_select,
         candidates=candidates,
         in_flight=list(fl.flight),
         admit=lambda c, reserved, believed: _admit(ctx, fl, c, reserved, believed),

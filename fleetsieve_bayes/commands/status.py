@@ -104,8 +104,13 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{f:.{digits}f}"
 
 
-def _chosen_state(view: CampaignView, cell: Cell) -> str:
-    """How far the last round's chosen cell got: measured, being measured, or cut off."""
+def _chosen_state(view: CampaignView, cell: Cell, repeat: bool = False, round_no: int | None = None) -> str:
+    """How far the last round's chosen cell got: measured, being measured, or cut off
+    (``repeat``: another window of a measured cell, asked for in round ``round_no``)."""
+    if repeat:
+        if any(r.cell == cell and r.round == round_no for r in view.measurements):
+            return "last chosen repeat (measured)"
+        return "measuring again now" if view.state == "running" else "repeat chosen next, not measured (interrupted)"
     if any(r.cell == cell for r in view.measurements):
         return "last chosen cell (measured)"
     return "measuring now" if view.state == "running" else "chosen next, not measured (interrupted)"
@@ -192,7 +197,8 @@ def render_status(view: CampaignView, console: Any) -> None:
                 console.print(line, highlight=False)
         nxt = last.chosen
         if nxt is not None:
-            console.print(f"{_chosen_state(view, nxt)}: {nxt.label}", highlight=False)
+            rep = bool(getattr(last, "repeat", False))
+            console.print(f"{_chosen_state(view, nxt, rep, last.round)}: {nxt.label}", highlight=False)
 
         console.print(_allocations_table(view, last))
         if view.result is not None:

@@ -519,7 +519,9 @@ def candidate_tables(
     lo = jnp.broadcast_to(inp.lo_now, (n_f, n_cells, 4)).at[:, nb].set(lo_nb)
     hi = jnp.broadcast_to(inp.hi_now, (n_f, n_cells, 4)).at[:, nb].set(hi_nb)
     is_e = jnp.arange(n_cells) == e
-    obs_f = jnp.where(is_e[None, :, None], y[:, None, :], inp.observed[None])  # (F, C, 4)
+    # A first window sets the cell's values; a repeat (a measured candidate, at a level)
+    # keeps its measured ones in the metric tables and moves its attainment alone.
+    obs_f = jnp.where((is_e & ~inp.measured)[None, :, None], y[:, None, :], inp.observed[None])  # (F, C, 4)
     fixed = jnp.broadcast_to(inp.measured | is_e, (n_f, n_cells))
     lo, hi = with_measured(lo, hi, obs_f, fixed, config.repeatability)
     guarded, floor = guard_after_measuring(inp.guarded, inp.floor, inp.measured, e, y, fns.ladder, config.repeatability)

@@ -29,6 +29,21 @@ set of actions), with the same fantasy machinery as the gap kernel:
 
 The best cell is chosen by :func:`fleetsieve_bayes.decision.acquisition.select_cell`
 (GPU-seconds break ties).
+
+At an SLO-attainment level (``level``: :func:`level_regret_inputs`) a draw is
+the curve *and* every cell's departure ``δ`` from it (the window-noise
+posterior's, :func:`fleetsieve_bayes.model.joint.cell_offsets`), and a cell is
+admissible in a draw's table when that draw's attainment is at its level (the
+joint check's rule, :func:`fleetsieve_bayes.decision.intervals.level_tables`),
+so the candidate allocation's regret counts the draws in which a committed
+cell misses its level. "Measure cell X again" is then a candidate for every
+cell of ``level.repeatable``: a fantasy window of X (the draw's curve times
+its departure and one window's noise, log-normal on throughput and tails)
+reweights the draws by its likelihood under each draw's curve and departure —
+the exact update of the augmented draws, so X's attainment per draw needs no
+recomputation — and it is scored by the same expected regret reduction. The
+success window's burst mixture is not fantasised (a repeat is scored on what
+its throughput and tails say).
 """
 
 from __future__ import annotations
@@ -47,10 +62,20 @@ from fleetsieve_bayes.decision.acquisition import (
     importance_weights,
     select_cell,
 )
+from fleetsieve_bayes.decision.intervals import level_tables
 from fleetsieve_bayes.decision.joint_check import joint_tables
 from fleetsieve_bayes.model.joint import obs_logpdf
 
-__all__ = ["RegretScores", "Actions", "regret_tables", "regret_scores", "expected_regret", "select_by_regret"]
+__all__ = [
+    "RegretScores",
+    "Actions",
+    "LevelRegret",
+    "level_regret_inputs",
+    "regret_tables",
+    "regret_scores",
+    "expected_regret",
+    "select_by_regret",
+]
 
 _CRITICAL_WEIGHT = 10.0
 
@@ -61,6 +86,42 @@ class Actions(NamedTuple):
     cell: np.ndarray  # int32 (A, n_classes): each class's cell, −1 for none
     replicas: np.ndarray  # int32 (A, n_classes)
     present: np.ndarray  # bool (A,): False for "no allocation"
+
+
+class LevelRegret(NamedTuple):
+    """What :func:`regret_scores` reads at an SLO-attainment level (:func:`level_regret_inputs`).
+
+    Shapes: D draws, C cells. ``attainment (D, C)`` each draw's attainment (its own
+    departure); ``levels (C,)``; ``limits (3, C)`` success floor, TTFT and
+    completion limits of each cell's class; ``delta (D, C, 4)`` the draws'
+    departures; ``window (D, C, 6)`` window noise; ``repeatable`` bool ``(C,)``:
+    measured cells that may be measured again (scored as repeats).
+    """
+
+    attainment: jax.Array
+    levels: jax.Array
+    limits: jax.Array
+    delta: jax.Array
+    window: jax.Array
+    repeatable: np.ndarray
+
+
+def level_regret_inputs(
+    posterior: Any, grid: CellGrid, problem: AllocationProblem, levels: np.ndarray, repeatable: np.ndarray,
+    *, seed: int = 0,
+) -> LevelRegret:
+    """:class:`LevelRegret` of a window-noise posterior (``window`` and ``windows`` set):
+    one departure per draw (key ``seed``) and the attainment it gives."""
+    from fleetsieve_bayes.model.joint import cell_offsets, probabilities_given_offsets
+
+    latent = jnp.asarray(posterior.latent)
+    dt = latent.dtype
+    window = jnp.asarray(posterior.window, dt)
+    delta = cell_offsets(jax.random.PRNGKey(seed), latent, jnp.asarray(posterior.noise, dt), window, posterior.windows)
+    w = grid.workload_idx
+    limits = jnp.asarray(np.stack([problem.success_min[w], problem.ttft_max[w], problem.completion_max[w]]), dt)
+    att = probabilities_given_offsets(latent, delta, window, limits[0], limits[1], limits[2]).prod(-1)
+    return LevelRegret(att, jnp.asarray(levels, dt), limits, delta, window, np.asarray(repeatable, bool))
 
 
 class RegretScores(NamedTuple):
@@ -157,8 +218,10 @@ def regret_scores(
     n_fantasies: int = 32,
     max_actions: int = 16,
     solve: Any = None,
+    level: LevelRegret | None = None,
 ) -> RegretScores:
-    """Score every unmeasured cell by the expected reduction of the posterior expected regret.
+    """Score every unmeasured cell (and, at a ``level``, every repeatable one) by the
+    expected reduction of the posterior expected regret.
 
     Args:
         latent: ``(n_draws, n_cells, 4)``; noise: ``(n_draws, 4)``;
@@ -174,21 +237,31 @@ def regret_scores(
     noise = jnp.asarray(noise, latent.dtype)
     m = np.asarray(measured, bool)
     t = regret_tables(latent, noise, observed, m, seed=seed)
-    opt = solve(t)
+    if level is not None:  # admissible where the draw's attainment is at its level
+        t_dec, _ = level_tables(t, t, level.attainment, level.attainment, level.levels, *level.limits)
+    else:
+        t_dec = t
+    opt = solve(t_dec)
     cells = np.where(np.asarray(opt.replicas) > 0, np.asarray(opt.cell), -1)
     a_cell, a_reps, a_present = _actions(cells, np.asarray(opt.replicas), np.asarray(opt.feasible), candidate, max_actions)
-    reg = _regret_matrix(t, opt, jnp.asarray(a_cell), jnp.asarray(a_reps), jnp.asarray(a_present), problem)  # (A, D)
+    reg = _regret_matrix(t_dec, opt, jnp.asarray(a_cell), jnp.asarray(a_reps), jnp.asarray(a_present), problem)  # (A, D)
     n_draws = int(latent.shape[0])
     threshold = float(min(0.5, max(DEFAULT_ESS_THRESHOLD, DEFAULT_MIN_EFFECTIVE_DRAWS / n_draws)))
     d_f = jnp.asarray(((np.arange(n_fantasies) + 0.5) / n_fantasies * n_draws).astype(np.int32))
     scores, ess = _score_cells(t, latent, noise, reg, d_f, threshold)
     now = float(jnp.min(jnp.mean(reg, axis=1)))
     score = np.where(m, -np.inf, now - np.asarray(scores, np.float64))
+    if level is not None and (level.repeatable & m).any():
+        eps = jax.random.normal(jax.random.PRNGKey(seed + 1), (n_fantasies, 3), latent.dtype)
+        rep, rep_ess = _score_repeats(latent, level.delta, level.window, reg, d_f, eps, threshold)
+        again = level.repeatable & m
+        score = np.where(again, now - np.asarray(rep, np.float64), score)
+        ess = jnp.where(jnp.asarray(again), rep_ess, ess)
     return RegretScores(
         score=score,
         expected_regret_now=now,
         n_actions=int(a_cell.shape[0]),
-        ess_min=float(np.min(np.where(m, 1.0, np.asarray(ess)))),
+        ess_min=float(np.min(np.where(np.isfinite(score), np.asarray(ess), 1.0))),
         actions=Actions(a_cell, a_reps, a_present),
     )
 
@@ -240,6 +313,27 @@ def _score_cells(
         return jnp.mean(jnp.min(exp_reg, axis=-1)), jnp.min(ess)
 
     return jax.lax.map(one, jnp.arange(t.shape[1]))
+
+
+@partial(jax.jit, static_argnames=("threshold",))
+def _score_repeats(
+    latent: jax.Array, delta: jax.Array, window: jax.Array, reg: jax.Array, d_f: jax.Array, eps: jax.Array,
+    threshold: float,
+) -> tuple[jax.Array, jax.Array]:
+    """Per cell, measured once more: ``E_f[min_a Σ_d w_f(d) R[a, d]]`` and the min ESS,
+    ``(n_cells,)`` each. Fantasy ``f``'s log window is draw ``d_f``'s curve plus its
+    departure plus window noise (``eps (F, 3)``); its likelihood under draw ``d`` the
+    normal of draw ``d``'s."""
+
+    def one(e: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mu = jnp.log(jnp.maximum(latent[:, e, :3], 1e-12)) + delta[:, e, :3]  # (D, 3)
+        sd = jnp.maximum(window[:, e, :3], 1e-6)
+        y = mu[d_f] + sd[d_f] * eps  # (F, 3)
+        ll = jax.scipy.stats.norm.logpdf(y[:, None, :], mu[None], sd[None]).sum(-1)  # (F, D)
+        w, ess, _ = importance_weights(ll, threshold)
+        return jnp.mean(jnp.min(w @ reg.T, axis=-1)), jnp.min(ess)
+
+    return jax.lax.map(one, jnp.arange(latent.shape[1]))
 
 
 def select_by_regret(scores: RegretScores, cost_gpu_s: np.ndarray, *, min_score: float = 1e-4) -> int | None:

@@ -2,8 +2,12 @@
 
 A strategy family is a module of this package exposing one builder per
 strategy, ``build(ctx: StrategyContext) -> Select``, where ``Select`` maps the
-round's :class:`RoundState` to the index of one *unmeasured* cell (the
-BoTorch way: one small interface, many acquisition functions). Randomness
+round's :class:`RoundState` to the index of one *unmeasured* cell, or, at an
+SLO-attainment level, of a measured cell in ``state.repeatable`` ("measure it
+again", its next window) (the BoTorch way: one small interface, many
+acquisition functions). A strategy that never repeats ignores
+``state.repeatable``; :func:`pick` and :func:`unmeasured` keep it to unmeasured
+cells. Randomness
 comes only from ``state.rng`` / ``state.key``, which the loop derives from
 (seed, round), so a campaign is reproducible and resumes exactly. Ties are
 broken by lower expected GPU-seconds (``grid.cost_gpu_s``), then lower cell
@@ -31,6 +35,7 @@ __all__ = [
     "pick",
     "cheapest",
     "unmeasured",
+    "repeat_candidates",
     "rng_of",
     "key_of",
 ]
@@ -48,6 +53,16 @@ class RoundState(NamedTuple):
     with ``lo``/``hi`` ``(n_cells, 4)``; ``key`` a JAX PRNG key. ``attempt``: the
     round's certification attempt (:class:`fleetsieve_bayes.decision.attempt.CertificationAttempt`)
     when the interval certificate closed but the attempt did not certify, else None.
+
+    At an SLO-attainment level (else None): ``repeatable (n_cells,)`` bool, the
+    measured cells that may be measured again now (below the campaign's
+    ``max_windows_per_cell``, the backend has another window, not in flight);
+    ``levels (n_cells,)`` each cell's attainment level; ``attainment`` every
+    cell's :class:`fleetsieve_bayes.decision.bounds.Attainment` (the
+    certificate's); ``repeat_hint``: the committed cell whose attainment
+    straddles its level the most and that may be repeated (the cell the
+    certificate needs another window of, like an unmeasured committed cell),
+    None when there is none.
     """
 
     grid: CellGrid
@@ -66,6 +81,10 @@ class RoundState(NamedTuple):
     rng: np.random.Generator
     key: Any
     attempt: Any = None
+    repeatable: np.ndarray | None = None
+    levels: np.ndarray | None = None
+    attainment: Any = None
+    repeat_hint: int | None = None
 
 
 Select = Callable[[RoundState], int]
@@ -135,15 +154,26 @@ def pick(score: np.ndarray, state: RoundState) -> int:
     return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
 
 
+def repeat_candidates(state: RoundState) -> np.ndarray:
+    """``(n_cells,)`` bool: the measured cells this round may measure again (none at ``"point"``)."""
+    if state.repeatable is None:
+        return np.zeros(len(state.measured), bool)
+    return np.asarray(state.repeatable, bool) & np.asarray(state.measured, bool)
+
+
 def cheapest(cells: np.ndarray | list[int], grid: CellGrid) -> int:
     """The cell of ``cells`` with the lowest expected GPU-seconds (then index)."""
     cells = np.asarray(cells, np.int64)
     return int(cells[np.lexsort((cells, grid.cost_gpu_s[cells]))[0]])
 
 
-def unmeasured(state: RoundState) -> np.ndarray:
-    """Indices of the unmeasured cells; raises ``ValueError`` when none is left."""
-    idx = np.flatnonzero(~np.asarray(state.measured, bool))
+def unmeasured(state: RoundState, *, or_repeats: bool = False) -> np.ndarray:
+    """Indices of the unmeasured cells (and, with ``or_repeats``, of the cells that
+    may be measured again); raises ``ValueError`` when none is left."""
+    open_ = ~np.asarray(state.measured, bool)
+    if or_repeats:
+        open_ |= repeat_candidates(state)
+    idx = np.flatnonzero(open_)
     if idx.size == 0:
         raise ValueError("no unmeasured cell left to select")
     return idx

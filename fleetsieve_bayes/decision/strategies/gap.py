@@ -11,6 +11,15 @@
   After a certification attempt that closed the interval gap but not the
   joint check, the cell expected to reduce the decision's posterior regret
   most (:func:`regret_fallback`; :mod:`fleetsieve_bayes.decision.regret_acquisition`).
+  At an SLO-attainment level "measure cell X again" is a candidate next to
+  every unmeasured cell, for each cell of ``state.repeatable``: the kernel
+  scores it by the same expected gap reduction (a fantasised window of the
+  cell narrows its attainment interval through the window-noise posterior),
+  the regret fallback by the same expected regret reduction; a repeat is
+  chosen only where that value is positive (it can change or secure the
+  decision), or, when no candidate has any, where the certificate needs it
+  (``state.repeat_hint``: a committed cell whose attainment straddles its
+  level, as unmeasured committed cells are measured first).
 - ``voi``: value of information — the expected improvement of the
   conservative objective (:func:`fleetsieve_bayes.allocation.objective.objective_value`)
   over the kernel's fantasies, divided by the cell's GPU-seconds; when no
@@ -34,6 +43,8 @@ from fleetsieve_bayes.decision.strategies.base import (
     cheapest,
     key_of,
     pick,
+    repeat_candidates,
+    select_cell,
     unmeasured,
 )
 from fleetsieve_bayes.seeds import round_seed
@@ -44,6 +55,8 @@ __all__ = [
     "regret_fallback",
     "build_fleetsieve",
     "build_voi",
+    "kernel_level",
+    "pick_or_repeat",
     "EXACT_MAX_CELLS",
     "RELATED_CELLS",
 ]
@@ -105,13 +118,51 @@ def run_kernel(ctx: StrategyContext, state: RoundState) -> Any:
     )
     observed = np.where(state.measured[:, None], np.nan_to_num(state.observed, nan=1.0), 1.0)
     latent = jnp.asarray(state.posterior.latent)
-    return acq.score(
+    args = (
         key_of(state, ctx.seed),
         latent,
         jnp.asarray(state.posterior.noise),
         jnp.asarray(observed, latent.dtype),
         jnp.asarray(state.measured, bool),
     )
+    level = kernel_level(ctx, state)
+    return acq.score(*args) if level is None else acq.score(*args, level)
+
+
+def kernel_level(ctx: StrategyContext, state: RoundState) -> Any:
+    """The kernel's :class:`~fleetsieve_bayes.decision.acquisition.LevelInputs` at an
+    SLO-attainment level (None at ``"point"``, or on a posterior without windows)."""
+    if state.levels is None or state.attainment is None or getattr(state.posterior, "window", None) is None:
+        return None
+    from fleetsieve_bayes.decision.acquisition import level_inputs
+
+    return level_inputs(
+        state.posterior, state.attainment, ctx.grid, state.problem, state.levels, repeat_candidates(state)
+    )
+
+
+def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
+    """Argmax of ``score (n_cells,)`` over the unmeasured cells and the repeats whose
+    score is positive (a repeat only where it can change or secure the decision),
+    GPU-seconds then index breaking ties; with no such candidate, ``state.repeat_hint``,
+    else the cheapest unmeasured cell, else the best-scored repeat.
+
+    Raises:
+        ValueError: no unmeasured cell and no repeat to make.
+    """
+    s = np.nan_to_num(np.asarray(score, np.float64), nan=-np.inf)
+    keep = ~state.measured | (repeat_candidates(state) & (s > TIE_TOLERANCE))
+    s = np.where(keep, s, -np.inf)
+    if np.isfinite(s).any():
+        return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
+    if state.repeat_hint is not None and repeat_candidates(state)[state.repeat_hint]:
+        return int(state.repeat_hint)
+    if (~state.measured).any():
+        return pick(np.zeros(len(s)), state)
+    # Only repeats none of which is expected to help (a pool whose hinted cell is in flight):
+    # the best-scored one.
+    rest = np.where(repeat_candidates(state), np.nan_to_num(np.asarray(score, np.float64), nan=-1e300), -np.inf)
+    return select_cell(rest, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
 
 
 def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
@@ -121,8 +172,19 @@ def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
     attempt = state.attempt
     if attempt is None or not attempt.gap_closed:
         return None
-    from fleetsieve_bayes.decision.regret_acquisition import regret_scores, select_by_regret
+    from fleetsieve_bayes.decision.regret_acquisition import (
+        level_regret_inputs,
+        regret_scores,
+        select_by_regret,
+    )
 
+    level = None
+    if state.levels is not None and getattr(attempt.posterior, "window", None) is not None:
+        # At a level: admissibility by each draw's attainment; repeats are candidates.
+        level = level_regret_inputs(
+            attempt.posterior, ctx.grid, state.problem, state.levels, repeat_candidates(state),
+            seed=round_seed(ctx.seed, state.round) + 3,
+        )
     scores = regret_scores(
         ctx.grid,
         state.problem,
@@ -132,13 +194,14 @@ def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
         state.observed,
         state.measured,
         seed=round_seed(ctx.seed, state.round) + 2,
+        level=level,
     )
     return select_by_regret(scores, ctx.grid.cost_gpu_s)
 
 
 def build_fleetsieve(ctx: StrategyContext) -> Select:
     def select(state: RoundState) -> int:
-        unmeasured(state)
+        unmeasured(state, or_repeats=True)
         fallback = regret_fallback(ctx, state)
         if fallback is not None:
             return fallback
@@ -148,7 +211,7 @@ def build_fleetsieve(ctx: StrategyContext) -> Select:
         s = np.asarray(run_kernel(ctx, state).score, np.float64)
         if pending and np.nanmax(np.where(np.isfinite(s), s, np.nan)) <= TIE_TOLERANCE:
             return cheapest(pending, ctx.grid)
-        return pick(s, state)
+        return pick_or_repeat(s, state)
 
     return select
 
