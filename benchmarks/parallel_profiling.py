@@ -24,6 +24,10 @@ Examples::
     python benchmarks/parallel_profiling.py                             # shipped grid + 3 fleets, pool 16
     python benchmarks/parallel_profiling.py --suite 0                   # shipped grid only
     python benchmarks/parallel_profiling.py --suite 8 --gates 0 0.5 --no-campaign
+    python benchmarks/parallel_profiling.py --baseline benchmarks/published/parallel_profiling.json
+
+``--baseline`` reuses the one-cell-at-a-time runs of an earlier JSON (the pool's
+planner never changes them); the reused runs say so (``reused``).
 """
 
 from __future__ import annotations
@@ -276,6 +280,18 @@ def published_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _baseline_runs(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """One-cell-at-a-time runs of an earlier JSON by (scenario, strategy, seed), marked ``reused``."""
+    if path is None:
+        return {}
+    runs = json.loads(path.read_text()).get("runs", [])
+    return {
+        (r["scenario"], r["strategy"], int(r["seed"])): {**r, "reused": str(path)}
+        for r in runs
+        if r.get("pool") is None and "error" not in r
+    }
+
+
 def _run_logged(
     path: str, scen: str, pool: int | None, strat: str, seed: int, truths: list[str], gate: float | None
 ) -> dict[str, Any]:
@@ -306,11 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-campaign", action="store_true", help="synthetic fleets only")
     p.add_argument("--random-seeds", type=int, default=2, help="random-baseline orders per scenario and pool")
     p.add_argument("--strategies", nargs="*", default=["fleetsieve"])
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="reuse the one-cell-at-a-time runs of this earlier JSON (same scenario, strategy and "
+                        "seed; the pool never changes them) instead of running them again")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/parallel_profiling.json, its docs/results.md section and MANIFEST.json")
     args = p.parse_args(argv)
 
     runs: list[dict[str, Any]] = []
+    reused = _baseline_runs(args.baseline)
     t0 = time.perf_counter()
     for scen, path, truths in _scenarios(args):
         for strat in args.strategies:
@@ -318,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             variants = [(None, None)] + [(pool, g) for pool in args.pools for g in (args.gates or [None])]
             for pool, gate in variants:
                 for seed in seeds:
-                    runs.append(_run_logged(path, scen, pool, strat, seed, truths, gate))
+                    old = reused.get((scen, strat, seed)) if pool is None else None
+                    runs.append(old if old is not None else _run_logged(path, scen, pool, strat, seed, truths, gate))
     ok = [r for r in runs if "error" not in r]
     rows = summarise(ok)
     means = suite_means(rows)
