@@ -48,7 +48,7 @@ from fleetsieve_bayes.campaign.windows import (
     window_observations,
 )
 from fleetsieve_bayes.decision.attempt import CertificationAttempt, attempt_certification, thin
-from fleetsieve_bayes.decision.batch import Belief, believe
+from fleetsieve_bayes.decision.batch import Belief, DecisionValues, believe
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,
@@ -83,6 +83,7 @@ __all__ = [
     "at_level",
     "assess",
     "choose",
+    "decision_values",
     "open_cells",
     "RepeatOptions",
     "repeat_options",
@@ -728,3 +729,40 @@ def step(
     if not a.decision.acquire:
         new = new._replace(status=a.decision.status, final=a.final)
     return new, outcome
+
+
+def decision_values(
+    state: CampaignState,
+    settings: DecisionSettings,
+    view: Belief,
+    posterior: Any,
+    round_no: int,
+    attempt: CertificationAttempt | None = None,
+    *,
+    busy: Collection[int] = (),
+) -> DecisionValues:
+    """The acquisition kernel's expected gap reduction of every cell on ``view`` (the
+    real state or a believed one): the score the ``fleetsieve`` strategy ranks cells
+    by, on the same draws, randomness and repeat candidates as :func:`choose` with
+    these arguments (at an SLO-attainment level a repeatable measured cell is scored
+    as "measure it again"). The pool's value gate
+    (:class:`fleetsieve_bayes.decision.batch.BatchGate`) reads it whatever the
+    strategy, to judge whether a speculative cell is worth starting."""
+    from fleetsieve_bayes.decision.strategies.base import StrategyContext
+    from fleetsieve_bayes.decision.strategies.gap import run_kernel
+
+    if attempt is not None:
+        posterior = thin(attempt.posterior, posterior.latent.shape[0])
+    rs = RoundState(
+        grid=state.grid, problem=state.problem, campaign_epsilon=settings.epsilon,
+        credible_level=settings.credible_level, repeatability=settings.repeatability,
+        measured=view.measured.copy(), observed=view.observed.copy(), posterior=posterior,
+        bounds=view.bounds, conservative=view.conservative, optimistic=view.optimistic,
+        certificate=view.certificate, round=round_no, rng=round_rng(state.seed, round_no),
+        key=round_jax_key(state.seed, round_no), attempt=attempt,
+        **repeat_options(state, settings, view, busy=busy)._asdict(),
+    )
+    ctx = StrategyContext(state.grid, state.problem, settings.credible_level, settings.repeatability,
+                          state.seed, rules=settings.rules)
+    scores = run_kernel(ctx, rs)
+    return DecisionValues(np.asarray(scores.score, np.float64), float(scores.gap_now))

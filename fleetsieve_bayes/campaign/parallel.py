@@ -15,17 +15,24 @@ what changes is when cells start:
    measured, then the real certificate: if it is issued (or nothing is left),
    the campaign ends — cells still in flight are cancelled, their GPU-seconds
    so far counted. Otherwise :func:`fleetsieve_bayes.decision.batch.plan_batch`
-   fills the free GPUs with picks conditioned on the cells in flight
-   ("believer" conditioning; no cell starts when the believed state would
-   already certify). A pick that does not fit becomes the reservation: later
-   picks may fill the gap only if they do not delay it (EASY backfilling on
-   the expected durations).
+   picks cells conditioned on the cells in flight ("believer" conditioning; no
+   cell starts when the believed state would already certify), and its value
+   gate starts only those worth their GPU-seconds: with nothing in flight the
+   strategy's pick (one cell at a time would measure it next), then a cell the
+   believed certificate needs, or one whose decision value (the kernel's
+   expected gap reduction, discounted by what the cells before it are expected
+   to settle) is at least :data:`~fleetsieve_bayes.decision.batch.GATE_FRACTION`
+   of the best on the real state (:func:`fleetsieve_bayes.round.decision_values`).
+   Free GPUs may stay idle until the next completion. A pick that does not fit
+   becomes the reservation: later picks may fill the gap only if they do not
+   delay it (EASY backfilling on the expected durations).
 3. **Journal.** Each start is a ``started`` record (cell, round, phase, GPU
    slots, ``start_s`` on the campaign clock) written before the cell runs;
    each completion a ``measurement`` record then a ``finished`` record
    (``finish_s``, where it ran); a cell stopped at the end a ``cancelled``
    record. An acquisition's ``started`` record lists the cells its pick was
-   conditioned on (``believed``); a round record per pick (``chosen``) holds
+   conditioned on (``believed``: in flight, reserved or deferred by the gate);
+   a round record per started pick (``chosen``) holds
    the real certificate and allocations.
 4. **Resume.** Cells started but not finished are submitted again first
    (on the simulated clock at their original start time, so the replay is
@@ -90,6 +97,7 @@ from fleetsieve_bayes.round import (
     CampaignState,
     assess,
     choose,
+    decision_values,
     fit_round,
     new_state,
     observe,
@@ -379,7 +387,7 @@ def _acquire(
 ) -> None:
     """Plan a batch of picks conditioned on the cells in flight, start those that fit
     (via :func:`_admit`) and journal a round record per started pick."""
-    from fleetsieve_bayes.decision.batch import plan_batch
+    from fleetsieve_bayes.decision.batch import GATE_FRACTION, BatchGate, plan_batch
 
     campaign, settings = ctx.campaign, ctx.setup.settings
     free_cells = max(1, ctx.pool.n_free // max(1, int(ctx.tp[candidates].min())))
@@ -404,10 +412,17 @@ def _acquire(
         select=_select,
         candidates=candidates,
         in_flight=list(fl.flight),
-        admit=lambda c, reserved: _admit(ctx, fl, c, reserved),
+        admit=lambda c, reserved, believed: _admit(ctx, fl, c, reserved, believed),
         first_round=fl.next_round,
         max_picks=min(MAX_PICKS, free_cells + 1),
         real=a.view,
+        gate=BatchGate(
+            value=lambda belief, round_no: decision_values(state, settings, belief, posterior, round_no, a.attempt),
+            real=a.view,
+            # Scored with the randomness of a round the measurements alone fix (a resume replays it).
+            real_round=1 + sum(1 for r in state.records if r.phase == "acquire"),
+            fraction=GATE_FRACTION,
+        ),
     )
     t_fit, t_alloc = t_fit_alloc
     first = True
@@ -497,8 +512,9 @@ def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
         fl.design.remove(c)
 
 
-def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None) -> bool:
-    """Start ``c`` now if it fits and (with a reservation) does not delay it."""
+def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None, believed: tuple[int, ...]) -> bool:
+    """Start ``c`` now if it fits and (with a reservation) does not delay it; its started
+    record lists ``believed``, the cells its pick was conditioned on."""
     need = int(ctx.tp[c])
     if not ctx.pool.fits(need):
         return False
@@ -517,7 +533,7 @@ def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None) -> bool:
         round_no=fl.next_round,
         slots=slots,
         start_s=now,
-        believed=list(fl.flight) + ([] if reserved is None else [reserved]),
+        believed=list(believed),
         # A pick of a measured cell is its next window (a repeat the strategy chose).
         replicate=next_replicate(ctx.grid, ctx.journal.records, c),
     )
