@@ -2,9 +2,9 @@
 
 The tiny replay campaign's table holds two windows of chat TP4@C64 (a design
 cell) and one of every other cell. A journal is stopped right after the
-initial design, and a round that asks for a repeat is appended to it (no
-shipped strategy asks for one yet, so the round is written as a strategy
-would); resuming runs the repeat.
+initial design, and a round that asks for a repeat is appended to it (written
+as the fleetsieve strategy would, to place it exactly; tests/test_repeat_acquisition.py
+has the strategy ask by itself); resuming runs the repeat.
 """
 
 from __future__ import annotations

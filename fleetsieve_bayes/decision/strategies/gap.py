@@ -144,8 +144,9 @@ def kernel_level(ctx: StrategyContext, state: RoundState) -> Any:
 def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
     """Argmax of ``score (n_cells,)`` over the unmeasured cells and the repeats whose
     score is positive (a repeat only where it can change or secure the decision),
-    GPU-seconds then index breaking ties; with no such candidate, ``state.repeat_hint``,
-    else the cheapest unmeasured cell, else the best-scored repeat.
+    GPU-seconds then index breaking ties. When no candidate's score is positive:
+    ``state.repeat_hint`` (the window the certificate needs) if there is one, else the
+    cheapest unmeasured cell, else the best-scored repeat.
 
     Raises:
         ValueError: no unmeasured cell and no repeat to make.
@@ -153,10 +154,11 @@ def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
     s = np.nan_to_num(np.asarray(score, np.float64), nan=-np.inf)
     keep = ~state.measured | (repeat_candidates(state) & (s > TIE_TOLERANCE))
     s = np.where(keep, s, -np.inf)
+    hint = state.repeat_hint
+    if hint is not None and repeat_candidates(state)[hint] and np.max(s, initial=-np.inf) <= TIE_TOLERANCE:
+        return int(hint)  # nothing is expected to help: the window the certificate needs
     if np.isfinite(s).any():
         return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
-    if state.repeat_hint is not None and repeat_candidates(state)[state.repeat_hint]:
-        return int(state.repeat_hint)
     if (~state.measured).any():
         return pick(np.zeros(len(s)), state)
     # Only repeats none of which is expected to help (a pool whose hinted cell is in flight):
