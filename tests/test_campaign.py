@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,8 +123,12 @@ def test_shipped_campaign_certifies_chat_and_code_tp4_c96_x2_in_10800_gpu_second
     assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-4)
 
 
-def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, dict]) -> None:
-    out, result = shipped_run
+def test_rerun_of_a_finished_campaign_measures_nothing(
+    shipped_run: tuple[Path, dict], tmp_path: Path
+) -> None:
+    # On a copy: the shared directory stays as the first run left it, whatever the test order.
+    out, result = tmp_path / "shipped", shipped_run[1]
+    shutil.copytree(shipped_run[0], out)
     before = (out / "journal.jsonl").read_bytes()
     again = run_campaign(load_campaign(EXAMPLE), out, seed=0).result
     after = (out / "journal.jsonl").read_bytes()
@@ -132,10 +137,11 @@ def test_rerun_of_a_finished_campaign_measures_nothing(shipped_run: tuple[Path, 
     assert again["measured"] == result["measured"] and again["allocation"] == result["allocation"]
 
 
-def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict]) -> None:
+def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict], tmp_path: Path) -> None:
     from fleetsieve_bayes.errors import InputError
 
-    out, _ = shipped_run
+    out = tmp_path / "shipped"
+    shutil.copytree(shipped_run[0], out)
     with pytest.raises(InputError, match=r"changed: strategy \(fleetsieve → random\)"):
         run_campaign(load_campaign(EXAMPLE), out, seed=0, strategy="random")
 
