@@ -185,9 +185,7 @@ def test_no_private_name_imported_across_modules() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="fleet_model is 117 lines"))
-        if m == "model.joint" else m
-        for m in sorted(MODULES)
+        m for m in sorted(MODULES)
     ],
 )
 def test_no_function_over_100_lines(module: str) -> None:

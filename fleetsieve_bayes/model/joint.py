@@ -966,6 +966,44 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
     return loc, chol
 
 
+def _global_sites(c: PriorCard, theta: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """The family-level sites of :func:`fleet_model`, sampled in its order.
+
+    Args:
+        c: the prior card.
+        theta: ``(n_classes, class_param_count)`` the class parameters.
+
+    Returns ``sharpness`` (scalar, or ``(n_classes,)`` with a saturation class sd),
+    ``exponent`` (scalar), ``tail_slope (2,)``, ``overload (n_classes, 2)`` and
+    ``noise (4,)``.
+    """
+    # Globals: log sharpness, log exponent, ttft slope, completion slope,
+    # log overload of ttft and of completion.
+    g_loc, g_sd = _global_prior(c)
+    g = numpyro.sample("global", dist.Normal(g_loc, g_sd).to_event(1))
+    if c.saturation_class_sd > 0:
+        # Per class: closed-loop load (N requests in flight) may saturate more
+        # gradually than open-loop rates. Off by default (class_sd = 0): on the
+        # hard suite (class_sd 0.5) it helps a fleet whose classes pin their own
+        # sharpness, and where no class does it slows the certifying chains on
+        # more fleets than it helps (a higher mean floor ratio than shared).
+        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 13]))
+    else:
+        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
+    exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
+    tail_slope = numpyro.deterministic("tail_slope", g[2:4])
+    overload = numpyro.deterministic("overload", jnp.exp(g[4:6] + theta[:, 11:13]))
+
+    noise_raw = numpyro.sample(
+        "noise_raw",
+        dist.HalfNormal(
+            jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
+        ).to_event(1),
+    )
+    noise = numpyro.deterministic("noise", jnp.asarray(NOISE_FLOOR) + noise_raw)
+    return sharpness, exponent, tail_slope, overload, noise
+
+
 def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None) -> None:
     """The NumPyro model.
 
@@ -1021,30 +1059,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     succ_drop = numpyro.deterministic("succ_drop", jnp.exp(theta[:, 8]))
     tail_elasticity = numpyro.deterministic("tail_elasticity", theta[:, 9:11])
 
-    # Globals: log sharpness, log exponent, ttft slope, completion slope,
-    # log overload of ttft and of completion.
-    g_loc, g_sd = _global_prior(c)
-    g = numpyro.sample("global", dist.Normal(g_loc, g_sd).to_event(1))
-    if c.saturation_class_sd > 0:
-        # Per class: closed-loop load (N requests in flight) may saturate more
-        # gradually than open-loop rates. Off by default (class_sd = 0): on the
-        # hard suite (class_sd 0.5) it helps a fleet whose classes pin their own
-        # sharpness, and where no class does it slows the certifying chains on
-        # more fleets than it helps (a higher mean floor ratio than shared).
-        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 13]))
-    else:
-        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
-    exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
-    tail_slope = numpyro.deterministic("tail_slope", g[2:4])
-    overload = numpyro.deterministic("overload", jnp.exp(g[4:6] + theta[:, 11:13]))
-
-    noise_raw = numpyro.sample(
-        "noise_raw",
-        dist.HalfNormal(
-            jnp.array([c.noise_throughput, c.noise_ttft, c.noise_completion, c.noise_success])
-        ).to_event(1),
-    )
-    noise = numpyro.deterministic("noise", jnp.asarray(NOISE_FLOOR) + noise_raw)
+    sharpness, exponent, tail_slope, overload, noise = _global_sites(c, theta)
 
     params = {
         "knee": knee,
