@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from fleetsieve_bayes.evaluation.synthetic import KNEES, SyntheticSpec, synthetic_fleet
+from fleetsieve_bayes.evaluation.synthetic import KNEES, SyntheticSpec, synthetic_fleet, toml_value
 from fleetsieve_bayes.model.derive import DEFAULT_WORKLOAD, Workload, load_architecture, load_gpus
 from fleetsieve_bayes.model.gpu_axis import GpuAxis, card_with_axis, gpu_axis
 from fleetsieve_bayes.resources import data_dir
@@ -156,30 +156,16 @@ def mixed_fleet(rng: np.random.Generator, *, need_mix: bool) -> MixedFleet:
     return MixedFleet(table, campaign, card_axis, truth, info)
 
 
-def _v(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_v(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def mixed_toml(campaign: dict[str, Any]) -> str:
     """TOML text of a campaign mapping with ``[[fleet.pools]]`` (and ``[[workloads]]``)."""
-    lines = [f"name = {_v(campaign['name'])}", "", "[fleet]"]
-    lines += [f"{k} = {_v(x)}" for k, x in campaign["fleet"].items() if k != "pools"]
+    lines = [f"name = {toml_value(campaign['name'])}", "", "[fleet]"]
+    lines += [f"{k} = {toml_value(x)}" for k, x in campaign["fleet"].items() if k != "pools"]
     for p in campaign["fleet"].get("pools", []):
-        lines += ["", "[[fleet.pools]]", *(f"{k} = {_v(x)}" for k, x in p.items())]
+        lines += ["", "[[fleet.pools]]", *(f"{k} = {toml_value(x)}" for k, x in p.items())]
     for sec in ("model", "measurement", "stopping"):
-        lines += ["", f"[{sec}]", *(f"{k} = {_v(x)}" for k, x in campaign[sec].items())]
+        lines += ["", f"[{sec}]", *(f"{k} = {toml_value(x)}" for k, x in campaign[sec].items())]
     for w in campaign["workloads"]:
-        lines += ["", "[[workloads]]", *(f"{k} = {_v(x)}" for k, x in w.items())]
+        lines += ["", "[[workloads]]", *(f"{k} = {toml_value(x)}" for k, x in w.items())]
     return "\n".join(lines) + "\n"
 
 

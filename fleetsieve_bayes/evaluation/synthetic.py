@@ -73,6 +73,7 @@ __all__ = [
     "synthetic_fleet",
     "truth_table",
     "campaign_toml",
+    "toml_value",
     "write_synthetic",
     "round_sig",
     "TRUE_COLUMNS",
@@ -670,7 +671,8 @@ def truth_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """One TOML value: a bool, integer, float, string, or an inline table of them."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, np.integer)):
@@ -680,7 +682,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
@@ -689,14 +691,14 @@ def campaign_toml(campaign: dict[str, Any]) -> str:
     lines: list[str] = []
     for k, v in campaign.items():
         if not isinstance(v, (dict, list)):
-            lines.append(f"{k} = {_toml_value(v)}")
+            lines.append(f"{k} = {toml_value(v)}")
     for k, v in campaign.items():
         if isinstance(v, dict):
-            lines += ["", f"[{k}]", *(f"{kk} = {_toml_value(x)}" for kk, x in v.items())]
+            lines += ["", f"[{k}]", *(f"{kk} = {toml_value(x)}" for kk, x in v.items())]
     for k, v in campaign.items():
         if isinstance(v, list):
             for item in v:
-                lines += ["", f"[[{k}]]", *(f"{kk} = {_toml_value(x)}" for kk, x in item.items())]
+                lines += ["", f"[[{k}]]", *(f"{kk} = {toml_value(x)}" for kk, x in item.items())]
     return "\n".join(lines) + "\n"
 
 
