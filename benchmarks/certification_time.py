@@ -12,6 +12,7 @@ joint check, the campaign's settings, nothing else running.
     python benchmarks/certification_time.py runs.jsonl --fleets 7,24 --out FILE
     python benchmarks/certification_time.py runs.jsonl --adaptation windowed --out FILE2   # the other warm-up
     python benchmarks/certification_time.py runs.jsonl --repeat 2     # also the attempt with its programs compiled
+    python benchmarks/certification_time.py runs.jsonl --levels point,0.9 --repeat 2   # the two rules side by side
 
 The first attempt on a fleet compiles its programs (the certifying NUTS
 sampler, the interval and joint-check kernels: each fleet has its own
@@ -19,6 +20,10 @@ shapes), as a campaign's first attempt does when the persistent compilation
 cache has not seen the grid. ``--repeat 2`` times the same attempt again in
 the same process: what every later attempt of a campaign (and a resumed one,
 through the persistent cache) pays. Same seed, so the same draws.
+
+``--levels point,0.9`` times each state's attempt under each SLO-attainment
+rule in turn (the same state, seed and process, one after the other), and
+reports the ratio of the medians against the first.
 
 Prints a markdown table (fleet, cells measured, attempt seconds, r_hat, ESS,
 draws, outcome) and the median / 90th percentile, and writes JSON (default
@@ -62,13 +67,16 @@ def suite_fleet(k: int, root: Path, suite_seed: int = 0) -> Path:
 
 
 def time_attempt(
-    campaign_path: Path, measured_labels: list[str], seed: int, adaptation: str | None = None, repeat: int = 1
+    campaign_path: Path, measured_labels: list[str], seed: int, adaptation: str | None = None, repeat: int = 1,
+    level: float | str | None = None,
 ) -> dict[str, Any]:
     """One certification attempt on the state where ``measured_labels`` are measured
-    (``adaptation``: override the ``certify`` preset's warm-up; None keeps it), and
-    ``repeat − 1`` more of the same attempt with its programs compiled
-    (``seconds_compiled``)."""
+    (``adaptation``: override the ``certify`` preset's warm-up; None keeps it; ``level``:
+    the SLO-attainment rule, None keeps the campaign's), and ``repeat − 1`` more of the
+    same attempt with its programs compiled (``seconds_compiled``)."""
     c = load_campaign(campaign_path)
+    if level is not None:
+        c = c.at_level(level)
     table = read_table(c.measurement.table)
     grid = grid_from_table(table, c.workload_names)
     values = values_from_table(grid, table)
@@ -121,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeat", type=int, default=1, help="attempts per fleet; the later ones run with the programs compiled"
     )
+    ap.add_argument("--levels", default="", help="comma-separated SLO-attainment rules timed side by side (e.g. point,0.9)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/certification_time.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args(argv)
@@ -132,23 +141,33 @@ def main(argv: list[str] | None = None) -> int:
                 runs[r["scenario"]] = r  # a later file wins
     only = {int(x) for x in args.fleets.split(",") if x}
     names = sorted(n for n in runs if not only or int(n[1:]) in only)
+    levels: list[float | str | None] = [
+        x if x == "point" else float(x) for x in args.levels.split(",") if x
+    ] or [None]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fsb-cert-time-") as tmp:
         for name in names:
             path = suite_fleet(int(name[1:]), Path(tmp), args.suite_seed)
-            row = {"fleet": name, "campaign_status": runs[name]["status"]}
-            row.update(time_attempt(path, runs[name]["measured"], args.seed, args.adaptation, args.repeat))
-            rows.append(row)
-            again = f" | {row['seconds_compiled'][-1]:.1f}" if args.repeat > 1 else ""
-            print(
-                f"| {name} | {row['cells']} | {row['seconds']:.1f}{again} | {row['r_hat_max']:.3f} | "
-                f"{row['ess_bulk_min']:.0f} | {row['draws']} | {row['status']} |",
-                flush=True,
-            )
-    summary = _summary(np.array([r["seconds"] for r in rows]))
-    if args.repeat > 1:
-        summary["compiled"] = _summary(np.array([r["seconds_compiled"][-1] for r in rows]))
-    res = {"summary": summary, "rows": rows}
+            for level in levels:
+                row = {"fleet": name, "campaign_status": runs[name]["status"],
+                       **({"level": level} if level is not None else {})}
+                row.update(time_attempt(path, runs[name]["measured"], args.seed, args.adaptation, args.repeat, level))
+                rows.append(row)
+                again = f" | {row['seconds_compiled'][-1]:.1f}" if args.repeat > 1 else ""
+                print(
+                    f"| {name}{'' if level is None else f' @ {level}'} | {row['cells']} | {row['seconds']:.1f}{again} | "
+                    f"{row['r_hat_max']:.3f} | {row['ess_bulk_min']:.0f} | {row['draws']} | {row['status']} |",
+                    flush=True,
+                )
+    res: dict[str, Any] = {"summary": _summaries(rows, args.repeat), "rows": rows}
+    if len(levels) > 1:
+        res["by_level"] = {str(q): _summaries([r for r in rows if r.get("level") == q], args.repeat) for q in levels}
+        base = res["by_level"][str(levels[0])]
+        for q in levels[1:]:
+            sm = res["by_level"][str(q)]
+            sm["median_ratio"] = sm["median_s"] / base["median_s"]
+            if "compiled" in sm:
+                sm["compiled"]["median_ratio"] = sm["compiled"]["median_s"] / base["compiled"]["median_s"]
     md = published_table(res)
     print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _summaries(rows: list[dict[str, Any]], repeat: int) -> dict[str, Any]:
+    """:func:`_summary` of ``rows``' first attempts, and of their compiled repeats when ``repeat > 1``."""
+    summary = _summary(np.array([r["seconds"] for r in rows]))
+    if repeat > 1:
+        summary["compiled"] = _summary(np.array([r["seconds_compiled"][-1] for r in rows]))
+    return summary
+
+
 def published_table(res: dict[str, Any]) -> str:
     """The markdown table of a run's JSON ``res``: one row per fleet, then the summary."""
     compiled = "compiled" in res["summary"]
@@ -170,17 +197,22 @@ def published_table(res: dict[str, Any]) -> str:
     ]
     for r in res["rows"]:
         again = f" | {r['seconds_compiled'][-1]:.1f}" if compiled else ""
+        at = f" @ {r['level']}" if "level" in r else ""
         lines.append(
-            f"| {r['fleet']} | {r['cells']} | {r['seconds']:.1f}{again} | {r['r_hat_max']:.3f} | "
+            f"| {r['fleet']}{at} | {r['cells']} | {r['seconds']:.1f}{again} | {r['r_hat_max']:.3f} | "
             f"{r['ess_bulk_min']:.0f} | {r['draws']} | {r['status']} |"
         )
     lines.append("")
-    for label, sm in (("first attempt", res["summary"]), ("compiled", res["summary"].get("compiled"))):
-        if sm is not None:
-            lines.append(
-                f"- {label}: {sm['attempts']} attempts, median {sm['median_s']:.1f} s, 90th percentile "
-                f"{sm['p90_s']:.1f} s, max {sm['max_s']:.1f} s, {sm['share_within_30s']:.0%} within 30 s"
-            )
+    groups = res.get("by_level") or {"": res["summary"]}
+    for level, top in groups.items():
+        for label, sm in (("first attempt", top), ("compiled", top.get("compiled"))):
+            if sm is not None:
+                ratio = f", {sm['median_ratio']:.2f}× the first rule's median" if "median_ratio" in sm else ""
+                lines.append(
+                    f"- {label}{f' at {level}' if level else ''}: {sm['attempts']} attempts, median "
+                    f"{sm['median_s']:.1f} s, 90th percentile {sm['p90_s']:.1f} s, max {sm['max_s']:.1f} s, "
+                    f"{sm['share_within_30s']:.0%} within 30 s{ratio}"
+                )
     return "\n".join(lines)
 
 

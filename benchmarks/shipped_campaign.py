@@ -2,8 +2,10 @@
 
 Runs ``fleetsieve-bayes run examples/h100_31b_fp8/campaign.toml`` (replay of
 the shipped, fully measured H100 grid) in a temporary directory with the
-given seed and prints what its ``result.json`` says: the status, the
-GPU-seconds against the grid's hindsight floor, the allocation, the joint
+given seed, once at the file's own level (the package default, 0.9, when the
+file names none) and once with ``[stopping] slo_attainment = "point"``, and
+prints what each ``result.json`` says: the status, the GPU-seconds, the
+allocation, each committed cell's attainment, the cell to repeat, the joint
 check's probabilities and the certifying posterior's diagnostics, and the
 planning seconds per round.
 
@@ -29,19 +31,51 @@ DEFAULT_CAMPAIGN = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "shipped_campaign.json"
 
 
-def run_campaign(campaign: Path, seed: int, strategy: str | None) -> dict[str, Any]:
-    """``fleetsieve-bayes run campaign --seed seed`` in a fresh directory; its result.json."""
+def run_campaign(campaign: Path, seed: int, strategy: str | None, point: bool = False) -> dict[str, Any]:
+    """``fleetsieve-bayes run campaign --seed seed`` in a fresh directory; its result.json.
+    ``point``: a copy of the file deciding by the metric rule (``slo_attainment = "point"``)."""
     with tempfile.TemporaryDirectory(prefix="fsb-shipped-") as tmp:
-        cmd = [sys.executable, "-m", "fleetsieve_bayes", "run", str(campaign), "--out", tmp,
+        if point:
+            campaign = point_copy(campaign, Path(tmp) / "campaign.toml")
+        out = str(Path(tmp) / "run")
+        cmd = [sys.executable, "-m", "fleetsieve_bayes", "run", str(campaign), "--out", out,
                "--seed", str(seed), "--quiet"]
         if strategy:
             cmd += ["--strategy", strategy]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        return json.loads((Path(tmp) / "result.json").read_text())
+        return json.loads((Path(out) / "result.json").read_text())
 
 
-def published_table(res: dict[str, Any]) -> str:
-    """The markdown of one ``result.json`` ``res``: decision, certificate, diagnostics, round times."""
+def point_copy(campaign: Path, dest: Path) -> Path:
+    """``campaign`` at ``"point"`` written to ``dest`` (its table by absolute path)."""
+    import tomllib
+
+    raw = tomllib.loads(campaign.read_text())
+    if "slo_attainment" in raw.get("stopping", {}) or any("slo_attainment" in w for w in raw.get("workloads", [])):
+        raise SystemExit(f"{campaign}: names its own slo_attainment; the point run needs a file without one")
+    table = (campaign.parent / raw["measurement"]["table"]).resolve()
+    text = campaign.read_text().replace(f'table = "{raw["measurement"]["table"]}"', f'table = "{table}"', 1)
+    dest.write_text(text.replace("[stopping]\n", '[stopping]\nslo_attainment = "point"\n', 1))
+    return dest
+
+
+def published_table(runs: dict[str, dict[str, Any]]) -> str:
+    """The markdown of ``runs`` (``{level: result.json}``): decision, certificate, attainment,
+    diagnostics, then the round times of each."""
+    head = [
+        "| level | status | GPU-s | cells measured | allocation | P(ε-optimal) | P(SLO met) | r_hat max | bulk ESS min | divergences | draws | rounds |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows, rest = [], []
+    for level, res in runs.items():
+        row, more = _one_run(level, res)
+        rows.append(row)
+        rest += ["", f"**{level}**", "", *more]
+    return "\n".join(head + rows + rest)
+
+
+def _one_run(level: str, res: dict[str, Any]) -> tuple[str, list[str]]:
+    """One ``result.json``: its summary row, then its attainment and round-time tables."""
     cert = res.get("certificate") or {}
     diag = cert.get("diagnostics") or {}
     alloc = res.get("allocation") or {}
@@ -53,14 +87,25 @@ def published_table(res: dict[str, Any]) -> str:
     def num(x: Any, fmt: str) -> str:
         return "—" if x is None else format(x, fmt)
 
-    lines = [
-        "| status | GPU-s | cells measured | allocation | P(ε-optimal) | P(SLO met) | r_hat max | bulk ESS min | divergences | draws | rounds |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {res['status']} | {res['gpu_seconds']:,.0f} | {len(res['measured'])} | {fleet} | "
+    row = (
+        f"| {level} | {res['status']} | {res['gpu_seconds']:,.0f} | {len(res['measured'])} | {fleet} | "
         f"{num(cert.get('p_epsilon_optimal'), '.3f')} | {num(cert.get('p_slo_met'), '.3f')} | "
         f"{num(diag.get('r_hat_max'), '.3f')} | {num(diag.get('ess_bulk_min'), '.0f')} | "
-        f"{num(diag.get('divergences'), 'd')} | {num(diag.get('draws'), 'd')} | {res['timings']['rounds']} |",
-        "",
+        f"{num(diag.get('divergences'), 'd')} | {num(diag.get('draws'), 'd')} | {res['timings']['rounds']} |"
+    )
+    lines: list[str] = []
+    if res.get("committed"):
+        lines += ["| class | cell | windows | attainment median [lo, hi] | level | binding |",
+                  "|---|---|---:|---|---:|---|"]
+        for c in res["committed"]:
+            a = c["attainment"]
+            lines.append(f"| {c['workload']} | TP{c['tp']}@{c['load']} | {c['windows']} | "
+                         f"{a['median']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}] | {c['level']} | {c['binding']} |")
+        lines.append("")
+    if res.get("repeat"):
+        r = res["repeat"]
+        lines += [f"Cell to measure again: {r['workload']} TP{r['tp']}@{r['load']} ({r['windows']} window so far).", ""]
+    lines += [
         "| round | fit s | allocate s | acquire s | certify s | total s |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
@@ -69,7 +114,7 @@ def published_table(res: dict[str, Any]) -> str:
             f"| {r['round']} | {r['fit_s']:.1f} | {r['allocate_s']:.2f} | {r['acquire_s']:.2f} | "
             f"{r.get('certify_s', 0.0):.1f} | {r['total_s']:.1f} |"
         )
-    return "\n".join(lines)
+    return row, lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publish", action="store_true",
                     help="write benchmarks/published/shipped_campaign.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args(argv)
-    res = run_campaign(args.campaign, args.seed, args.strategy)
+    res = {
+        "default": run_campaign(args.campaign, args.seed, args.strategy),
+        "point": run_campaign(args.campaign, args.seed, args.strategy, point=True),
+    }
     md = published_table(res)
     print(md)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from shipped import load_point
 
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import (
@@ -56,6 +57,7 @@ table = "{table}"
 {extra_measurement}
 [stopping]
 epsilon = 0.05
+slo_attainment = "point"
 credible_level = 0.9
 {workloads}
 """
@@ -67,11 +69,11 @@ credible_level = 0.9
 @pytest.fixture(scope="module")
 def shipped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("shipped")
-    outcome = run_campaign(load_campaign(EXAMPLE), out, seed=0)
+    outcome = run_campaign(load_point(), out, seed=0)
     return out, outcome.result
 
 
-def test_shipped_campaign_certifies_chat_and_code_tp4_c96_x2_in_10800_gpu_seconds(
+def test_shipped_campaign_at_point_certifies_chat_and_code_tp4_c96_x2_in_10800_gpu_seconds(
     shipped_run: tuple[Path, dict],
 ) -> None:
     out, result = shipped_run
@@ -123,6 +125,22 @@ def test_shipped_campaign_certifies_chat_and_code_tp4_c96_x2_in_10800_gpu_second
     assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-4)
 
 
+def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4_c96(tmp_path: Path) -> None:
+    # One row per cell: chat TP4@C96 (the paper's flipping cell), whose attainment posterior
+    # straddles 0.9, cannot be repeated, so the campaign stops undecided and names it.
+    result = run_campaign(load_campaign(EXAMPLE), tmp_path / "run", seed=0).result
+    assert result["status"] == "undecided" and result["gpu_seconds"] == 14400.0
+    assert result["slo_attainment"] == {"chat": 0.9, "code": 0.9}
+    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1}
+    assert [(m["workload"], m["tp"], m["load"]) for m in result["measured"]][6:] == [
+        ("chat", 4, "C128"), ("code", 8, "C128"), ("code", 4, "C96"), ("chat", 4, "C96"),
+    ]  # fmt: skip
+    # The fleet it reports is the conservative one, each committed cell's lower bound ≥ 0.9.
+    assert result["allocation"] == {"chat": {"tp": 4, "load": "C64", "replicas": 2},
+                                    "code": {"tp": 4, "load": "C64", "replicas": 2}}
+    assert all(c["attainment"]["lo"] >= 0.9 and c["windows"] == 1 for c in result["committed"])
+
+
 def test_rerun_of_a_finished_campaign_measures_nothing(
     shipped_run: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -130,7 +148,7 @@ def test_rerun_of_a_finished_campaign_measures_nothing(
     out, result = tmp_path / "shipped", shipped_run[1]
     shutil.copytree(shipped_run[0], out)
     before = (out / "journal.jsonl").read_bytes()
-    again = run_campaign(load_campaign(EXAMPLE), out, seed=0).result
+    again = run_campaign(load_point(), out, seed=0).result
     after = (out / "journal.jsonl").read_bytes()
     assert before == after  # nothing measured, and the final round is not recorded twice
     assert again["timings"]["rounds"] == result["timings"]["rounds"]
@@ -143,7 +161,7 @@ def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict], tmp_pat
     out = tmp_path / "shipped"
     shutil.copytree(shipped_run[0], out)
     with pytest.raises(InputError, match=r"changed: strategy \(fleetsieve → random\)"):
-        run_campaign(load_campaign(EXAMPLE), out, seed=0, strategy="random")
+        run_campaign(load_point(), out, seed=0, strategy="random")
 
 
 def test_tail_feasible_tp8_is_chosen_at_c128(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shipped import point_text
 
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.executor import GpuPool
@@ -23,7 +24,7 @@ GRID = SHIPPED.parent / "grid.csv"
 
 
 def pooled_campaign(tmp: Path, extra: str = "pool_gpus = 16", name: str = "c.toml") -> Path:
-    text = SHIPPED.read_text().replace('table = "grid.csv"', f'table = "{GRID}"\n{extra}')
+    text = point_text().replace('table = "grid.csv"', f'table = "{GRID}"\n{extra}')
     p = tmp / name
     p.write_text(text)
     return p

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import ray  # the `ray` extra, also part of `test` (pyproject.toml): never skipped
+from shipped import point_text
 
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.makespan import in_flight_cells
@@ -35,7 +36,7 @@ def local_ray() -> Any:
 
 
 def ray_campaign(tmp: Path, table: Path) -> Path:
-    text = SHIPPED.read_text().replace(
+    text = point_text().replace(
         'table = "grid.csv"', f'table = "{table}"\npool_gpus = 16\nexecutor = "ray"\ntime_scale = 0.002'
     )
     p = tmp / "ray.toml"

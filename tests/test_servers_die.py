@@ -326,6 +326,7 @@ request_timeout_s = 5
 stop_timeout_s = 5
 [stopping]
 epsilon = 0.05
+slo_attainment = "point"
 [[workloads]]
 name = "chat"
 demand_rps = 8.0

@@ -48,6 +48,7 @@ request_timeout_s = 5
 stop_timeout_s = 5
 [stopping]
 epsilon = 0.05
+slo_attainment = "point"
 [[workloads]]
 name = "chat"
 demand_rps = 8.0
@@ -98,6 +99,8 @@ duration_s = 1.5
 readiness_timeout_s = 30
 request_timeout_s = 5
 stop_timeout_s = 5
+[stopping]
+slo_attainment = "point"
 [[workloads]]
 name = "chat"
 demand_rps = 8.0

@@ -64,6 +64,7 @@ table = "grid.csv"
 {measurement_extra}
 [stopping]
 epsilon = 0.05
+slo_attainment = "point"
 [[workloads]]
 name = "chat"
 demand_rps = {chat_demand}

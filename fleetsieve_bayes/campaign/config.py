@@ -242,6 +242,19 @@ class Campaign:
     def workload_names(self) -> tuple[str, ...]:
         return tuple(w.name for w in self.workloads)
 
+    def at_level(self, slo_attainment: float | str) -> Campaign:
+        """The same campaign deciding at ``slo_attainment`` (a level in (0, 1) or
+        ``"point"``) for every class, its per-class overrides dropped.
+
+        Raises:
+            ValueError: one line, for a level outside (0, 1) or an unknown word.
+        """
+        from dataclasses import replace
+
+        level = check_level(slo_attainment, "slo_attainment")
+        return replace(self, slo_attainment=level,
+                       workloads=tuple(replace(w, slo_attainment=None) for w in self.workloads))
+
     def scaled(self, demand_scale: float) -> Campaign:
         """The same campaign with every class's demand multiplied by ``demand_scale``."""
         from dataclasses import replace

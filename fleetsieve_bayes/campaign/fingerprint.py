@@ -68,6 +68,8 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "credible_level": campaign.credible_level,
             "max_rounds": campaign.max_rounds,
             "risk": campaign.risk,
+            "slo_attainment": campaign.slo_attainment,
+            "max_windows_per_cell": campaign.max_windows_per_cell,
         },
         "workloads": {
             w.name: w.to_json()

@@ -283,12 +283,14 @@ def bound_tables(lo: Any, hi: Any) -> tuple[Any, Any]:
 
 # The SLO-attainment setting that keeps the metric rule (a cell's measured or
 # predicted value against its SLOs), and what a campaign gets when its file
-# names none: the metric rule, so that a campaign file written before the
-# attainment levels decides as it did. The level an operator means by "meets
-# its SLO" is nine windows in ten, `slo_attainment = 0.9` (docs/results.md,
-# "Window noise").
+# names none: nine windows in ten, what an operator means by "meets its SLO".
+# Evidence (docs/results.md, "Window noise"): on the noisy suite the metric rule
+# applied to a fully measured grid picks a fleet that meets its SLOs in 90 % of
+# windows in under a third of fleets, one window per cell or the median of three;
+# and on the shipped grid it certifies chat TP4@C96, a cell whose attainment
+# posterior sits at 0.49.
 POINT = SLO_ATTAINMENT_POINT
-DEFAULT_SLO_ATTAINMENT: float | str = POINT
+DEFAULT_SLO_ATTAINMENT: float | str = 0.9
 
 
 def check_level(value: Any, field: str) -> float | str:

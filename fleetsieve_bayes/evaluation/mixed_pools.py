@@ -148,7 +148,7 @@ def mixed_fleet(rng: np.random.Generator, *, need_mix: bool) -> MixedFleet:
         "fleet": {"pools": pools},
         "model": {"family": "card.toml"},
         "measurement": {"backend": "replay", "table": "grid.csv"},
-        "stopping": {"epsilon": 0.05, "credible_level": 0.9},
+        "stopping": {"epsilon": 0.05, "credible_level": 0.9, "slo_attainment": "point"},
         "workloads": workloads,
     }
     info = {"types": types, "need_mix": need_mix, "n_classes": spec.n_classes, "tps": list(spec.tps),

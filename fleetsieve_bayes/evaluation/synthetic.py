@@ -419,7 +419,7 @@ def synthetic_fleet(rng: np.random.Generator, spec: SyntheticSpec) -> tuple[pd.D
         "fleet": {"gpus": int(spec.gpus)},
         "model": {"family": "generic"},
         "measurement": {"backend": "replay", "table": "grid.csv"},
-        "stopping": {"epsilon": 0.05, "credible_level": 0.9},
+        "stopping": {"epsilon": 0.05, "credible_level": 0.9, "slo_attainment": "point"},
         "workloads": workloads,
     }
     return table, campaign
