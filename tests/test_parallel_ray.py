@@ -80,6 +80,7 @@ def test_ray_runs_cells_side_by_side_on_their_gpus(local_ray: Any, tmp_path: Pat
     assert r["profiling_wall_s"] < sum(spans)
 
 
+@pytest.mark.slow  # a second Ray campaign; test_ray_runs_cells_side_by_side_on_their_gpus keeps Ray in the default suite
 def test_a_failing_task_keeps_the_others_and_resume_re_runs_it(local_ray: Any, tmp_path: Path) -> None:
     table = tmp_path / "grid.csv"
     shutil.copy(GRID, table)

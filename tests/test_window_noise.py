@@ -349,7 +349,8 @@ def test_slo_attainment_setting_is_parsed_and_checked():
     from fleetsieve_bayes.campaign.config import parse_campaign
 
     path = Path("examples/h100_31b_fp8/campaign.toml").resolve()
-    assert parse_campaign(_campaign_raw(), path).slo_levels() == POINT
+    assert parse_campaign(_campaign_raw(), path).slo_levels() == (0.9, 0.9)  # the default level
+    assert parse_campaign(_campaign_raw(slo_attainment="point"), path).slo_levels() == POINT
     c = parse_campaign(_campaign_raw(slo_attainment=0.9, max_windows_per_cell=2), path)
     assert c.slo_levels() == (0.9, 0.9) and c.max_windows_per_cell == 2
     raw = _campaign_raw(slo_attainment=0.9)
