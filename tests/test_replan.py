@@ -86,6 +86,12 @@ def test_every_decision_input_is_fingerprinted(tmp_path: Path) -> None:
     assert changed("tiny-svi.toml", "steps = 600", "steps = 800") == "inference preset"
     assert changed("grid.csv", "0.82", "0.83") == "replay table content"
     assert changed("campaign.toml", "epsilon = 0.05", "epsilon = 0.1") == "campaign (stopping.epsilon: 0.05 → 0.1)"
+    # The SLO-attainment rule and the window cap decide too: a directory started at "point"
+    # does not resume at 0.9 (nor one started before the default level changed).
+    assert changed("campaign.toml", 'slo_attainment = "point"', "slo_attainment = 0.9") == (
+        'campaign (stopping.slo_attainment: "point" → 0.9)')
+    assert changed("campaign.toml", "epsilon = 0.05", "epsilon = 0.05\nmax_windows_per_cell = 2") == (
+        "campaign (stopping.max_windows_per_cell: 3 → 2)")
     fp_seed, _ = _fp(base, seed=3)
     assert mismatch(fp0, fp_seed, in0, in0, old_seed=0) == "seed (0 → 3)"
     fp_s, _ = _fp(base, strategy="random")

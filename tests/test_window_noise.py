@@ -366,3 +366,20 @@ def test_slo_attainment_setting_is_parsed_and_checked():
         parse_campaign(raw, path)
     with pytest.raises(InputError, match="max_windows_per_cell"):
         parse_campaign(_campaign_raw(max_windows_per_cell=0), path)
+
+
+def test_at_level_sets_every_class_and_refuses_a_bad_level():
+    from pathlib import Path
+
+    from fleetsieve_bayes.campaign.config import parse_campaign
+
+    path = Path("examples/h100_31b_fp8/campaign.toml").resolve()
+    raw = _campaign_raw(slo_attainment=0.9)
+    raw["workloads"][0]["slo_attainment"] = 0.95
+    c = parse_campaign(raw, path)
+    assert c.at_level("point").slo_levels() == POINT and c.at_level(0.5).slo_levels() == (0.5, 0.5)
+    assert c.at_level(0.5).settings != c.settings and c.slo_levels() == (0.95, 0.9)
+    for bad in (1.0, "median"):
+        with pytest.raises(ValueError, match="slo_attainment") as e:
+            c.at_level(bad)
+        assert "\n" not in str(e.value)
