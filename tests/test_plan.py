@@ -228,9 +228,12 @@ def test_report_shows_the_packing_and_live_windows(campaign: Path, planned: tupl
 
 @pytest.mark.slow
 def test_plan_of_the_shipped_campaign(tmp_path: Path, repo: Path) -> None:
-    """The shipped H100 campaign (NUTS, ~2 min): its certified fleet packed onto 2 × 8 GPUs, manifests valid."""
+    """The shipped H100 campaign at "point" (NUTS, ~2 min): its certified fleet packed onto 2 × 8 GPUs,
+    manifests valid."""
+    from shipped import point_file
+
     out = tmp_path / "run"
-    assert cli_main(["run", str(repo / "examples" / "h100_31b_fp8" / "campaign.toml"), "--out", str(out), "--quiet"]) == 0
+    assert cli_main(["run", str(point_file(tmp_path)), "--out", str(out), "--quiet"]) == 0
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "certified-feasible"
     assert cli_main(["plan", str(out), "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path / "plan")]) == 0

@@ -47,9 +47,10 @@ def test_example_on_the_tiny_campaign(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/ is not shipped in the wheel")
 def test_example_on_the_shipped_grid(tmp_path: Path) -> None:
+    # The default level: undecided, one window per cell (tests/test_campaign.py names the cell).
     whole, by_hand = _run()
-    assert whole == "certified-feasible 10800.0 GPU-s; chat on TP 4"
-    assert by_hand == "certified-feasible 10800.0 GPU-s; {'chat': 2, 'code': 2}"
+    assert whole == "undecided 14400.0 GPU-s; chat on TP 4"
+    assert by_hand == "undecided 14400.0 GPU-s; {'chat': 2, 'code': 2}"
 
 
 def test_objects_resolve_like_their_names(tmp_path: Path) -> None:
