@@ -45,8 +45,9 @@ def _noisy_tiny(folder: Path, *, cap: int = 3, rows: int = 3, pool: bool = False
             out.append(",".join(g) + f",{r}")
     (folder / "grid.csv").write_text("\n".join(out) + "\n")
     text = path.read_text().replace(
-        "epsilon = 0.05", f"epsilon = 0.05\nslo_attainment = 0.9\nmax_windows_per_cell = {cap}"
+        'slo_attainment = "point"', f"slo_attainment = 0.9\nmax_windows_per_cell = {cap}"
     )
+    assert "slo_attainment = 0.9" in text
     path.write_text(text)
     return path
 
