@@ -25,6 +25,7 @@ from fleetsieve_bayes.model.joint import (
     _burst_sf,
     _compound_loglik,
     model_data,
+    to_transformed,
     window_attainment,
     window_probabilities,
     window_rows,
@@ -332,6 +333,46 @@ def test_success_departure_quadrature_integrates_a_cells_windows(a, sd):
 
     want = math.log(integrate.quad(integrand, -8 * a, 8 * a, points=[0.1, 0.2, 0.3], limit=400)[0])
     assert got == pytest.approx(want, abs=0.05)
+
+
+@pytest.mark.parametrize(("a", "sd", "x"), [(0.2, 0.3, 0.1), (0.8, 0.05, -1.7), (1.5, 0.2, 2.0)])
+def test_one_window_success_density_is_the_burst_mixture_widened_by_the_departure(a, sd, x):
+    # δ_s ~ N(0, a²) plus a burst-mixture window: the closed form the likelihood uses
+    # for a cell with one window, against the integral.
+    want = math.log(integrate.quad(
+        lambda t: math.exp(float(_burst_logpdf(jnp.asarray(x - t), sd, 0.05, 1.5))) * stats.norm(0, a).pdf(t),
+        -10 * a, 10 * a, limit=400,
+    )[0])
+    got = float(_burst_logpdf(jnp.asarray(x), jnp.sqrt(sd**2 + a**2), jnp.asarray(0.05), jnp.asarray(1.5)))
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+@settings(max_examples=20, deadline=None)
+@given(counts=st.lists(st.integers(0, 3), min_size=2, max_size=6), seed=st.integers(0, 10_000))
+def test_success_likelihood_split_agrees_with_quadrature_over_every_cell(counts, seed):
+    # Cells with one window take the closed form, the rest Gauss-Hermite: the sum
+    # matches quadrature over every cell (the GH error of the one-window cells aside).
+    from fleetsieve_bayes.model.joint import _GH2_LOGW, _success_loglik, _success_node_loglik
+
+    rng = np.random.default_rng(seed)
+    n_cells = len(counts)
+    cell = np.repeat(np.arange(n_cells), counts)
+    rows = np.column_stack([
+        np.ones((cell.size, 3)), 1 / (1 + np.exp(-rng.normal(3.0, 1.0, cell.size))),
+    ]) if cell.size else np.zeros((0, 4))
+    wr = window_rows(rows, cell, np.ones(n_cells, bool))
+    window = jnp.asarray(np.column_stack([
+        np.full((n_cells, 3), 0.1), rng.uniform(0.1, 0.5, n_cells), np.full(n_cells, 0.05), np.full(n_cells, 1.5),
+    ]))
+    d = to_transformed(wr.rows)[:, 3] - 3.0  # padding rows clipped, as in the model
+    a = jnp.asarray(0.4)
+    got = float(_success_loglik(d, wr, a, window))
+    ls, _ = _success_node_loglik(d, wr.mask[:, 3], wr.cell, n_cells, a, window)
+    per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
+    want = float(jnp.sum(jnp.where(jnp.asarray(np.bincount(cell, minlength=n_cells) > 0), per_cell, 0.0)))
+    assert got == pytest.approx(want, abs=2e-3 * max(1, cell.size))
+    assert int(wr.shared.shape[0]) % ROW_BUCKET == 0
+    assert int(np.asarray(wr.shared_mask).sum()) == int(sum(c for c in counts if c > 1))
 
 
 def _campaign_raw(**stopping):

@@ -55,7 +55,7 @@ from fleetsieve_bayes.allocation.problem import (
     within_cap,
 )
 
-__all__ = ["allocate_pools_milp", "pool_options", "PoolOptions"]
+__all__ = ["allocate_pools_milp", "cheapest_at_service", "pool_options", "PoolOptions"]
 
 
 class PoolOptions(NamedTuple):
@@ -318,3 +318,83 @@ def allocate_pools_milp(
     on[opt.klass[pick]] = opt.pool[pick]
     cell, reps = canonical_cells(grid, values, adm, lam, w, tol, on)
     return allocation_from_choice(grid, values, problem, cell, reps, feasible=True)
+
+
+def cheapest_at_service(
+    grid: CellGrid,
+    values: np.ndarray,
+    problem: AllocationProblem,
+    min_fulfillment: float,
+    goodput: float,
+    *,
+    tol: float = DEFAULT_TOL,
+    time_limit: float | None = None,
+) -> tuple[float, np.ndarray] | None:
+    """The least dollars per hour of any allocation on ``values`` that serves every class at
+    least ``min_fulfillment`` of its demand (and its critical floor) and ``goodput`` req/s in
+    all, under the pool, total and dollar limits: ``(usd_per_hour, pick)`` with ``pick``
+    bool ``(n_cells,)`` the cells one such allocation commits to; None when none does.
+
+    On the optimistic table at the conservative allocation's service this is a lower
+    bound on the dollars of every fleet serving as much on the truth (the certificate's
+    dollar stage, :func:`fleetsieve_bayes.decision.certificate.dollar_gap`).
+
+    Args:
+        values: ``(n_cells, 4)`` cell metrics in METRICS order.
+    """
+    values = np.asarray(values, np.float64)
+    k = grid.n_classes
+    lam = np.asarray(problem.demand, np.float64)
+    adm = admissible(grid, values, problem)
+    budgets = pool_budgets(grid, problem, tol)
+    price = pool_prices(problem, grid.n_pools)
+    opt = pool_options(grid, values, adm, lam, budgets)
+    n_o = opt.klass.shape[0]
+    lo = np.maximum(np.where(problem.critical, problem.floor, 0.0), float(min_fulfillment))
+    m = mip.Model(sense=mip.MINIMIZE, solver_name="CBC")
+    m.verbose = 0
+    m.threads = 1
+    m.max_mip_gap = 0.0
+    m.max_mip_gap_abs = 1e-10
+    m.preprocess = 0
+    _no_clique_strengthening(m)
+    z = [m.add_var(var_type=mip.BINARY) for _ in range(n_o)]
+    for i in range(k):
+        mine = np.flatnonzero(opt.klass == i)
+        if mine.size:
+            m += mip.xsum(z[o] for o in mine) <= 1
+        need = float(within(lo[i], tol))
+        if need > 0:
+            if not mine.size:
+                return None
+            m += mip.xsum(float(opt.served[o] / lam[i]) * z[o] for o in mine) >= need
+    for p in range(grid.n_pools):
+        on_p = np.flatnonzero(opt.pool == p)
+        if on_p.size:
+            m += mip.xsum(int(opt.gpus[o]) * z[o] for o in on_p) <= int(budgets[p])
+    if int(problem.gpus) < int(budgets.sum()) and n_o:
+        m += mip.xsum(int(opt.gpus[o]) * z[o] for o in range(n_o)) <= int(problem.gpus)
+    cost_o = price[opt.pool] * opt.gpus
+    cap = float(problem.usd_per_hour_max)
+    if np.isfinite(cap) and n_o:
+        m += mip.xsum(float(cost_o[o] / within_cap(cap, tol)) * z[o] for o in range(n_o)) <= 1.0
+    g_scale = float(max(lam.sum(), 1e-12))
+    if goodput > 0:
+        if not n_o:
+            return None
+        m += mip.xsum(float(opt.served[o] / g_scale) * z[o] for o in range(n_o)) >= float(within(goodput, tol)) / g_scale
+    if not n_o:  # nothing to place and nothing asked
+        return 0.0, np.zeros(grid.n_cells, bool)
+    cost_scale = float(max(np.dot(price, budgets), 1e-12))
+    m.objective = mip.minimize(mip.xsum(float(cost_o[o] / cost_scale) * z[o] for o in range(n_o)))
+    if not _optimize(m, "cheapest at service", time_limit):
+        return None
+    chosen = np.array([round(v.x) > 0 for v in z], bool) if n_o else np.zeros(0, bool)
+    w = np.zeros(k, np.int64)
+    on = np.zeros(k, np.int64)
+    w[opt.klass[chosen]] = opt.gpus[chosen]
+    on[opt.klass[chosen]] = opt.pool[chosen]
+    cell, reps = canonical_cells(grid, values, adm, lam, w, tol, on)
+    pick = np.zeros(grid.n_cells, bool)
+    pick[[int(c) for c, n in zip(cell, reps, strict=True) if c >= 0 and n > 0]] = True
+    return float(cost_o[chosen].sum()), pick

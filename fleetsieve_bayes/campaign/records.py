@@ -112,7 +112,8 @@ def round_record(
         certificate=cert.status,
         outcome=outcome,
         reason=cert.reason,
-        gap={k: float(v) for k, v in cert.gap._asdict().items()},
+        gap={k: float(v) for k, v in cert.gap._asdict().items()}
+        | ({} if getattr(cert, "dollars", None) is None else {"dollars": float(cert.dollars)}),
         conservative=side_of(view.conservative, grid),
         optimistic=side_of(view.optimistic, grid),
         measured_cells=measured_cells,

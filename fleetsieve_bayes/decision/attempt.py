@@ -154,7 +154,7 @@ def attempt_certification(
     )
     cons = allocate_milp(grid, cons_t, problem)
     opt = allocate_milp(grid, opt_t, problem)
-    cert = certify(grid, problem, cons, opt, measured, observed if levels is None else cons_t, settings.epsilon)
+    cert = certify(grid, problem, cons, opt, measured, observed if levels is None else cons_t, settings.epsilon, opt_t)
     interval_status = cert.status
     candidate = cons if cert.status != CERTIFIED_INFEASIBLE else None
     check = joint_check(

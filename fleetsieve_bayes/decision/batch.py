@@ -181,7 +181,7 @@ def believe(
     )
     cons = allocate(cons_t)
     opt = allocate(opt_t)
-    cert = certify(grid, problem, cons, opt, m, obs if levels is None else cons_t, settings.epsilon)
+    cert = certify(grid, problem, cons, opt, m, obs if levels is None else cons_t, settings.epsilon, opt_t)
     return Belief(m, obs, bounds, cons, opt, cert, att)
 
 

@@ -44,8 +44,9 @@ If it does not pass:
   (adapted step size and mass matrix kept, no new warm-up) and the new draws
   are appended, up to ``max_rounds`` extensions — fewer when the ESS projected
   from the draws so far cannot reach the target within that cap;
-* a run with divergences is redone from scratch with a doubled warm-up and a
-  higher target acceptance (smaller steps).
+* a run with divergences is redone from scratch with a higher target
+  acceptance (smaller steps), its warm-up's first mass matrix the covariance
+  of the divergent run's draws.
 
 It never hides a failure: the result says whether the posterior converged
 (and how many chains were restarted), and the campaign does not certify on
@@ -178,13 +179,15 @@ def fit_certifying(
             warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
             fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, **same)]
         elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
-            if fits:  # divergences: smaller steps and a longer warm-up, from scratch
-                preset = preset._replace(
-                    target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)), warmup=2 * preset.warmup
-                )
-            # a divergent run re-adapts its mass matrix from scratch
-            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same,
-                                   mass_from=None if attempts > 1 else mass_from)]
+            if fits:
+                # Divergences: smaller steps, from scratch, the warm-up's first mass the
+                # covariance of the divergent run's draws (a few divergent transitions
+                # among 1,600 leave its draws a good estimate; the identity, what a
+                # warm-up without one starts from, cost c008 at level 0.9 a 79 s rerun
+                # against 24 s: docs/results.md, "Certification attempt time").
+                preset = preset._replace(target_accept=min(0.99, 0.5 * (1.0 + preset.target_accept)))
+                mass_from = fits[-1]
+            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same, mass_from=mass_from)]
         else:
             # Sample more: every chain continues from its last state (adapted
             # step size and mass matrix kept, no new warm-up); draws are appended.

@@ -266,7 +266,7 @@ def _shape_key(data: ModelData) -> tuple[int, ...]:
     gpu = () if data.gpu_offset is None else ("gpu", gpu_dev_count(data))
     if data.windows is None:
         return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), *gpu)
-    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]), *gpu)
+    return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]), int(data.windows.shared.shape[0]), *gpu)
 
 
 def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:

@@ -255,6 +255,18 @@ class WindowRows(NamedTuple):
     rows: jnp.ndarray
     cell: jnp.ndarray
     mask: jnp.ndarray
+    # Success's likelihood per cell (see _window_likelihood): ``single bool
+    # (n_rows,)`` the row is its cell's only success window (closed form);
+    # the rows of cells with two or more, ``shared int32 (n_shared,)`` (row
+    # indices, padded to a multiple of ROW_BUCKET, possibly 0), their cells
+    # renumbered ``shared_cell int32 (n_shared,)`` into slots whose grid cell
+    # is ``shared_slot int32 (n_shared,)``, ``shared_mask bool (n_shared,)``
+    # (Gauss-Hermite over the departure the windows share).
+    single: jnp.ndarray | None = None
+    shared: jnp.ndarray | None = None
+    shared_cell: jnp.ndarray | None = None
+    shared_slot: jnp.ndarray | None = None
+    shared_mask: jnp.ndarray | None = None
 
 
 def usable_mask(
@@ -383,10 +395,22 @@ def window_rows(
     n_pad = -(-max(rows.shape[0], 1) // ROW_BUCKET) * ROW_BUCKET
     pad = n_pad - rows.shape[0]
     clean = np.concatenate([np.where(mask, rows, 1.0), np.ones((pad, 4))])
+    ok = mask[:, 3]
+    per_cell = np.bincount(cell[ok], minlength=measured.shape[0])
+    single = ok & (per_cell[cell] == 1)
+    shared = np.flatnonzero(ok & (per_cell[cell] > 1))
+    slots, local = np.unique(cell[shared], return_inverse=True)
+    n_shared = -(-shared.size // ROW_BUCKET) * ROW_BUCKET
+    fill = n_shared - shared.size
     return WindowRows(
         rows=jnp.asarray(clean),
         cell=jnp.asarray(np.concatenate([cell, np.zeros(pad, np.int64)]), jnp.int32),
         mask=jnp.asarray(np.concatenate([mask, np.zeros((pad, 4), bool)])),
+        single=jnp.asarray(np.concatenate([single, np.zeros(pad, bool)])),
+        shared=jnp.asarray(np.concatenate([shared, np.zeros(fill, np.int64)]), jnp.int32),
+        shared_cell=jnp.asarray(np.concatenate([local.reshape(-1), np.zeros(fill, np.int64)]), jnp.int32),
+        shared_slot=jnp.asarray(np.concatenate([slots, np.zeros(n_shared - slots.size, np.int64)]), jnp.int32),
+        shared_mask=jnp.asarray(np.concatenate([np.ones(shared.size, bool), np.zeros(fill, bool)])),
     )
 
 
@@ -1133,10 +1157,31 @@ def _window_likelihood(
     d = y - loc_y[wr.cell]
     w = wr.mask.astype(d.dtype)
     ll = _compound_loglik(d[:, :3], w[:, :3], wr.cell, n_cells, noise[:3], window[:, :3])
-    ls, _ = _success_node_loglik(d[:, 3], wr.mask[:, 3], wr.cell, n_cells, noise[3], window)
-    seen = jnp.zeros(n_cells, bool).at[wr.cell].max(wr.mask[:, 3])
-    per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
-    numpyro.factor("windows", ll + jnp.sum(jnp.where(seen, per_cell, 0.0)))
+    numpyro.factor("windows", ll + _success_loglik(d[:, 3], wr, noise[3], window))
+
+
+def _success_loglik(d: jnp.ndarray, wr: WindowRows, a: jnp.ndarray, window: jnp.ndarray) -> jnp.ndarray:
+    """Log density ``()`` of every cell's success windows, the departure ``δ_s ~ N(0, a²)``
+    they share integrated out: closed form for a cell with one window (a normal
+    departure plus the burst mixture is the burst mixture with sd ``√(sd² + a²)``),
+    adaptive Gauss-Hermite (:func:`_success_node_loglik`) over the cells with more.
+
+    Args:
+        d: ``(n_rows,)`` logit-success residuals from the curve; ``a`` ``()``;
+            ``window (n_cells, 6)`` (:func:`window_scales`).
+    """
+    wc = window[wr.cell]  # (R, 6)
+    one = _burst_logpdf(d, jnp.sqrt(wc[:, 3] ** 2 + a * a), wc[:, 4], wc[:, 5])
+    total = jnp.sum(jnp.where(wr.single, one, 0.0))
+    n_shared = int(wr.shared.shape[0])
+    if n_shared:
+        ls, _ = _success_node_loglik(
+            d[wr.shared], wr.shared_mask, wr.shared_cell, n_shared, a, window[wr.shared_slot]
+        )
+        seen = jnp.zeros(n_shared, bool).at[wr.shared_cell].max(wr.shared_mask)
+        per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
+        total = total + jnp.sum(jnp.where(seen, per_cell, 0.0))
+    return total
 
 
 def _success_node_loglik(
