@@ -13,6 +13,7 @@ joint check, the campaign's settings, nothing else running.
     python benchmarks/certification_time.py runs.jsonl --adaptation windowed --out FILE2   # the other warm-up
     python benchmarks/certification_time.py runs.jsonl --repeat 2     # also the attempt with its programs compiled
     python benchmarks/certification_time.py runs.jsonl --levels point,0.9 --repeat 2   # the two rules side by side
+    python benchmarks/certification_time.py runs.jsonl --levels point,0.9 --study certification_time_levels --publish
 
 The first attempt on a fleet compiles its programs (the certifying NUTS
 sampler, the interval and joint-check kernels: each fleet has its own
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeat", type=int, default=1, help="attempts per fleet; the later ones run with the programs compiled"
     )
+    ap.add_argument("--study", default="certification_time",
+                    help="the published study's name (e.g. certification_time_levels for --levels point,0.9)")
     ap.add_argument("--levels", default="", help="comma-separated SLO-attainment rules timed side by side (e.g. point,0.9)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/certification_time.json, its docs/results.md section and MANIFEST.json")
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         from publish import command_line, publish
 
-        publish("certification_time", res, md, command_line(__file__, argv))
+        publish(args.study, res, md, command_line(__file__, argv))
     return 0
 
 
