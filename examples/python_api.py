@@ -13,7 +13,7 @@ shipped = Path(__file__).resolve().parent / "h100_31b_fp8" / "campaign.toml"
 campaign = fsb.load_campaign(sys.argv[1] if len(sys.argv) > 1 else shipped)
 out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp()) / "run"
 result = fsb.run_campaign(campaign, out=out, strategy=fsb.strategies.Fleetsieve(), seed=0)
-print(result.status, result.gpu_seconds, "GPU-s; chat on TP", result.allocation["chat"].tp)
+print(result.status, result.gpu_seconds, "GPU-s;", {w: p.replicas for w, p in result.allocation.items()})
 
 state = fsb.init(campaign, seed=0)  # the same decision, one round at a time
 settings = fsb.DecisionSettings.from_campaign(campaign)

@@ -27,7 +27,7 @@ from typing import Any
 from fleetsieve_bayes.backends import Backend, make_backend
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.campaign.journal import MeasurementRecord
-from fleetsieve_bayes.campaign.outputs import Placement
+from fleetsieve_bayes.campaign.outputs import Placement, placements
 from fleetsieve_bayes.campaign.setup import build_strategy, resolve
 from fleetsieve_bayes.campaign.windows import check_window
 from fleetsieve_bayes.round import CampaignState, new_state, record
@@ -94,7 +94,4 @@ def allocation_of(state: CampaignState) -> dict[str, Placement] | None:
 
     if state.final is None:
         return None
-    alloc = allocation_to_json(state.final, state.grid)
-    if alloc is None:
-        return None
-    return {w: Placement(int(a["tp"]), str(a["load"]), int(a["replicas"])) for w, a in alloc.items()}
+    return placements(allocation_to_json(state.final, state.grid))

@@ -27,17 +27,29 @@ __all__ = [
     "CampaignResult",
     "write_measurements",
     "write_round_files",
+    "placements",
     "result_json",
     "write_result",
 ]
 
 
 class Placement(NamedTuple):
-    """One class's part of the final allocation: ``replicas`` servers of ``tp`` GPUs at ``load``."""
+    """One class's part of the final allocation: ``replicas`` servers of ``tp`` GPUs at ``load``
+    (a class that gets no replica: ``tp`` and ``load`` None, ``replicas`` 0)."""
 
-    tp: int
-    load: str
+    tp: int | None
+    load: str | None
     replicas: int
+
+
+def placements(alloc: dict[str, Any] | None) -> dict[str, Placement] | None:
+    """result.json's ``allocation`` object as :class:`Placement` per class (None stays None)."""
+    if alloc is None:
+        return None
+    return {
+        w: Placement(None if a["tp"] is None else int(a["tp"]), None if a["load"] is None else str(a["load"]), int(a["replicas"]))
+        for w, a in alloc.items()
+    }
 
 
 class CampaignResult(NamedTuple):
@@ -60,10 +72,7 @@ class CampaignResult(NamedTuple):
     @property
     def allocation(self) -> dict[str, Placement] | None:
         """Per class: TP, load and replicas of the final allocation (None when there is none)."""
-        alloc = self.result.get("allocation")
-        if alloc is None:
-            return None
-        return {w: Placement(int(a["tp"]), str(a["load"]), int(a["replicas"])) for w, a in alloc.items()}
+        return placements(self.result.get("allocation"))
 
     @property
     def measured(self) -> list[dict[str, Any]]:
