@@ -34,6 +34,16 @@ def test_public_names_are_importable() -> None:
 
 # Two whole campaigns in a fresh process; test_round.py's
 # test_step_and_record_are_the_one_at_a_time_campaign checks the same decision in process.
+def test_a_class_without_replicas_reads_as_none() -> None:
+    # result.json writes a class the fleet does not serve as tp/load null, replicas 0.
+    result = fsb.CampaignResult("undecided", {"allocation": {
+        "chat": {"tp": None, "load": None, "replicas": 0},
+        "code": {"tp": 4, "load": "C64", "replicas": 3},
+    }})  # fmt: skip
+    assert result.allocation == {"chat": fsb.Placement(None, None, 0), "code": fsb.Placement(4, "C64", 3)}
+    assert fsb.CampaignResult("certified-infeasible", {"allocation": None}).allocation is None
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/ is not shipped in the wheel")
 def test_example_on_the_tiny_campaign(tmp_path: Path) -> None:
