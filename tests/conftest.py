@@ -24,6 +24,13 @@ from fleetsieve_bayes.jax_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 
+# ArviZ writes a once-a-day stamp on its first import of the day through a temporary
+# file of one fixed name, which two test workers importing it together race on
+# (fleetsieve_bayes.arviz_import): the controller writes today's stamp before any worker starts.
+from fleetsieve_bayes.arviz_import import seed_daily_stamp  # noqa: E402
+
+seed_daily_stamp()
+
 
 # CI runs must be reproducible: hypothesis explores a fixed set of examples
 # there (CI=true), and random ones on developers' machines.

@@ -1,12 +1,14 @@
 import json
 
-import arviz as az
 import numpy as np
 import pytest
 
+from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.diagnostics import diagnose_file
+
+az = import_arviz()
 
 
 def _idata(seed=0, diverge=3):

@@ -147,7 +147,9 @@ def build_campaign_dir(
         }
         (out / "result.json").write_text(json.dumps(result, indent=2))
     if posterior:
-        import arviz as az
+        from fleetsieve_bayes.arviz_import import import_arviz
+
+        az = import_arviz()
 
         rng = np.random.default_rng(0)
         idata = az.from_dict(

@@ -304,10 +304,11 @@ def read_posterior(view: CampaignView) -> Any | None:
         return None
     import warnings
 
+    from fleetsieve_bayes.arviz_import import import_arviz
+
+    az = import_arviz()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # ArviZ's notice about its next major version
-        import arviz as az
-
         try:
             return az.from_netcdf(str(path))
         except Exception as exc:  # noqa: BLE001 - any reader failure is bad input

@@ -13,10 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import arviz as az
 import numpy as np
 
+from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.model.storage import load_idata
+
+az = import_arviz()
 
 __all__ = [
     "summarize",

@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +48,7 @@ from numpyro.infer.hmc_util import build_adaptation_schedule
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import (
@@ -64,6 +64,8 @@ from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_p
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.model.storage import load_idata, save_posterior
 from fleetsieve_bayes.table import METRICS
+
+az = import_arviz()
 
 __all__ = [
     "InferencePreset",

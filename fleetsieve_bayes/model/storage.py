@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import arviz as az
-
+from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.errors import InputError
+
+az = import_arviz()
 
 __all__ = ["save_posterior", "load_idata"]
 

@@ -510,7 +510,9 @@ def diagnostics_summary(idata: Any, var_names: Sequence[str] | None = None) -> p
     """ArviZ ``r_hat``, ``ess_bulk``, ``ess_tail`` (and ``mcse_mean``) of ``var_names`` (default: all)."""
     import warnings
 
-    import arviz as az
+    from fleetsieve_bayes.arviz_import import import_arviz
+
+    az = import_arviz()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one chain: r_hat is NaN, which the table shows
@@ -525,7 +527,9 @@ def plot_diagnostics(idata: Any, var_names: Sequence[str]) -> Plotted:
     """
     import warnings
 
-    import arviz as az
+    from fleetsieve_bayes.arviz_import import import_arviz
+
+    az = import_arviz()
 
     post = idata.posterior
     n_chains, n_draws = int(post.sizes.get("chain", 1)), int(post.sizes.get("draw", 0))
