@@ -97,3 +97,51 @@ def test_one_pool_has_no_dollar_stage() -> None:
     problem = PROBLEM._replace(pool_gpus=np.array([16]), usd_per_gpu_hour=np.array([4.0]))
     cons = allocate_milp(one, VALUES, problem)
     assert dollar_gap(one, problem, cons, VALUES) is None
+
+
+def _two_pool_grid() -> tuple:
+    from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+
+    # One class, cells 0–1 on pool 0 (h100, 4 $/h), cells 2–3 on pool 1 (a100, 1.8 $/h).
+    grid = CellGrid(
+        workloads=("chat",),
+        workload_idx=np.zeros(4, np.int64),
+        tp=np.array([2, 4, 2, 4], np.int64),
+        load=("C8", "C8", "C8", "C8"),
+        offered_rps=np.ones(4),
+        duration_s=np.array([300.0, 300.0, 300.0, 300.0]),
+        gpu=np.array([0, 0, 1, 1], np.int64),
+        pools=("h100", "a100"),
+    )
+    problem = AllocationProblem(
+        demand=np.array([1.0]), critical=np.array([False]), floor=np.array([0.0]),
+        success_min=np.array([0.99]), ttft_max=np.array([2.0]), completion_max=np.array([30.0]),
+        gpus=16, pool_gpus=np.array([8, 8]), usd_per_gpu_hour=np.array([4.0, 1.8]),
+    )
+    return grid, problem
+
+
+def test_profiling_cost_is_dollars_over_priced_pools_and_gpu_seconds_otherwise() -> None:
+    from fleetsieve_bayes.allocation.problem import profiling_cost
+
+    grid, problem = _two_pool_grid()
+    np.testing.assert_allclose(profiling_cost(grid, problem), [600 * 4 / 3600, 1200 * 4 / 3600, 600 * 1.8 / 3600, 1200 * 1.8 / 3600])
+    np.testing.assert_array_equal(profiling_cost(grid, problem._replace(usd_per_gpu_hour=None)), [600, 1200, 600, 1200])
+    np.testing.assert_array_equal(profiling_cost(grid), [600, 1200, 600, 1200])
+    one = grid._replace(gpu=None, pools=("",))
+    np.testing.assert_array_equal(profiling_cost(one, problem._replace(pool_gpus=None, usd_per_gpu_hour=np.array([4.0]))), [600, 1200, 600, 1200])
+
+
+def test_ties_go_to_the_cell_that_costs_fewer_dollars_not_fewer_gpu_seconds() -> None:
+    """TP4 on the 1.8 $/h pool (1200 GPU-s, 0.60 $) beats TP2 on the 4 $/h pool (600 GPU-s,
+    0.67 $) at an equal score; unpriced, the GPU-seconds decide as before."""
+    from fleetsieve_bayes.allocation.problem import profiling_cost
+    from fleetsieve_bayes.decision.strategies.base import cheapest, select_cell
+
+    grid, problem = _two_pool_grid()
+    score = np.array([0.5, -np.inf, -np.inf, 0.5])
+    assert select_cell(score, profiling_cost(grid, problem)) == 3
+    assert select_cell(score, grid.cost_gpu_s) == 0
+    assert cheapest([0, 3], grid, problem) == 3
+    assert cheapest([0, 3], grid) == 0
+    assert cheapest([0, 3], grid, problem._replace(usd_per_gpu_hour=None)) == 0

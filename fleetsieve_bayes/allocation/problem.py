@@ -46,6 +46,7 @@ __all__ = [
     "pool_counts",
     "pool_prices",
     "priced",
+    "profiling_cost",
     "effective_single_budget",
     "within_cap",
 ]
@@ -183,6 +184,22 @@ def pool_counts(problem: AllocationProblem, n_pools: int = 1) -> np.ndarray:
 def priced(problem: AllocationProblem) -> bool:
     """Whether the problem prices its pools (dollars are then a stage and are reported)."""
     return problem.usd_per_gpu_hour is not None
+
+
+def profiling_cost(grid: CellGrid, problem: AllocationProblem | None = None) -> np.ndarray:
+    """What measuring each cell is expected to cost, the currency acquisition weighs and
+    breaks ties by: dollars (:meth:`CellGrid.cost_usd`) when the grid spans several
+    priced pools, else GPU-seconds (:attr:`CellGrid.cost_gpu_s`).
+
+    A GPU-second of one pool is not a GPU-second of another: with an H100 at 4 $/h and
+    an A100 at 1.8 $/h, two cells of equal duration and TP differ 2.2× in what they cost.
+
+    Returns:
+        ``(n_cells,)`` float64.
+    """
+    if problem is None or grid.n_pools == 1 or not priced(problem):
+        return np.asarray(grid.cost_gpu_s, np.float64)
+    return grid.cost_usd(pool_prices(problem, grid.n_pools))
 
 
 def pool_prices(problem: AllocationProblem, n_pools: int = 1) -> np.ndarray:

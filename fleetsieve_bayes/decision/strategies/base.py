@@ -10,8 +10,8 @@ acquisition functions). A strategy that never repeats ignores
 cells. Randomness
 comes only from ``state.rng`` / ``state.key``, which the loop derives from
 (seed, round), so a campaign is reproducible and resumes exactly. Ties are
-broken by lower expected GPU-seconds (``grid.cost_gpu_s``), then lower cell
-index. NumPy only: the CLI lists strategy names without importing JAX.
+broken by lower expected profiling cost (``profiling_cost``: dollars over several
+priced pools, GPU-seconds otherwise), then lower cell index. NumPy only: the CLI lists strategy names without importing JAX.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import Allocation, AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import (
+    Allocation,
+    AllocationProblem,
+    CellGrid,
+    profiling_cost,
+)
 from fleetsieve_bayes.decision.certificate import Certificate
 from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 
@@ -147,11 +152,11 @@ def select_cell(
 
 
 def pick(score: np.ndarray, state: RoundState) -> int:
-    """Argmax of ``score (n_cells,)`` over unmeasured cells, GPU-seconds then index breaking ties."""
+    """Argmax of ``score (n_cells,)`` over unmeasured cells, profiling cost then index breaking ties."""
     s = np.where(state.measured, -np.inf, np.nan_to_num(np.asarray(score, np.float64), nan=-np.inf))
     if not np.isfinite(s).any():  # nothing scored: the cheapest unmeasured cell
         s = np.where(state.measured, -np.inf, 0.0)
-    return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
+    return select_cell(s, profiling_cost(state.grid, state.problem), tie_tolerance=TIE_TOLERANCE)
 
 
 def repeat_candidates(state: RoundState) -> np.ndarray:
@@ -161,10 +166,11 @@ def repeat_candidates(state: RoundState) -> np.ndarray:
     return np.asarray(state.repeatable, bool) & np.asarray(state.measured, bool)
 
 
-def cheapest(cells: np.ndarray | list[int], grid: CellGrid) -> int:
-    """The cell of ``cells`` with the lowest expected GPU-seconds (then index)."""
+def cheapest(cells: np.ndarray | list[int], grid: CellGrid, problem: AllocationProblem | None = None) -> int:
+    """The cell of ``cells`` with the lowest expected profiling cost (then index):
+    dollars when ``problem`` prices the grid's several pools, else GPU-seconds."""
     cells = np.asarray(cells, np.int64)
-    return int(cells[np.lexsort((cells, grid.cost_gpu_s[cells]))[0]])
+    return int(cells[np.lexsort((cells, profiling_cost(grid, problem)[cells]))[0]])
 
 
 def unmeasured(state: RoundState, *, or_repeats: bool = False) -> np.ndarray:

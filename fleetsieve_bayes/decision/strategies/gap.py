@@ -4,8 +4,9 @@
   critical disagreement, both continuous stages ≤ ε) but A⁻ commits to
   unmeasured cells, measure the cheapest of those; otherwise the argmax of
   the acquisition kernel's expected gap reduction
-  (:mod:`fleetsieve_bayes.decision.acquisition`), GPU-seconds as strict
-  tie-breaker. If no cell can reduce the gap (all scores ≈ 0) and A⁻ still
+  (:mod:`fleetsieve_bayes.decision.acquisition`), profiling cost as strict
+  tie-breaker (``profiling_cost``: dollars over several priced pools, where a
+  cell on a cheaper GPU type costs less, else GPU-seconds). If no cell can reduce the gap (all scores ≈ 0) and A⁻ still
   commits to unmeasured cells, those are measured first (the certificate
   needs them).
   After a certification attempt that closed the interval gap but not the
@@ -22,7 +23,7 @@
   level, as unmeasured committed cells are measured first).
 - ``voi``: value of information — the expected improvement of the
   conservative objective (:func:`fleetsieve_bayes.allocation.objective.objective_value`)
-  over the kernel's fantasies, divided by the cell's GPU-seconds; when no
+  over the kernel's fantasies, divided by the cell's profiling cost; when no
   cell improves it, the cost-normalised expected gap reduction.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fleetsieve_bayes.allocation.objective import gap_within
-from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid, profiling_cost
 from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
 from fleetsieve_bayes.decision.strategies.base import (
     TIE_TOLERANCE,
@@ -144,7 +145,7 @@ def kernel_level(ctx: StrategyContext, state: RoundState) -> Any:
 def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
     """Argmax of ``score (n_cells,)`` over the unmeasured cells and the repeats whose
     score is positive (a repeat only where it can change or secure the decision),
-    GPU-seconds then index breaking ties. When no candidate's score is positive:
+    profiling cost then index breaking ties. When no candidate's score is positive:
     ``state.repeat_hint`` (the window the certificate needs) if there is one, else the
     cheapest unmeasured cell, else the best-scored repeat.
 
@@ -158,13 +159,13 @@ def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
     if hint is not None and repeat_candidates(state)[hint] and np.max(s, initial=-np.inf) <= TIE_TOLERANCE:
         return int(hint)  # nothing is expected to help: the window the certificate needs
     if np.isfinite(s).any():
-        return select_cell(s, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
+        return select_cell(s, profiling_cost(state.grid, state.problem), tie_tolerance=TIE_TOLERANCE)
     if (~state.measured).any():
         return pick(np.zeros(len(s)), state)
     # Only repeats none of which is expected to help (a pool whose hinted cell is in flight):
     # the best-scored one.
     rest = np.where(repeat_candidates(state), np.nan_to_num(np.asarray(score, np.float64), nan=-1e300), -np.inf)
-    return select_cell(rest, state.grid.cost_gpu_s, tie_tolerance=TIE_TOLERANCE)
+    return select_cell(rest, profiling_cost(state.grid, state.problem), tie_tolerance=TIE_TOLERANCE)
 
 
 def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
@@ -198,7 +199,7 @@ def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
         seed=round_seed(ctx.seed, state.round) + 2,
         level=level,
     )
-    return select_by_regret(scores, ctx.grid.cost_gpu_s)
+    return select_by_regret(scores, profiling_cost(ctx.grid, state.problem))
 
 
 def build_fleetsieve(ctx: StrategyContext) -> Select:
@@ -209,20 +210,19 @@ def build_fleetsieve(ctx: StrategyContext) -> Select:
             return fallback
         pending = [c for c in state.certificate.unmeasured_committed if not state.measured[c]]
         if pending and gap_within(state.certificate.gap, state.campaign_epsilon):
-            return cheapest(pending, ctx.grid)
+            return cheapest(pending, ctx.grid, state.problem)
         s = np.asarray(run_kernel(ctx, state).score, np.float64)
         if pending and np.nanmax(np.where(np.isfinite(s), s, np.nan)) <= TIE_TOLERANCE:
-            return cheapest(pending, ctx.grid)
+            return cheapest(pending, ctx.grid, state.problem)
         return pick_or_repeat(s, state)
 
     return select
 
 
 def build_voi(ctx: StrategyContext) -> Select:
-    cost = ctx.grid.cost_gpu_s
-
     def select(state: RoundState) -> int:
         unmeasured(state)
+        cost = profiling_cost(state.grid, state.problem)
         scores = run_kernel(ctx, state)
         gain = np.asarray(scores.expected_conservative, np.float64) - float(scores.conservative_now)
         value = np.maximum(np.nan_to_num(gain, nan=0.0), 0.0) / np.maximum(cost, 1e-12)
