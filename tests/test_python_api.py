@@ -59,7 +59,7 @@ def test_example_on_the_tiny_campaign(tmp_path: Path) -> None:
 def test_example_on_the_shipped_grid(tmp_path: Path) -> None:
     # The default level: undecided, one window per cell (tests/test_campaign.py names the cell).
     whole, by_hand = _run()
-    assert whole == "undecided 18000.0 GPU-s; {'chat': 0, 'code': 3}"
+    assert whole == "undecided 14400.0 GPU-s; {'chat': 2, 'code': 2}"
     assert by_hand == whole
 
 
