@@ -194,6 +194,11 @@ def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def published_table(res: dict[str, Any]) -> str:
+    """The markdown of a run's JSON ``res`` (what ``--publish`` writes to docs/results.md)."""
+    return markdown(res)
+
+
 def markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = [
