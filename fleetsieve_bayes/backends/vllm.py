@@ -11,7 +11,14 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
 ``extra_args``            list of strings appended verbatim (default ``[]``)
 ``env``                   table of extra environment variables for the server
 ``gpus``                  device ids of the pool; TP t uses the first t, via
-                          ``CUDA_VISIBLE_DEVICES`` (default ``0..max(tp)-1``)
+                          ``CUDA_VISIBLE_DEVICES`` (default ``0..max(tp)-1``).
+                          With two or more ``[[fleet.pools]]``: a table GPU
+                          type → device ids on this node, one entry per pool
+                          (required), e.g. ``{ h100-sxm-80gb = [0, 1],
+                          a100-80gb = [2, 3] }``; a key is a pool's ``gpu`` as
+                          written there or its spec-table name
+                          (case-insensitive); a device belongs to one pool and
+                          the widest TP must fit every pool
 ``tp``                    TP candidates, e.g. ``[2, 4, 8]`` (required)
 ``loads``                 load ladder, label → arrival scale, e.g.
                           ``{ C16 = 1.0, C32 = 2.0 }`` (required)
@@ -25,7 +32,9 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           (default 300)
 ``stop_timeout_s``        SIGTERM grace before SIGKILL (default 30)
 ``model_size_gb``         weights size, for the memory guard
-``gpu_memory_gb``         memory of one GPU, for the memory guard
+``gpu_memory_gb``         memory of one GPU, for the memory guard (default:
+                          with ``[[fleet.pools]]``, each pool's ``memory_gb``
+                          from its GPU spec; without, no guard)
 ``kv_cache_gb_min``       KV cache a GPU must hold besides its weights (default 0)
 ``gpu_memory_utilization`` fraction of GPU memory vLLM may use (default 0.9)
 ``max_input_tokens``      clip trace prompt lengths (e.g. to the context length)
@@ -36,25 +45,29 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           window in which nothing was served is a failure
 ``seed``                  seed of the prompts and the row (default 0)
 ``reuse_server``          keep the server running for the next cell when it
-                          needs the same server (same TP; command, arguments
-                          and environment are the campaign's) instead of
-                          restarting it (default true)
+                          needs the same server (same TP and pool; command,
+                          arguments and environment are the campaign's)
+                          instead of restarting it (default true)
 ========================  =====================================================
 
 The memory guard also reads the prior card's per-TP feasibility
 (``[feasibility] infeasible_tp``, written by ``priors derive``): such a TP is
-skipped at zero GPU-seconds and recorded as infeasible. Cells are workloads ×
-TP candidates × loads; a cell's ``offered_rps`` is computed from its trace at
+skipped at zero GPU-seconds and recorded as infeasible (on every pool: the
+card's feasibility is not per GPU type). Cells are workloads × TP candidates ×
+loads, and with several ``[[fleet.pools]]`` workloads × pools × TP candidates ×
+loads, in the order of :func:`~fleetsieve_bayes.allocation.problem.grid_from_table`;
+a cell runs on its pool's devices and its row names the pool in ``gpu``.
+A cell's ``offered_rps`` is computed from its trace at
 construction (arrivals in the window / window), so unmeasured cells have a
 known offered rate, and it equals what the
 measurement reports. The row's ``duration_s`` is warm-up + window for a
 measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
 a cell skipped by the memory guard. Raw per-request records go to
-``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once),
-server logs to ``OUT/logs/``.
+``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once;
+``<workload>_<gpu>_tp<tp>_…`` with several pools), server logs to ``OUT/logs/``.
 
 A repeated window of a cell (``measure(cell, replicate=k)``, k ≥ 1) is a new
-window on the warm server where one with the cell's TP is running: it
+window on the warm server where one with the cell's TP (and pool) is running: it
 replays the trace from :func:`~.traces.window_offset_s` (k windows' worth of
 trace time further on) with the prompt seed :func:`~.traces.replicate_seed`,
 which the row records as ``seed``; its ``offered_rps`` is that stretch's.
@@ -87,7 +100,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import DEFAULT_POOL, CellGrid
 from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.backends.cell import CellSpec, measure_cell, served_model_info
 from fleetsieve_bayes.backends.failures import (
@@ -153,6 +166,9 @@ class VllmSettings(NamedTuple):
     max_output_tokens: int | None
     seed: int
     reuse_server: bool = True
+    # Several [[fleet.pools]]: each pool's device ids, in Campaign.pool_names order
+    # (``gpus`` is then every pool's devices); () for a campaign of one pool.
+    pool_devices: tuple[tuple[int, ...], ...] = ()
 
 
 class _Options:
@@ -213,7 +229,7 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     # Keys are read in this order so that the first bad one is the one reported.
     model, served, command, extra_args, env_raw = _server_options(o)
     tps = _tp_candidates(o)
-    gpus = _gpu_pool(o, tps)
+    gpus, pool_devices = _gpu_pools(o, tps)
     loads = _load_ladder(o)
     traces = _trace_files(o)
     trace_format = o.string("trace_format", "auto")
@@ -249,6 +265,7 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         max_output_tokens=integer("max_output_tokens", None, 1),
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
         reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
+        pool_devices=pool_devices,
     )
 
 
@@ -296,6 +313,78 @@ def _tp_candidates(o: _Options) -> tuple[int, ...]:
     if len(set(tp_raw)) != len(tp_raw):
         raise o.fail("tp", f"duplicate TP candidates in {tp_raw!r}")
     return tuple(sorted(tp_raw))
+
+
+def _gpu_pools(o: _Options, tps: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """``(every device id, each pool's device ids)``: with two or more ``[[fleet.pools]]``
+    ``gpus`` is a table GPU type → device ids, else a list (each pool's ids are then ``()``)."""
+    names = o.campaign.pool_names
+    if names is None or len(names) < 2:
+        raw = o.opts.get("gpus")
+        if isinstance(raw, dict):
+            raise o.fail("gpus", f"a table of GPU types needs two or more [[fleet.pools]]; expected a list of "
+                                 f"device ids, e.g. [0, 1], got {raw!r}")
+        return _gpu_pool(o, tps), ()
+    per_pool = _pool_device_table(o, names, tps)
+    return tuple(g for ids in per_pool for g in ids), per_pool
+
+
+def _pool_aliases(campaign: Campaign) -> dict[str, int]:
+    """Lower-cased spellings of each pool's GPU type → pool index: its name in
+    :attr:`Campaign.pool_names` and its ``gpu`` as written in ``[[fleet.pools]]``."""
+    names = campaign.pool_names or ()
+    out = {n.lower(): j for j, n in enumerate(names)}
+    raw = campaign.raw.get("fleet", {}).get("pools", []) if isinstance(campaign.raw.get("fleet"), dict) else []
+    if isinstance(raw, list) and len(raw) == len(names):
+        for j, item in enumerate(raw):
+            if isinstance(item, dict) and isinstance(item.get("gpu"), str):
+                out.setdefault(item["gpu"].strip().lower(), j)
+    return out
+
+
+def _pool_device_table(o: _Options, names: tuple[str, ...], tps: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each pool's device ids (pool order) from ``gpus = { TYPE = [ids], … }``."""
+    import difflib
+
+    example = "{ " + ", ".join(f"{n} = [{j}]" for j, n in enumerate(names)) + " }"
+    raw = o.opts.get("gpus")
+    if raw is None:
+        raise o.fail("gpus", f"missing: the campaign has {len(names)} [[fleet.pools]]; give each pool's device "
+                             f"ids on this node, e.g. gpus = {example}")
+    if not isinstance(raw, dict):
+        raise o.fail("gpus", f"expected a table GPU type = device ids, one entry per [[fleet.pools]] "
+                             f"({', '.join(names)}), e.g. {example}; got {raw!r}")
+    aliases = _pool_aliases(o.campaign)
+    ids_of: dict[int, tuple[int, ...]] = {}
+    owner: dict[int, str] = {}  # device id → the pool holding it
+    for key, ids in raw.items():
+        where = f"gpus.{key}"
+        j = aliases.get(str(key).strip().lower())
+        if j is None:
+            low = str(key).strip().lower()
+            close = [n for n in names if low and low in n.lower()] or [
+                names[aliases[m]] for m in difflib.get_close_matches(low, sorted(aliases), n=1)]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise o.fail(where, f"{key!r} is not the GPU type of a [[fleet.pools]] entry{hint}; "
+                                f"pools: {', '.join(names)}")
+        if j in ids_of:
+            raise o.fail(where, f"pool {names[j]!r} is given twice")
+        if (not isinstance(ids, list) or not ids
+                or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in ids)):
+            raise o.fail(where, f"expected a non-empty list of GPU ids (integers >= 0), got {ids!r}")
+        for g in ids:
+            if ids.count(g) > 1:
+                raise o.fail(where, f"device {g} is listed twice")
+            if g in owner:
+                raise o.fail(where, f"device {g} is also in pool {owner[g]!r} (a device belongs to one pool)")
+        if max(tps) > len(ids):
+            raise o.fail(where, f"TP{max(tps)} needs {max(tps)} GPUs but pool {names[j]!r} has {len(ids)}")
+        ids_of[j] = tuple(ids)
+        owner.update(dict.fromkeys(ids, names[j]))
+    for j, n in enumerate(names):
+        if j not in ids_of:
+            raise o.fail(f"gpus.{n}", f"missing: pool {n!r} has no device ids (one entry per [[fleet.pools]])")
+    return tuple(ids_of[j] for j in range(len(names)))
 
 
 def _gpu_pool(o: _Options, tps: tuple[int, ...]) -> tuple[int, ...]:
@@ -361,12 +450,30 @@ def _card_infeasible(campaign: Campaign) -> dict[int, str]:
     }
 
 
+def _pool_memory_gb(campaign: Campaign, s: VllmSettings) -> tuple[float | None, ...]:
+    """The memory of one GPU for the memory guard, per pool of the grid: ``gpu_memory_gb``
+    when given, else each ``[[fleet.pools]]`` entry's ``memory_gb`` from its GPU spec
+    (``None``, no guard, without pools)."""
+    if s.gpu_memory_gb is not None or not campaign.pools:
+        return (s.gpu_memory_gb,) * max(len(campaign.pools), 1)
+    from fleetsieve_bayes.model.derive import load_gpus
+
+    out: list[float | None] = []
+    for p in campaign.pools:
+        spec = load_gpus(p.spec).get(p.gpu)
+        out.append(None if spec is None else spec.memory_gb)
+    return tuple(out)
+
+
 @dataclass
 class _LiveServer:
-    """The running server (at most one): reused by the next cell with the same TP."""
+    """The running server (at most one): reused by the next cell with the same TP and pool."""
 
     handle: ServerHandle | None = None
     tp: int | None = None
+    pool: int | None = None  # index into the grid's pools
+    devices: tuple[int, ...] = ()  # the device ids it runs on
+    gpu: str = ""  # its pool's GPU type ("" for a campaign of one pool)
     served: Any = None  # what the server reports it serves (served_model_info)
 
 
@@ -380,6 +487,19 @@ class _VllmCells(NamedTuple):
     scales: list[float]  # (n_cells,) arrival scale of each cell
     traces: dict[str, Trace]
     card_infeasible: dict[int, str]  # TP → why the prior card rules it out
+    pool_memory_gb: tuple[float | None, ...] = (None,)  # (n_pools,) memory of one GPU, for the guard
+
+    def devices(self, c: int) -> tuple[int, ...]:
+        """Device ids of cell ``c``'s pool (its server uses the first TP of them)."""
+        if self.grid.n_pools > 1:
+            return self.s.pool_devices[int(self.grid.gpu_idx[c])]
+        return self.s.gpus
+
+    def with_gpu(self, c: int, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with cell ``c``'s GPU type in ``gpu`` when the grid has several pools."""
+        if self.grid.n_pools > 1:
+            row["gpu"] = self.grid.gpu_name(c)
+        return row
 
 
 def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
@@ -388,69 +508,91 @@ def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
     card_infeasible = _card_infeasible(campaign)
     traces: dict[str, Trace] = {w: read_trace(p, s.trace_format) for w, p in s.traces.items()}
     grid, scales = _vllm_grid(campaign, s, traces)
-    cells = _VllmCells(campaign, s, Path(out_dir), grid, scales, traces, card_infeasible)
+    cells = _VllmCells(campaign, s, Path(out_dir), grid, scales, traces, card_infeasible,
+                       _pool_memory_gb(campaign, s))
     live = _LiveServer()
     return Backend(grid=grid, measure=partial(_measure, cells, live), close=partial(_stop_live, s, live),
                    expected_duration_s=grid.duration_s, preflight=partial(_preflight, cells))
 
 
 def _vllm_grid(campaign: Campaign, s: VllmSettings, traces: dict[str, Trace]) -> tuple[CellGrid, list[float]]:
-    """The candidate cells (workload × TP × load) and each cell's arrival scale."""
+    """The candidate cells (workload × pool × TP × load) and each cell's arrival scale.
+
+    One pool: no GPU axis (``gpu`` None). Several: ``pools`` are the campaign's GPU types.
+    Sorted as :func:`~fleetsieve_bayes.allocation.problem.grid_from_table` sorts a table:
+    workload, pool, TP, offered load, load label.
+    """
     horizon = s.warmup_s + s.duration_s
-    cells = []  # (workload index, tp, load label, scale, offered)
+    pools = campaign.pool_names if s.pool_devices else None
+    offered_of: dict[tuple[str, str], float] = {}
+    for w in campaign.workload_names:
+        for label, scale in s.loads:
+            offered = window_rate(traces[w], scale, s.warmup_s, s.duration_s)
+            if offered <= 0:
+                raise InputError(
+                    f"{campaign.path}: [measurement] loads.{label}: trace {s.traces[w]} has no arrival in "
+                    f"the {s.duration_s:g} s window at scale {scale:g} (cell {w} TP{min(s.tp)}@{label})"
+                )
+            offered_of[(w, label)] = offered
+    cells = []  # (workload index, pool index, tp, load label, scale, offered)
     for wi, w in enumerate(campaign.workload_names):
-        for tp in s.tp:
-            for label, scale in s.loads:
-                offered = window_rate(traces[w], scale, s.warmup_s, s.duration_s)
-                if offered <= 0:
-                    raise InputError(
-                        f"{campaign.path}: [measurement] loads.{label}: trace {s.traces[w]} has no arrival in "
-                        f"the {s.duration_s:g} s window at scale {scale:g} (cell {w} TP{tp}@{label})"
-                    )
-                cells.append((wi, tp, label, scale, offered))
-    cells.sort(key=lambda c: (c[0], c[1], c[4], c[2]))  # the order of problem.grid_from_table
+        for g in range(len(pools) if pools else 1):
+            for tp in s.tp:
+                for label, scale in s.loads:
+                    cells.append((wi, g, tp, label, scale, offered_of[(w, label)]))
+    cells.sort(key=lambda c: (c[0], c[1], c[2], c[5], c[3]))  # the order of problem.grid_from_table
     grid = CellGrid(
         workloads=campaign.workload_names,
         workload_idx=np.array([c[0] for c in cells], dtype=np.int64),
-        tp=np.array([c[1] for c in cells], dtype=np.int64),
-        load=tuple(c[2] for c in cells),
-        offered_rps=np.array([c[4] for c in cells], dtype=np.float64),
+        tp=np.array([c[2] for c in cells], dtype=np.int64),
+        load=tuple(c[3] for c in cells),
+        offered_rps=np.array([c[5] for c in cells], dtype=np.float64),
         duration_s=np.full(len(cells), horizon, dtype=np.float64),
+        gpu=None if pools is None else np.array([c[1] for c in cells], dtype=np.int64),
+        pools=(DEFAULT_POOL,) if pools is None else tuple(pools),
     )
-    return grid, [c[3] for c in cells]
+    return grid, [c[4] for c in cells]
 
 
 def _preflight(cells: _VllmCells, c: int) -> dict[str, Any] | None:
-    """The memory guard's row (0 GPU-seconds) for a TP that cannot hold the model, else None."""
+    """The memory guard's row (0 GPU-seconds) for a TP that cannot hold the model on
+    cell ``c``'s pool, else None."""
     s, grid = cells.s, cells.grid
     tp = int(grid.tp[c])
-    why = cells.card_infeasible.get(tp) or memory_guard(
-        tp, model_size_gb=s.model_size_gb, gpu_memory_gb=s.gpu_memory_gb,
-        kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+    memory = cells.pool_memory_gb[int(grid.gpu_idx[c])]
+    why = cells.card_infeasible.get(tp)
+    if why is None:
+        why = memory_guard(
+            tp, model_size_gb=s.model_size_gb, gpu_memory_gb=memory,
+            kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
+        if why is not None and s.gpu_memory_gb is None:
+            pool = cells.campaign.pools[int(grid.gpu_idx[c])]
+            why += f" ({pool.gpu}: {memory:g} GB per GPU, its GPU spec's memory_gb)"
     if why is None:
         return None
-    row = failure_row(grid.key(c), float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
+    row = failure_row(grid.key(c)[:3], float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
     row["startup_s"] = 0.0
     row["detail"] = why
-    return row
+    return cells.with_gpu(c, row)
 
 
 def _stop_live(s: VllmSettings, live: _LiveServer) -> None:
     handle = live.handle
     if handle is None:
         return
-    tp = live.tp
-    live.handle, live.tp, live.served = None, None, None
+    tp, devices, gpu = live.tp, live.devices, live.gpu
+    live.handle, live.tp, live.pool, live.devices, live.gpu, live.served = None, None, None, (), "", None
     left = stop_server(handle, grace_s=s.stop_timeout_s)
     if left:
-        raise MeasurementError(f"server on port {handle.port} (TP{tp}): processes {sorted(left)} survived "
-                               f"SIGKILL (GPUs {list(s.gpus[:tp])} may still be held)")
+        on = f" on {gpu}" if gpu else ""
+        raise MeasurementError(f"server on port {handle.port} (TP{tp}{on}): processes {sorted(left)} survived "
+                               f"SIGKILL (GPUs {list(devices)} may still be held)")
 
 
-def _reusable(s: VllmSettings, live: _LiveServer, tp: int) -> bool:
+def _reusable(s: VllmSettings, live: _LiveServer, tp: int, pool: int) -> bool:
     handle = live.handle
-    return (s.reuse_server and handle is not None and live.tp == tp and handle.proc.poll() is None
-            and probe(handle.url + "/health", timeout_s=5.0) == 200)
+    return (s.reuse_server and handle is not None and live.tp == tp and live.pool == pool
+            and handle.proc.poll() is None and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
 
 def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -> dict[str, Any]:
@@ -460,11 +602,13 @@ def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -
     guarded = _preflight(cells, c)
     if guarded is not None:
         return guarded
-    w, tp, load = cells.grid.key(c)
+    grid = cells.grid
+    w, tp, load = grid.key(c)[:3]
     rep = f"_r{replicate}" if replicate else ""
-    stem = f"{_safe(w)}_tp{tp}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
+    on = f"{_safe(grid.gpu_name(c))}_" if grid.n_pools > 1 else ""
+    stem = f"{_safe(w)}_{on}tp{tp}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
     startup_s = 0.0
-    if not _reusable(cells.s, live, tp):
+    if not _reusable(cells.s, live, tp, int(grid.gpu_idx[c])):
         startup_s, failed = _launch(cells, live, c, stem)
         if failed is not None:
             return failed
@@ -472,21 +616,24 @@ def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -
 
 
 def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[float, dict[str, Any] | None]:
-    """Replace the live server with one for cell ``c``'s TP: ``(startup_s, failure row or None)``."""
+    """Replace the live server with one for cell ``c``'s TP on its pool's devices:
+    ``(startup_s, failure row or None)``."""
     s, grid = cells.s, cells.grid
-    key = grid.key(c)
+    key = grid.key(c)[:3]
     tp = key[1]
+    devices = cells.devices(c)[:tp]
     _stop_live(s, live)
     port = free_port()
     cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
     log_path = _unique(cells.out_dir / "logs" / f"{stem}.log")
     launched = time.monotonic()
     try:
-        handle = start_server(cmd, port=port, log_path=log_path, gpus=s.gpus[:tp], env=s.env)
+        handle = start_server(cmd, port=port, log_path=log_path, gpus=devices, env=s.env)
     except FileNotFoundError:
         raise InputError(f"{cells.campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
                          f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
-    live.handle, live.tp, live.served = handle, tp, None
+    live.handle, live.tp, live.pool, live.devices, live.served = handle, tp, int(grid.gpu_idx[c]), devices, None
+    live.gpu = grid.gpu_name(c) if grid.n_pools > 1 else ""
     ready = wait_ready(handle, s.readiness_timeout_s)
     startup_s = time.monotonic() - launched
     if ready.status != "ready":
@@ -496,7 +643,7 @@ def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[fl
         row = failure_row(key, float(grid.offered_rps[c]), failure, max(startup_s, 1e-3), s.seed)
         row["startup_s"] = startup_s
         row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {log_path})"
-        return startup_s, row
+        return startup_s, cells.with_gpu(c, row)
     live.served = served_model_info(handle.url, s.served_model_name, model_path=s.model)
     return startup_s, None
 
@@ -506,7 +653,7 @@ def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s
     """Replay the cell's trace (replicate ``replicate``'s stretch) against the live server;
     records go to ``raw/``."""
     s = cells.s
-    w, tp, load = cells.grid.key(c)
+    w, tp, load = cells.grid.key(c)[:3]
     scale = cells.scales[c]
     handle = live.handle
     assert handle is not None
@@ -516,18 +663,20 @@ def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s
                     seed=replicate_seed(s.seed, replicate), max_input_tokens=s.max_input_tokens,
                     max_output_tokens=s.max_output_tokens, trace_offset_s=offset)
     raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
+    extras: dict[str, Any] = {"workload": w, "tp": tp, "load": load, "scale": scale,
+                              "warmup_s": s.warmup_s, "window_s": s.duration_s,
+                              "replicate": replicate, "trace_offset_s": offset}
+    if cells.grid.n_pools > 1:
+        extras["gpu"] = cells.grid.gpu_name(c)
     try:
         result = measure_cell(
             handle.url, s.served_model_name, cells.traces[w], spec, served=live.served,
-            alive=lambda: handle.proc.poll() is None, records_path=raw_path,
-            record_extras={"workload": w, "tp": tp, "load": load, "scale": scale,
-                           "warmup_s": s.warmup_s, "window_s": s.duration_s,
-                           "replicate": replicate, "trace_offset_s": offset},
+            alive=lambda: handle.proc.poll() is None, records_path=raw_path, record_extras=extras,
         )
     except BaseException:
         _stop_live(s, live)
         raise
-    row = dict(result.row)
+    row = cells.with_gpu(c, dict(result.row))
     row["startup_s"] = startup_s
     if row["failure"] or not s.reuse_server:
         _stop_live(s, live)  # a server that failed a cell is never reused

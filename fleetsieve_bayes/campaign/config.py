@@ -332,6 +332,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     options = {k: v for k, v in meas.items() if k not in ("backend", "seed_tables")}
     seed_tables = _seed_tables(ctx, meas.get("seed_tables", []), base_dir)
     measurement = Measurement(backend=backend, options=options, base_dir=base_dir, seed_tables=seed_tables)
+    _check_parallel_pools(ctx, backend, pool, fleet_pools)
 
     stopping = ctx.table("[stopping]", raw.get("stopping", {}))
     ctx.check_keys("[stopping]", stopping, _STOPPING_KEYS)
@@ -603,6 +604,26 @@ def _pool(ctx: Validator, meas: dict[str, Any]) -> ProfilingPool:
         if executor != "ray":
             raise ctx.fail("[measurement] ray_address", 'only meaningful with executor = "ray"')
     return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
+
+
+def _check_parallel_pools(ctx: Validator, backend: str, pool: ProfilingPool, fleet_pools: tuple[FleetPool, ...]) -> None:
+    """A vLLM campaign of several ``[[fleet.pools]]`` measures one cell at a time: the
+    parallel driver hands out slots of one device list, and Ray places a cell by GPU
+    count, neither by GPU type."""
+    if backend != "vllm" or len(fleet_pools) < 2 or not pool.parallel:
+        return
+    n = len(fleet_pools)
+    if pool.executor == "ray":
+        raise ctx.fail(
+            "[measurement] executor",
+            f'"ray" places a cell by GPU count, not GPU type; a vLLM campaign of {n} [[fleet.pools]] runs on '
+            f'the local executor, one cell at a time (remove executor and pool_gpus)',
+        )
+    raise ctx.fail(
+        "[measurement] pool_gpus",
+        f"a vLLM campaign of {n} [[fleet.pools]] measures one cell at a time (the parallel driver's slots "
+        f"are one device list, not one per GPU type); remove pool_gpus",
+    )
 
 
 def _section(ctx: Validator, raw: dict[str, Any], name: str) -> Any:
