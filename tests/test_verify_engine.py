@@ -82,13 +82,17 @@ def test_verify_reads_the_real_engine(vllm_python: str, tiny_model: Path, tmp_pa
     # vLLM times a request from its arrival at the engine (after the HTTP server has parsed it)
     # to the iteration that emitted the token; the client's clock also runs through the HTTP
     # server, the stream and its own event loop. The client's p99 is never below the server's
-    # bucket, and the completion p99 (hundreds of ms, coarse buckets) lies inside it; the TTFT
-    # p99 (tens of ms, buckets 20 ms wide) lies above it by the front end's overhead.
+    # bucket, and lies above its top by at most that overhead, which the TTFT shows: client
+    # TTFT p99 minus the engine's TTFT bucket bottom (idle, the client's completion p99 lies
+    # inside the 0.3-0.5 s bucket; on a crowded CI machine it measured 0.536 s, with a client
+    # TTFT p99 0.224 s over an engine bucket of 0.06-0.08 s).
+    overhead = max(0.0, row["ttft_p99_s"] - direct.ttft_p99.lo)
     assert row["ttft_p99_s"] >= direct.ttft_p99.lo
-    assert direct.completion_p99.lo <= row["completion_p99_s"] <= direct.completion_p99.hi
-    # The HTTP server's own histogram of whole completion requests includes the front end.
+    assert direct.completion_p99.lo <= row["completion_p99_s"] <= direct.completion_p99.hi + overhead
+    # The HTTP server's own histogram of whole completion requests includes the front end,
+    # not the client's stream and event loop.
     assert direct.http_p99 is not None
-    assert direct.http_p99.lo <= row["completion_p99_s"] <= direct.http_p99.hi
+    assert direct.http_p99.lo <= row["completion_p99_s"] <= direct.http_p99.hi + overhead
     with capsys.disabled():
         print(f"client TTFT p99 − /metrics bucket top: {row['ttft_p99_s'] - direct.ttft_p99.hi:+.4f} s; "
               f"HTTP request p99 in [{direct.http_p99.lo:g}, {direct.http_p99.hi:g}]")

@@ -49,13 +49,6 @@ def main(args: argparse.Namespace) -> int:
     from fleetsieve_bayes.reporting.progress import make_progress
 
     campaign = load_campaign(args.campaign)
-    if len(campaign.pools) > 1 and campaign.measurement.backend != "replay":
-        from fleetsieve_bayes.errors import InputError
-
-        raise InputError(
-            f"{campaign.path}: [measurement] backend: {campaign.measurement.backend!r} profiles one GPU type; "
-            f"a campaign of {len(campaign.pools)} [[fleet.pools]] runs on the replay backend (one table of every type)"
-        )
     quiet = args.quiet or args.json
     with make_progress(quiet=quiet, stream=sys.stderr) as on_event:
         outcome = run_campaign(
