@@ -53,6 +53,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -176,22 +177,27 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
     }
 
 
-def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float) -> dict:
-    """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones."""
+def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float,
+                     tp_sd: float | None = None) -> dict:
+    """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones.
+
+    With ``tp_sd``, every fleet is fitted a second time, side by side, with the
+    ``generic`` card's per-(class, TP) departures (``[capacity]``, ``[ttft]``
+    and ``[completion]`` ``tp_sd``) set to it; ``"tp_sd"`` then holds that
+    fit's scores in the same form.
+    """
+    import dataclasses
     import tempfile
 
-    from fleetsieve_bayes.decision.bounds import attainment_bounds
-    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
-    from fleetsieve_bayes.evaluation.attainment import (
-        attainment_scores,
-        noisy_fleet,
-        tail_accuracy,
-        windows_of,
-    )
+    from fleetsieve_bayes.evaluation.attainment import noisy_fleet, windows_of
     from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
+    from fleetsieve_bayes.model.priors import load_card
 
-    rows_out = []
-    meas_all: list[np.ndarray] = []
+    generic = load_card("generic")
+    cards = {"generic": generic}
+    if tp_sd is not None:
+        cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd, ttft_tp_sd=tp_sd, completion_tp_sd=tp_sd)
+    runs: dict[str, list[dict]] = {k: [] for k in cards}
     for f in range(fleets):
         rng = np.random.default_rng([seed, f])
         spec = random_spec(rng)._replace(window_noise=True, windows=windows)
@@ -209,34 +215,60 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
         meas = np.flatnonzero(counts > 0)
         counts[rng.choice(meas, size=len(meas) // 3, replace=False)] = windows
         observed, measured, rows, cells = windows_of(fleet, counts)
-        t0 = time.perf_counter()
-        post = fit(fleet.grid, observed, measured, "generic", preset, seed=f, rows=rows, row_cell=cells)
-        att = attainment_bounds(post, fleet.grid, problem, observed, measured, level, 0.0, DEFAULT_RULES, seed=f)
-        fit_s = time.perf_counter() - t0
-        # Cells whose truth failed outright (0 throughput) are trivially 0: score the rest.
-        live = fleet.truth[:, 0] > 0
-        m = measured & live
-        med = np.median(post.latent, axis=0)
-        rows_out.append(
-            {
-                "fleet": f,
-                "cells": n,
-                "measured": int(measured.sum()),
-                "windows": int(counts.sum()),
-                "fit_s": fit_s,
-                "measured_cells": attainment_scores(att.median[m], att.lo[m], att.hi[m], fleet.attainment[m]),
-                "unmeasured_cells": attainment_scores(
-                    att.median[~measured & live], att.lo[~measured & live], att.hi[~measured & live], fleet.attainment[~measured & live]
-                ),
-                "tails_unmeasured": tail_accuracy(med, fleet.truth, fleet.offered, np.flatnonzero(~measured)),
-                "abs_err": np.abs(att.median[m] - fleet.attainment[m]).tolist(),
-                "covered": ((att.lo[m] - 1e-9 <= fleet.attainment[m]) & (fleet.attainment[m] <= att.hi[m] + 1e-9)).tolist(),
-            }
-        )
-        meas_all.append(np.abs(att.median[m] - fleet.attainment[m]))
-        r = rows_out[-1]
-        print(f"fleet {f}: {r['measured']}/{n} measured, MAE {r['measured_cells']['mae']:.3f}, "
-              f"coverage {r['measured_cells']['coverage']:.2f}, tails {r['tails_unmeasured']}", flush=True)
+        for name, card in cards.items():
+            runs[name].append(_attainment_fit(fleet, problem, counts, observed, measured, rows, cells, card, preset,
+                                              level, f))
+            r = runs[name][-1]
+            print(f"fleet {f} ({name}): {r['measured']}/{n} measured, MAE {r['measured_cells']['mae']:.3f}, "
+                  f"coverage {r['measured_cells']['coverage']:.2f}, tails {r['tails_unmeasured']}", flush=True)
+    out = _attainment_summary(runs["generic"], fleets, windows, share)
+    if tp_sd is not None:
+        out["tp_sd"] = {"value": tp_sd, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
+    return out
+
+
+def _attainment_fit(fleet: Any, problem: Any, counts: np.ndarray, observed: np.ndarray, measured: np.ndarray,
+                    rows: np.ndarray, cells: np.ndarray, card: Any, preset: str, level: float, f: int) -> dict:
+    """One fleet's fit with ``card`` and its scores (a row of :func:`attainment_study`)."""
+    from fleetsieve_bayes.decision.bounds import attainment_bounds
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+    from fleetsieve_bayes.evaluation.attainment import attainment_scores, tail_accuracy
+
+    n = fleet.grid.n_cells
+    t0 = time.perf_counter()
+    post = fit(fleet.grid, observed, measured, card, preset, seed=f, rows=rows, row_cell=cells)
+    att = attainment_bounds(post, fleet.grid, problem, observed, measured, level, 0.0, DEFAULT_RULES, seed=f)
+    fit_s = time.perf_counter() - t0
+    # Cells whose truth failed outright (0 throughput) are trivially 0: score the rest.
+    live = fleet.truth[:, 0] > 0
+    m = measured & live
+    med = np.median(post.latent, axis=0)
+    return {
+        "fleet": f,
+        "cells": n,
+        "measured": int(measured.sum()),
+        "windows": int(counts.sum()),
+        "fit_s": fit_s,
+        "measured_cells": attainment_scores(att.median[m], att.lo[m], att.hi[m], fleet.attainment[m]),
+        "unmeasured_cells": attainment_scores(
+            att.median[~measured & live], att.lo[~measured & live], att.hi[~measured & live], fleet.attainment[~measured & live]
+        ),
+        "tails_unmeasured": tail_accuracy(med, fleet.truth, fleet.offered, np.flatnonzero(~measured)),
+        "tails_log_error": _tail_log_error(med, fleet.truth, fleet.offered, ~measured),
+        "abs_err": np.abs(att.median[m] - fleet.attainment[m]).tolist(),
+        "covered": ((att.lo[m] - 1e-9 <= fleet.attainment[m]) & (fleet.attainment[m] <= att.hi[m] + 1e-9)).tolist(),
+    }
+
+
+def _tail_log_error(med: np.ndarray, truth: np.ndarray, offered: np.ndarray, cells: np.ndarray) -> list[list[float]]:
+    """``log(median / truth)`` of TTFT and completion p99 ``(n, 2)`` at the cells (bool ``(n_cells,)``)
+    below saturation, as :func:`~fleetsieve_bayes.evaluation.attainment.tail_accuracy` selects them."""
+    sel = cells & (truth[:, 0] > 0) & (truth[:, 0] >= 0.95 * offered)
+    return np.log(med[sel, 1:3] / truth[sel, 1:3]).tolist()
+
+
+def _attainment_summary(rows_out: list[dict], fleets: int, windows: int, share: float) -> dict:
+    """Pooled scores of :func:`attainment_study`'s fits of one card."""
 
     def pool(key: str, sub: str) -> float | None:
         vals = [(r[key][sub], r[key]["cells"]) for r in rows_out if r[key]["cells"]]
@@ -257,6 +289,9 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
         "tails_ttft_within_20": pool("tails_unmeasured", "ttft"),
         "tails_completion_within_20": pool("tails_unmeasured", "completion"),
         "throughput_within_20": pool("tails_unmeasured", "throughput"),
+        "tails_log_bias": (np.concatenate([np.reshape(r["tails_log_error"], (-1, 2)) for r in rows_out]).mean(0).tolist()
+                           if any(r["tails_log_error"] for r in rows_out) else None),
+        "fit_s_median": float(np.median([r["fit_s"] for r in rows_out])) if rows_out else None,
         "per_fleet": rows_out,
     }
 
@@ -345,14 +380,23 @@ def published_table(res: dict) -> str:
                 f"| with margins | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |", ""]
     if "attainment" in res:
         a = res["attainment"]
+        fits = [("generic", a)]
+        if "tp_sd" in a:
+            fits.append((f"generic, tp_sd {a['tp_sd']['value']:g}", a["tp_sd"]))
         out += [f"SLO attainment on noisy synthetic fleets ({a['fleets']} fleets, {a['share_measured']:.0%} of cells "
-                f"measured, a third of them {a['windows']} times, {level:.0%} intervals):", "",
-                "| cells | attainment MAE | interval coverage |", "|---|---|---|",
-                f"| measured | {a['measured_mae']:.3f} | {a['measured_coverage']:.2f} |",
-                f"| unmeasured | {a['unmeasured_mae']:.3f} | {a['unmeasured_coverage']:.2f} |", "",
-                "Unmeasured cells below saturation within 20 % of the truth (posterior median): TTFT p99 "
-                f"{a['tails_ttft_within_20']:.2f}, completion p99 {a['tails_completion_within_20']:.2f}, "
-                f"throughput {a['throughput_within_20']:.2f}.", ""]
+                f"measured, a third of them {a['windows']} times, {level:.0%} intervals), each card fitted to the "
+                "same windows:", "",
+                "| card | measured: attainment MAE | coverage | unmeasured: attainment MAE | coverage "
+                "| unmeasured tails within 20 %: TTFT | completion | throughput | mean log error: TTFT | completion "
+                "| fit s (median) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in fits:
+            bias = r.get("tails_log_bias") or [float("nan"), float("nan")]
+            out.append(f"| {name} | {r['measured_mae']:.3f} | {r['measured_coverage']:.2f} | {r['unmeasured_mae']:.3f} "
+                       f"| {r['unmeasured_coverage']:.2f} | {r['tails_ttft_within_20']:.2f} "
+                       f"| {r['tails_completion_within_20']:.2f} | {r['throughput_within_20']:.2f} "
+                       f"| {bias[0]:+.2f} | {bias[1]:+.2f} | {r.get('fit_s_median') or float('nan'):.0f} |")
+        out.append("")
     if "campaign" in res:
         out += _campaign_lines(res["campaign"], level)
     return "\n".join(out).strip()
@@ -368,6 +412,8 @@ def main() -> None:
     ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
     ap.add_argument("--windows", type=int, default=3, help="attainment: windows of a repeated cell")
     ap.add_argument("--share", type=float, default=0.5, help="attainment: share of cells measured")
+    ap.add_argument("--tp-sd", type=float, default=None,
+                    help="attainment: also fit every fleet with the generic card's per-(class, TP) departures at this sd")
     ap.add_argument("--from", dest="source", type=Path, default=None,
                     help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
     ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
@@ -384,7 +430,8 @@ def main() -> None:
     if "loo-tp" in studies:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
-        res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share)
+        res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share,
+                                             args.tp_sd)
     if "campaign" in studies:
         res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:

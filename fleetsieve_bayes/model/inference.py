@@ -59,6 +59,7 @@ from fleetsieve_bayes.model.joint import (
     init_unconstrained,
     model_data,
     sample_obs,
+    tp_dev_count,
 )
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
@@ -102,10 +103,11 @@ _DERIVED = (
     "overload",
     "window",
     "gpu_dev",
+    "tp_dev",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
-_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z")
+_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z")
 
 
 class Posterior(NamedTuple):
@@ -310,7 +312,8 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # None: NumPyro's identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
-                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None, gpu_dev_count(d))
+                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None, gpu_dev_count(d),
+                                       tp_dev_count(d, card))
             if inverse_mass is not None and not preset.dense_mass:
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
@@ -605,7 +608,8 @@ def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard
     warm start saved by another version of the model (e.g. before a class-level
     parameter was added) starts cold instead of failing."""
     want = init_unconstrained(
-        jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data)
+        jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data),
+        tp_dev_count(data, card),
     )
     return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 

@@ -119,6 +119,7 @@ __all__ = [
     "load_failures",
     "FAILURE_SHARPNESS",
     "gpu_dev_count",
+    "tp_dev_count",
     "gpu_deviation",
     "GPU_DEVIATION_LOG_SD",
     "GPU_DEVIATION_CLASS_SD",
@@ -240,6 +241,10 @@ class ModelData(NamedTuple):
     # :func:`fleetsieve_bayes.model.gpu_axis.grid_gpu_inputs`.
     gpu_offset: jnp.ndarray | None = None
     gpu_onehot: jnp.ndarray | None = None
+    # Which of the grid's TP degrees each cell runs at, one-hot (n_cells, n_tp)
+    # (columns in increasing TP): the per-(class, TP) departures from the
+    # smooth curves in TP (:func:`tp_departure`) read it.
+    tp_onehot: jnp.ndarray | None = None
 
 
 class WindowRows(NamedTuple):
@@ -366,12 +371,28 @@ def model_data(
         windows=None if rows is None else window_rows(rows, row_cell, measured, failed),
         gpu_offset=None if gpu is None else jnp.asarray(np.asarray(gpu[0], np.float64)),
         gpu_onehot=None if gpu is None else jnp.asarray(np.asarray(gpu[1], np.float64)),
+        tp_onehot=jnp.asarray(
+            (grid.tp[:, None] == np.unique(grid.tp)[None, :]).astype(np.float64).reshape(n, -1)
+        ),
     )
 
 
 def gpu_dev_count(data: ModelData) -> int:
     """Non-reference GPU types of the model's GPU axis (0: no axis)."""
     return 0 if data.gpu_onehot is None else int(data.gpu_onehot.shape[1])
+
+
+def tp_departure_sd(card: PriorCard) -> tuple[float, float, float]:
+    """The card's per-(class, TP) departure scales ``(capacity, ttft, completion)``
+    (``[capacity] tp_sd``, ``[ttft] tp_sd``, ``[completion] tp_sd``; log scale)."""
+    return (card.capacity_tp_sd, card.ttft_tp_sd, card.completion_tp_sd)
+
+
+def tp_dev_count(data: ModelData, card: PriorCard) -> int:
+    """TP degrees of the per-(class, TP) departures (0: the card switches them off)."""
+    if data.tp_onehot is None or not any(s > 0 for s in tp_departure_sd(card)):
+        return 0
+    return int(data.tp_onehot.shape[1])
 
 
 def window_rows(
@@ -834,6 +855,9 @@ def latent_metrics(
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
     gpu_shift = _gpu_shift(params, data)  # (n_cells, 3) or None
+    if "tp_dev" in params and data.tp_onehot is not None:
+        tp_shift = jnp.einsum("ck,ckj->cj", data.tp_onehot, params["tp_dev"][w])  # (n_cells, 3)
+        gpu_shift = tp_shift if gpu_shift is None else gpu_shift + tp_shift
     if gpu_shift is not None:
         log_cap = log_cap + gpu_shift[:, 0]
     k = params["sharpness"]
@@ -900,6 +924,24 @@ def gpu_deviation(data: ModelData, n_classes: int) -> jnp.ndarray:
     z = numpyro.sample("gpu_z", dist.Normal(jnp.zeros((n_classes + 1, n_dev, 3)), 1.0).to_event(3))
     dev = GPU_DEVIATION_LOG_SD * z[0][None] + GPU_DEVIATION_CLASS_SD * z[1:]
     return numpyro.deterministic("gpu_dev", dev)
+
+
+def tp_departure(data: ModelData, card: PriorCard, n_classes: int) -> jnp.ndarray:
+    """Sample the per-(class, TP) departures: site ``tp_z (n_classes, n_tp, 3)``.
+
+    A class's log capacity and log tail bases at one TP degree depart from its
+    smooth curves in ``log2 TP`` (the parabola of capacity, the tails' slope)
+    by a normal of the card's ``tp_sd`` per column (capacity, ttft,
+    completion). A measured load at that TP then moves the class's other loads
+    at the same TP (their utilisation and their tails) without bending the
+    curve at every other TP.
+
+    Returns:
+        the deterministic site ``tp_dev (n_classes, n_tp, 3)``.
+    """
+    n_tp = tp_dev_count(data, card)
+    z = numpyro.sample("tp_z", dist.Normal(jnp.zeros((n_classes, n_tp, 3)), 1.0).to_event(3))
+    return numpyro.deterministic("tp_dev", z * jnp.asarray(tp_departure_sd(card)))
 
 
 def class_param_count(card: PriorCard) -> int:
@@ -1101,6 +1143,8 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     }
     if data.gpu_offset is not None:
         params["gpu_dev"] = gpu_deviation(data, n_classes)
+    if tp_dev_count(data, c):
+        params["tp_dev"] = tp_departure(data, c, n_classes)
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
@@ -1260,7 +1304,7 @@ def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
 
 
 def init_unconstrained(
-    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False, n_gpu_dev: int = 0
+    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False, n_gpu_dev: int = 0, n_tp: int = 0
 ) -> dict[str, jnp.ndarray]:
     """A random starting point for MCMC in NumPyro's unconstrained space.
 
@@ -1275,7 +1319,8 @@ def init_unconstrained(
         (13 columns, 14 with a per-class sharpness); with ``windows`` (the
         window-noise likelihood) also ``window_g (7,)`` and ``window_z
         (n_classes, 6)`` uniform in ``(-1, 1)``; with ``n_gpu_dev`` non-reference
-        GPU types also ``gpu_z (n_classes + 1, n_gpu_dev, 3)``, likewise.
+        GPU types also ``gpu_z (n_classes + 1, n_gpu_dev, 3)``, likewise; with
+        ``n_tp`` (:func:`tp_dev_count`) also ``tp_z (n_classes, n_tp, 3)``, likewise.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
@@ -1295,4 +1340,6 @@ def init_unconstrained(
         out["window_z"] = u(k5, (n_classes, N_WINDOW_CLASS))
     if n_gpu_dev:
         out["gpu_z"] = u(jax.random.fold_in(key, 2), (n_classes + 1, n_gpu_dev, 3))
+    if n_tp:
+        out["tp_z"] = u(jax.random.fold_in(key, 3), (n_classes, n_tp, 3))
     return out

@@ -43,6 +43,10 @@ Fields (section.key — meaning):
   class's median ``offered_rps / TP`` over the grid (scale-free: the grid's
   offered loads are chosen around each class's saturation point, whatever its
   scale). Exactly one (default ``relative_to_offered = 1.0``). ``log_sd``, ``class_sd``.
+  ``tp_sd`` — sd of a class's departure from the parabola at each TP degree
+  (log scale; 0, the default, switches the departures off: capacity follows
+  the parabola exactly). ``[ttft]`` and ``[completion]`` have a ``tp_sd`` of
+  their own for the tail bases.
 ``[saturation]`` — served throughput is the smooth minimum
   ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
   ``sharpness_log_sd`` give the log-normal prior of ``k``.
@@ -130,6 +134,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "capacity.relative_to_offered": None,
     "capacity.log_sd": 1.0,
     "capacity.class_sd": 0.5,
+    "capacity.tp_sd": 0.0,
     "saturation.sharpness_median": 15.0,
     "saturation.sharpness_log_sd": 0.6,
     "saturation.class_sd": 0.0,
@@ -146,6 +151,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "ttft.load_elasticity_mean": 0.2,
     "ttft.load_elasticity_sd": 0.3,
     "ttft.load_elasticity_class_sd": 0.15,
+    "ttft.tp_sd": 0.0,
     "completion.base_median_s": 10.0,
     "completion.base_log_sd": 1.5,
     "completion.class_sd": 0.5,
@@ -157,6 +163,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "completion.load_elasticity_mean": 0.2,
     "completion.load_elasticity_sd": 0.3,
     "completion.load_elasticity_class_sd": 0.15,
+    "completion.tp_sd": 0.0,
     "success.logit_base_mean": 6.0,
     "success.logit_base_sd": 1.5,
     "success.class_sd": 0.5,
@@ -230,7 +237,7 @@ _STRINGS = {
 # Lists of TP degrees (positive integers), stored as sorted tuples.
 _TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
 # Fields that may be 0 (0 switches the per-class spread off).
-_NON_NEGATIVE = {"saturation.class_sd"}
+_NON_NEGATIVE = {"saturation.class_sd", "capacity.tp_sd", "ttft.tp_sd", "completion.tp_sd"}
 # Fields that must be > 0 (scales, medians); the rest may be any finite number.
 _REAL = {
     "ttft.slope_per_log2tp",
@@ -267,6 +274,7 @@ class PriorCard:
     capacity_relative_to_offered: float | None
     capacity_log_sd: float
     capacity_class_sd: float
+    capacity_tp_sd: float
     saturation_sharpness_median: float
     saturation_sharpness_log_sd: float
     saturation_class_sd: float
@@ -283,6 +291,7 @@ class PriorCard:
     ttft_load_elasticity_mean: float
     ttft_load_elasticity_sd: float
     ttft_load_elasticity_class_sd: float
+    ttft_tp_sd: float
     completion_base_median_s: float
     completion_base_log_sd: float
     completion_class_sd: float
@@ -294,6 +303,7 @@ class PriorCard:
     completion_load_elasticity_mean: float
     completion_load_elasticity_sd: float
     completion_load_elasticity_class_sd: float
+    completion_tp_sd: float
     success_logit_base_mean: float
     success_logit_base_sd: float
     success_class_sd: float
