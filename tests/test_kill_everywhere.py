@@ -146,10 +146,13 @@ def test_killed_after_each_kind_of_journal_append_and_inside_measurements(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("strategy", "seed"), [("fleetsieve", 0), ("random", 1)])  # each strategy once
-def test_exhaustive_every_kill_point_from_a_fresh_directory(
-    tiny: tuple[Path, dict, list[dict]], tmp_path: Path, strategy: str, seed: int
-) -> None:
+def test_exhaustive_every_kill_point_from_a_fresh_directory(tiny: tuple[Path, dict, list[dict]], tmp_path: Path) -> None:
+    # The random strategy's run is tests/test_kill_everywhere_random.py: a file of its own, so
+    # that the slow stage's two workers (a file each at a time) run the two side by side.
+    exhaustive_kill_points(tiny, tmp_path, "fleetsieve", 0)
+
+
+def exhaustive_kill_points(tiny: tuple[Path, dict, list[dict]], tmp_path: Path, strategy: str, seed: int) -> None:
     """Each kill point on its own: a fresh run killed after its k-th append, resumed once;
     plus an outside kill inside every measurement."""
     campaign, _, _ = tiny

@@ -1,0 +1,18 @@
+"""The exhaustive kill test of ``test_kill_everywhere.py`` with the random strategy (seed 1).
+
+A file of its own so that the slow stage's two workers, each running one
+file at a time, run the two strategies' exhaustive kills side by side.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_kill_everywhere import exhaustive_kill_points, tiny  # noqa: F401 (tiny: the module fixture)
+
+
+@pytest.mark.slow
+def test_exhaustive_every_kill_point_with_the_random_strategy(tiny: tuple[Path, dict, list[dict]],  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    exhaustive_kill_points(tiny, tmp_path, "random", 1)
