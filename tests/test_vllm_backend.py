@@ -2,61 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from fake_vllm import WARMUP, WINDOW, fake_vllm_campaign
 
 from fleetsieve_bayes.backends import make_backend
 from fleetsieve_bayes.backends.server import group_members
-from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.backends.vllm import parse_vllm_options
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import COLUMNS, validate_table
 from fleetsieve_bayes.testing import fake_server_command
 
-WARMUP, WINDOW = 0.3, 1.2
-
 
 def _campaign(tmp_path, *, flags: tuple[str, ...] = (), extra: str = "", workloads=("chat",)) -> object:
-    (tmp_path / "traces").mkdir(exist_ok=True)
-    n = 30
-    for w in workloads:  # 5 req/s at scale 1, 8 prompt and 10 output tokens
-        write_azure_trace(tmp_path / "traces" / f"{w}.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))
-    cmd = json.dumps([*fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1"), *flags])
-    wl = "\n".join(
-        f'[[workloads]]\nname = "{w}"\ndemand_rps = 3.0\nslo = {{ success_min = 0.99, ttft_p99_s = 1.0 }}\n'
-        for w in workloads
-    )
-    traces = ", ".join(f'{w} = "traces/{w}.csv"' for w in workloads)
-    text = f"""
-name = "fake"
-[fleet]
-gpus = 4
-[model]
-family = "generic"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [2, 1]
-gpus = [0, 1]
-loads = {{ low = 1.0, high = 3.0 }}
-traces = {{ {traces} }}
-warmup_s = {WARMUP}
-duration_s = {WINDOW}
-readiness_timeout_s = 20
-request_timeout_s = 5
-stop_timeout_s = 5
-{extra}
-{wl}
-"""
-    path = tmp_path / "campaign.toml"
-    path.write_text(text)
-    return load_campaign(path)
+    cmd = [*fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1"), *flags]
+    return fake_vllm_campaign(tmp_path, cmd, extra=extra, workloads=workloads)
 
 
 def test_grid_and_offered_rates_are_known_before_measuring(tmp_path) -> None:

@@ -13,19 +13,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_vllm import fake_vllm_campaign
 
 from fleetsieve_bayes.allocation.problem import DEFAULT_POOL, grid_from_table
 from fleetsieve_bayes.backends import make_backend
 from fleetsieve_bayes.backends.server import group_members
-from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.backends.vllm import parse_vllm_options
-from fleetsieve_bayes.campaign.config import Campaign, load_campaign
+from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.errors import InputError, MeasurementError
 from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import COLUMNS, read_table, validate_table
 from fleetsieve_bayes.testing import fake_server_command
 
-WARMUP, WINDOW = 0.3, 1.2
 H100, A100 = "h100-sxm-80gb", "a100-80gb"
 TWO_POOLS = f"""[[fleet.pools]]
 gpu = "{H100}"
@@ -49,43 +48,9 @@ SLOW_A100 = ["sh", "-c", 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; cas
 def _campaign(tmp_path: Path, *, fleet: str = TWO_POOLS, gpus: str = GPUS, extra: str = "",
               workloads: tuple[str, ...] = ("chat",), loads: str = "{ low = 1.0, high = 3.0 }",
               family: str = "generic", stopping: str = "", wrapper: tuple[str, ...] = tuple(SHOW_DEVICES)) -> Campaign:
-    (tmp_path / "traces").mkdir(exist_ok=True)
-    n = 30
-    for w in workloads:  # 5 req/s at scale 1, 8 prompt and 10 output tokens
-        write_azure_trace(tmp_path / "traces" / f"{w}.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))
     server = fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1", "--tp-slots")
-    cmd = json.dumps([*wrapper, *server])
-    wl = "\n".join(
-        f'[[workloads]]\nname = "{w}"\ndemand_rps = 3.0\nslo = {{ success_min = 0.99, ttft_p99_s = 1.0 }}\n'
-        for w in workloads
-    )
-    traces = ", ".join(f'{w} = "traces/{w}.csv"' for w in workloads)
-    text = f"""
-name = "fake-pools"
-[fleet]
-{fleet}
-[model]
-family = "{family}"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [2, 1]
-{gpus}
-loads = {loads}
-traces = {{ {traces} }}
-warmup_s = {WARMUP}
-duration_s = {WINDOW}
-readiness_timeout_s = 20
-request_timeout_s = 5
-stop_timeout_s = 5
-{extra}
-{stopping}
-{wl}
-"""
-    path = tmp_path / "campaign.toml"
-    path.write_text(text)
-    return load_campaign(path)
+    return fake_vllm_campaign(tmp_path, [*wrapper, *server], name="fake-pools", fleet=fleet, gpus=gpus, loads=loads,
+                              family=family, extra=extra, stopping=stopping, workloads=workloads)
 
 
 def _devices_in_log(log: Path) -> str:
