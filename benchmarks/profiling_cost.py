@@ -543,6 +543,8 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         # --workdir keeps each fleet's campaign directory: a rerun resumes (or rescores) it.
         where = Path(task["workdir"]) / task["scenario"] if task.get("workdir") else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="fsb-noisy-")))
+        if task.get("family"):
+            camp = {**camp, "model": {**camp["model"], "family": task["family"]}}
         campaign = write_synthetic(where, table, camp)  # every replicate row: the replay table
         problem = campaign.problem()
         fleet = noisy_fleet(table, campaign.workload_names)
@@ -647,6 +649,14 @@ def noisy_baselines(ks: list[int], args: argparse.Namespace) -> dict[str, Any]:
             "per_fleet": per}
 
 
+def _family_ref(family: str) -> str:
+    """A prior card as a campaign written elsewhere reads it: a shipped card's name, or an absolute path."""
+    from fleetsieve_bayes.model.priors import card_path
+
+    p = card_path(family)  # refuses an unknown name or a missing file, with a did-you-mean
+    return family if p.parent.name == "priors" and p.stem == family else str(p.resolve())
+
+
 def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
     """Every fleet of the noisy suite (or ``--fleets``), resumed from ``--partial`` when ``--resume``."""
     ks = [int(k) for k in args.fleets.split(",")] if args.fleets else list(range(args.noisy))
@@ -656,6 +666,7 @@ def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
         "noisy": True, "scenario": f"n{k:03d}", "k": k, "suite_seed": args.suite_seed, "windows": args.windows,
         "level": args.level, "max_windows": args.max_windows, "strategy": "fleetsieve", "seed": 0,
         "workdir": None if args.workdir is None else str(args.workdir.resolve()),
+        "family": None if args.family is None else _family_ref(args.family),
     } for k in ks]
     done = _done_noisy(args.partial, {t["scenario"] for t in tasks}) if args.resume else {}
     if done:
@@ -664,10 +675,12 @@ def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
     runs.sort(key=lambda r: r["k"])
     from fleetsieve_bayes.model.priors import load_card
 
-    card = load_card("generic")
+    family = args.family or "generic"
+    card = load_card(family)
     window = {f.name.removeprefix("window_"): getattr(card, f.name) for f in dataclasses.fields(card)
               if f.name.startswith("window_")}
-    return {"noisy": {"card": "generic", "card_window": window, "level": args.level, "windows": args.windows, "max_windows_per_cell": args.max_windows,
+    tp_sd = {"capacity": card.capacity_tp_sd, "ttft": card.ttft_tp_sd, "completion": card.completion_tp_sd}
+    return {"noisy": {"card": card.name, "card_window": window, "card_tp_sd": tp_sd, "level": args.level, "windows": args.windows, "max_windows_per_cell": args.max_windows,
                       "suite_seed": args.suite_seed, "summary": summarise_noisy(runs) if runs else None, "runs": runs}}
 
 
@@ -812,6 +825,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=None,
                    help="noisy suite: keep each fleet's campaign directory here (a rerun resumes it)")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
+    p.add_argument("--family", default=None,
+                   help="noisy suite: the campaigns' prior card (a shipped name or a path; default generic), "
+                   "e.g. a copy of generic with [capacity], [ttft] and [completion] tp_sd = 0.3")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--fleets", default="", help="with --suite or --noisy: only these fleet numbers, in this order (e.g. 30,31,24)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
