@@ -266,6 +266,12 @@ def fit(
     return _fit_nuts(data, card, preset, seed, warm_start, mass_from)
 
 
+def _init_point(key: jax.Array, card: PriorCard, data: ModelData) -> dict[str, jnp.ndarray]:
+    """:func:`~fleetsieve_bayes.model.joint.init_unconstrained` for this data's sites."""
+    return init_unconstrained(key, card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data),
+                              tp_dev_count(data, card))
+
+
 def _shape_key(data: ModelData) -> tuple[int, ...]:
     gpu = () if data.gpu_offset is None else ("gpu", gpu_dev_count(data))
     if data.windows is None:
@@ -312,8 +318,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # None: NumPyro's identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
-                z = init_unconstrained(r_init, card, int(d.cap_ref.shape[0]), d.windows is not None, gpu_dev_count(d),
-                                       tp_dev_count(d, card))
+                z = _init_point(r_init, card, d)
             if inverse_mass is not None and not preset.dense_mass:
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
@@ -607,10 +612,7 @@ def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard
     """Whether ``params`` (draws, chain-major) have this model's site shapes — a
     warm start saved by another version of the model (e.g. before a class-level
     parameter was added) starts cold instead of failing."""
-    want = init_unconstrained(
-        jax.random.PRNGKey(0), card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data),
-        tp_dev_count(data, card),
-    )
+    want = _init_point(jax.random.PRNGKey(0), card, data)
     return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 
 
