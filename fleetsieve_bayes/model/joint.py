@@ -854,12 +854,9 @@ def latent_metrics(
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
     log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
-    gpu_shift = _gpu_shift(params, data)  # (n_cells, 3) or None
-    if "tp_dev" in params and data.tp_onehot is not None:
-        tp_shift = jnp.einsum("ck,ckj->cj", data.tp_onehot, params["tp_dev"][w])  # (n_cells, 3)
-        gpu_shift = tp_shift if gpu_shift is None else gpu_shift + tp_shift
-    if gpu_shift is not None:
-        log_cap = log_cap + gpu_shift[:, 0]
+    shift = _cell_shift(params, data)  # (n_cells, 3) or None
+    if shift is not None:
+        log_cap = log_cap + shift[:, 0]
     k = params["sharpness"]
     if jnp.ndim(k) == 1:  # per class ([saturation] class_sd > 0); a scalar is shared
         k = k[w]
@@ -872,8 +869,8 @@ def latent_metrics(
         + params["tail_slope"][None, :] * (u - u_mid)[:, None]
         + params["tail_blowup"][w] * h_queue[:, None]
     )
-    if gpu_shift is not None:
-        log_tails = log_tails + gpu_shift[:, 1:3]
+    if shift is not None:
+        log_tails = log_tails + shift[:, 1:3]
     if "overload" in params:
         log_tails = log_tails + overload_growth(log_rho, params["overload"][w])
     else:
@@ -891,6 +888,17 @@ def latent_metrics(
     logit_s = params["succ_base"][w] - params["succ_drop"][w] * h_succ
     z = jnp.concatenate([log_thr[:, None], log_tails, logit_s[:, None]], axis=-1)
     return from_transformed(z), jnp.exp(log_cap)
+
+
+def _cell_shift(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray | None:
+    """Per cell, the log shift ``(capacity, ttft, completion)`` ``(n_cells, 3)`` of its GPU type
+    (:func:`_gpu_shift`) plus its class's departure at its TP (``params["tp_dev"] (n_classes,
+    n_tp, 3)``, :func:`tp_departure`); None when there is neither."""
+    shift = _gpu_shift(params, data)
+    if "tp_dev" in params and data.tp_onehot is not None:
+        tp = jnp.einsum("ck,ckj->cj", data.tp_onehot, params["tp_dev"][data.widx])
+        shift = tp if shift is None else shift + tp
+    return shift
 
 
 def _gpu_shift(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray | None:
