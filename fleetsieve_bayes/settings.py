@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_RULES",
     "SLO_ATTAINMENT_POINT",
     "MAX_WINDOWS_PER_CELL",
+    "CERTIFY_INFERENCE",
     "DecisionSettings",
     "DEFAULT_SETTINGS",
 ]
@@ -85,6 +86,8 @@ DEFAULT_RULES = IntervalRules()
 SLO_ATTAINMENT_POINT = "point"
 # At most this many measurement windows of one cell.
 MAX_WINDOWS_PER_CELL = 3
+# The certifying posterior's NUTS preset (fleetsieve_bayes/data/presets/certify.toml).
+CERTIFY_INFERENCE = "certify"
 
 
 class DecisionSettings(NamedTuple):
@@ -101,6 +104,8 @@ class DecisionSettings(NamedTuple):
             for all classes or a tuple with one per class (see
             :data:`SLO_ATTAINMENT_POINT`; :mod:`fleetsieve_bayes.decision.intervals`, rule 5).
         max_windows_per_cell: measurement windows of one cell at most.
+        certify_inference: the certifying fit's NUTS preset, a shipped preset's
+            name or a path (``[model] certify_inference``; default ``"certify"``).
     """
 
     epsilon: float = 0.05
@@ -111,6 +116,7 @@ class DecisionSettings(NamedTuple):
     max_rounds: int | None = None
     slo_attainment: float | str | tuple[float, ...] = SLO_ATTAINMENT_POINT
     max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
+    certify_inference: str = CERTIFY_INFERENCE
 
     @classmethod
     def from_campaign(cls, campaign: Any) -> DecisionSettings:
@@ -129,6 +135,7 @@ class DecisionSettings(NamedTuple):
                 else getattr(campaign, "slo_attainment", SLO_ATTAINMENT_POINT)
             ),
             max_windows_per_cell=int(getattr(campaign, "max_windows_per_cell", MAX_WINDOWS_PER_CELL)),
+            certify_inference=str(getattr(campaign, "certify_inference", CERTIFY_INFERENCE)),
         )
 
 

@@ -139,8 +139,11 @@ def test_relative_family_path_resolves_against_the_campaign_folder(
         ({"family": "no-such-card"}, "[model] family", "prior card 'no-such-card' not found"),
         ({"family": "cards/missing.toml"}, "[model] family", "prior card not found"),
         ({"model_extra": 'repeatability = 0.0\n'}, None, None),
+        ({"model_extra": 'repeatability = 0.0\n'}, "[model] certify_inference",
+         "the certifying fit needs a NUTS preset, "),
+        ({"model_extra": 'repeatability = 0.0\n'}, "[model] certify_inference", "unknown key 'sample'"),
     ],
-    ids=["family-name", "family-path", "preset"],
+    ids=["family-name", "family-path", "preset", "certify-svi", "certify-typo"],
 )
 def test_family_and_preset_errors_name_the_campaign_file_and_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kw: dict, field: str | None, says: str | None
@@ -149,6 +152,12 @@ def test_family_and_preset_errors_name_the_campaign_file_and_field(
     if field is None:  # the preset: break the tiny SVI preset instead
         (campaign.parent / "tiny-svi.toml").write_text('method = "svi"\n[svi]\nstepz = 5\n')
         field, says = "[model] inference", "unknown key 'stepz' (did you mean 'steps'?)"
+    elif field == "[model] certify_inference":  # the certifying preset: not NUTS, or a typo
+        certifying = campaign.parent / "tiny-certify.toml"
+        certifying.write_text(
+            (campaign.parent / "tiny-svi.toml").read_text() if "NUTS" in says
+            else certifying.read_text().replace("samples =", "sample =")
+        )
     rc, _, err = _main(capsys, "run", str(campaign), "--out", str(tmp_path / "o"), "--quiet")
     assert rc == 2
     line = _one_line(err, "run")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 import signal
 import subprocess
@@ -212,39 +210,6 @@ slo = { success_min = 0.99, ttft_p99_s = 5.0 }
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "fleetsieve_bayes", *args]
-
-
-@pytest.mark.slow  # the default suite kills a tiny campaign everywhere (test_kill_everywhere.py)
-def test_sigkill_at_a_random_point_then_resume(tmp_path: Path, shipped_run: tuple[Path, dict]) -> None:
-    """Kill -9 the shipped campaign mid-run, resume: same final result, nothing measured twice, journal intact."""
-    _, reference = shipped_run
-    campaign = _campaign_file(
-        tmp_path, table=GRID, extra_measurement="delay_s = 0.4"
-    )
-    out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(_cli("run", str(campaign), "--out", str(out), "--quiet"), env=env)
-    # Wait until something is journaled, then kill at a random later instant.
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out / "journal.jsonl").exists():
-        time.sleep(0.05)
-    time.sleep(random.Random(1234).uniform(0.5, 4.0))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
-    records, good = read_journal(out / "journal.jsonl")
-    killed_at = sum(r["type"] == "measurement" for r in records)
-    done = subprocess.run(
-        _cli("run", str(campaign), "--out", str(out), "--quiet"), env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads((out / "result.json").read_text())
-    assert result["measured"] == reference["measured"], f"killed after {killed_at} measurements"
-    assert result["allocation"] == reference["allocation"]
-    assert result["status"] == reference["status"]
-    records, good = read_journal(out / "journal.jsonl")
-    assert good == (out / "journal.jsonl").stat().st_size
-    cells = [json.dumps(r["cell"], sort_keys=True) for r in records if r["type"] == "measurement"]
-    assert len(cells) == len(set(cells))
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_the_journal(tmp_path: Path) -> None:

@@ -357,16 +357,6 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_900_seconds_at_10800_gpu_
     assert any(rec["believed"] for rec in acq)
 
 
-@pytest.mark.slow  # the resume test below checks the same decisions too
-def test_same_seed_same_decisions(pooled_run: tuple[Path, dict], tmp_path: Path) -> None:
-    from fleetsieve_bayes.campaign.runner import run_campaign
-
-    _, first = pooled_run
-    again = run_campaign(load_campaign(pooled_campaign(tmp_path)), tmp_path / "again").result
-    assert again["measured"] == first["measured"]
-    assert again["profiling_wall_s"] == first["profiling_wall_s"]
-
-
 def test_interrupted_with_cells_in_flight_resumes_to_the_same_decisions(
     pooled_run: tuple[Path, dict], tmp_path: Path
 ) -> None:

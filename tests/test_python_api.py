@@ -1,5 +1,6 @@
 """examples/python_api.py runs as a script: a whole campaign, then the same decision
-one round at a time (the tiny campaign by default; the shipped grid is slow)."""
+one round at a time, on the tiny campaign (without arguments it runs the shipped grid,
+whose decision tests/test_campaign.py and tests/test_installed.py pin)."""
 
 from __future__ import annotations
 
@@ -52,15 +53,6 @@ def test_example_on_the_tiny_campaign(tmp_path: Path) -> None:
     status, gpu_s = whole.split()[:2]
     assert status == "certified-feasible"
     assert by_hand.split()[:2] == [status, gpu_s]  # the same decision, round by round
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/ is not shipped in the wheel")
-def test_example_on_the_shipped_grid(tmp_path: Path) -> None:
-    # The default level: undecided, one window per cell (tests/test_campaign.py names the cell).
-    whole, by_hand = _run()
-    assert whole == "undecided 14400.0 GPU-s; {'chat': 2, 'code': 2}"
-    assert by_hand == whole
 
 
 def test_objects_resolve_like_their_names(tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ def test_every_decision_input_is_fingerprinted(tmp_path: Path) -> None:
     text = (a / "cards/dense-31b-fp8-h100.toml").read_text()
     assert changed("cards/dense-31b-fp8-h100.toml", text, text + "\n# edited\n") == "prior card content"
     assert changed("tiny-svi.toml", "steps = 600", "steps = 800") == "inference preset"
+    assert changed("tiny-certify.toml", "samples = 400", "samples = 500") == "certifying inference preset"
     assert changed("grid.csv", "0.82", "0.83") == "replay table content"
     assert changed("campaign.toml", "epsilon = 0.05", "epsilon = 0.1") == "campaign (stopping.epsilon: 0.05 → 0.1)"
     # The SLO-attainment rule and the window cap decide too: a directory started at "point"

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from tiny_campaign import write_tiny
+from tiny_campaign import write_certify_preset, write_tiny
 
 from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.testing import fake_server_command
@@ -310,6 +310,7 @@ name = "fake-vllm-kill"
 gpus = 4
 [model]
 family = "generic"
+certify_inference = "{write_certify_preset(tmp)}"
 [measurement]
 backend = "vllm"
 model = "{marker}"
@@ -339,14 +340,12 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
 @pytest.mark.parametrize(
     ("pool", "n_servers", "n_measured"),
     [
-        # Slow: one server at a time is the simpler case of the pooled kill below.
-        pytest.param("", 1, 1, marks=pytest.mark.slow),
         ("pool_gpus = 4", 2, 0),
         # A local Ray started by the run (4 logical GPUs): its processes, the task
         # workers and their servers all go with the run.
         pytest.param('pool_gpus = 4\nexecutor = "ray"', 2, 0, marks=pytest.mark.slow),
     ],
-    ids=["one-at-a-time", "pooled", "ray"],
+    ids=["pooled", "ray"],
 )
 def test_sigkill_of_a_vllm_run_mid_cell_leaves_no_server_and_resumes(
     tmp_path: Path, jax_cache: str, pool: str, n_servers: int, n_measured: int, monkeypatch

@@ -21,6 +21,7 @@ from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
 from fleetsieve_bayes.decision.intervals import DEFAULT_SLO_ATTAINMENT, POINT, check_level
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.settings import (
+    CERTIFY_INFERENCE,
     KNEE_GUARD,
     MODEL_MARGIN,
     SUCCESS_MARGIN,
@@ -155,6 +156,8 @@ class Campaign:
     credible_level: float = 0.9
     max_rounds: int | None = None
     inference: str = "fast"
+    # The certifying fit's NUTS preset (a name or a resolved path).
+    certify_inference: str = CERTIFY_INFERENCE
     repeatability: float = 0.0
     # Model discrepancy of unmeasured tails (decision.intervals.MODEL_MARGIN).
     tail_margin: float = MODEL_MARGIN
@@ -269,7 +272,9 @@ class Campaign:
 _TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
 _FLEET_KEYS = {"gpus", "pools", "usd_per_hour_max"}
 _FLEET_POOL_KEYS = {"gpu", "count", "usd_per_gpu_hour", "nodes", "gpus_per_node"}
-_MODEL_KEYS = {"family", "inference", "repeatability", "tail_margin", "success_margin", "knee_guard"}
+_MODEL_KEYS = {
+    "family", "inference", "certify_inference", "repeatability", "tail_margin", "success_margin", "knee_guard",
+}
 _STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell"}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -316,6 +321,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     base_dir = path.resolve().parent
     family = _name_or_path(ctx.string("[model] family", model["family"]), base_dir)
     inference = _name_or_path(ctx.string("[model] inference", model.get("inference", "fast")), base_dir)
+    certify_inference = _name_or_path(
+        ctx.string("[model] certify_inference", model.get("certify_inference", CERTIFY_INFERENCE)), base_dir
+    )
     repeatability = ctx.number("[model] repeatability", model.get("repeatability", 0.0), lo=0.0, hi=1.0)
     tail_margin = ctx.number("[model] tail_margin", model.get("tail_margin", MODEL_MARGIN), lo=0.0, hi=2.0)
     success_margin = ctx.number(
@@ -375,6 +383,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         credible_level=credible_level,
         max_rounds=max_rounds,
         inference=inference,
+        certify_inference=certify_inference,
         repeatability=repeatability,
         tail_margin=tail_margin,
         success_margin=success_margin,

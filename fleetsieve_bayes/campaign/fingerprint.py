@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.settings import CERTIFY_INFERENCE
 
 __all__ = ["campaign_inputs", "file_digest", "object_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
 
@@ -56,6 +57,9 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "tail_margin": campaign.tail_margin,
             "success_margin": campaign.success_margin,
             "knee_guard": campaign.knee_guard,
+            # Only when set: a directory started before the key existed resumes unchanged.
+            **({"certify_inference": campaign.certify_inference}
+               if campaign.certify_inference != CERTIFY_INFERENCE else {}),
         },
         "measurement": {
             "backend": m.backend,
@@ -100,22 +104,34 @@ def fingerprint(
     seed: int,
 ) -> dict[str, str]:
     """Digest of every decision input, by name."""
-    preset_fields = preset._asdict() if hasattr(preset, "_asdict") else preset
-    return {
+    out = {
         "campaign": _digest(_without_paths(campaign_inputs(campaign))),
         "prior_card": file_digest(card_file) or "",
-        "inference": _digest({k: v for k, v in dict(preset_fields).items() if k != "name"}),
+        "inference": _preset_digest(preset),
         "table": file_digest(campaign.measurement.table) or "",
         "seed_tables": _digest([file_digest(p) for p in campaign.measurement.seed_tables]),
         "seed": str(seed),
         "strategy": strategy,
     }
+    if campaign.certify_inference != CERTIFY_INFERENCE:
+        from fleetsieve_bayes.model.inference import load_preset
+
+        out["certify_inference"] = _preset_digest(load_preset(campaign.certify_inference))
+    return out
+
+
+def _preset_digest(preset: Any) -> str:
+    """Digest of an inference preset's settings (its name aside)."""
+    fields = preset._asdict() if hasattr(preset, "_asdict") else preset
+    return _digest({k: v for k, v in dict(fields).items() if k != "name"})
 
 
 # Settings that name a file: what matters is its content, digested on its own
 # (a campaign moved to another folder, or naming a card by path instead of by
 # name, is the same campaign).
-_PATH_KEYS = (("model", "family"), ("model", "inference"), ("measurement", "table"), ("measurement", "seed_tables"))
+_PATH_KEYS = (
+    ("model", "family"), ("model", "inference"), ("model", "certify_inference"),
+    ("measurement", "table"), ("measurement", "seed_tables"))
 
 
 def _without_paths(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +169,7 @@ _LABELS = {
     "campaign": "campaign settings",
     "prior_card": "prior card content",
     "inference": "inference preset",
+    "certify_inference": "certifying inference preset",
     "table": "replay table content",
     "seed_tables": "seed table content",
     "seed": "seed",

@@ -137,6 +137,7 @@ def resolve(
             preset = load_preset(campaign.inference if preset is None else preset)
         except InputError as exc:
             raise _field_error(campaign, "[model] inference", exc) from None
+    _check_certify_inference(campaign)
     digest = fingerprint(campaign, card_file=card_file, preset=preset, strategy=name, seed=seed)
     if card_file is None:
         digest["prior_card"] = object_digest(dataclasses.asdict(card))
@@ -153,6 +154,21 @@ def resolve(
         seed_rows=_seed_table_rows(campaign),
         reuse=reuse,
     )
+
+
+def _check_certify_inference(campaign: Campaign) -> None:
+    """``[model] certify_inference`` names a preset that loads and samples with NUTS."""
+    from fleetsieve_bayes.model.inference import load_preset
+
+    try:
+        certifying = load_preset(campaign.certify_inference)
+    except InputError as exc:
+        raise _field_error(campaign, "[model] certify_inference", exc) from None
+    if certifying.method != "nuts":
+        raise _field_error(
+            campaign, "[model] certify_inference",
+            InputError(f"the certifying fit needs a NUTS preset, {campaign.certify_inference!r} is {certifying.method!r}"),
+        )
 
 
 def _check_gpu_axis(campaign: Campaign, card: Any) -> None:

@@ -117,7 +117,7 @@ def attempt_certification(
     settings: DecisionSettings,
     *,
     seed: int,
-    preset: Any = "certify",
+    preset: Any = None,
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
     windows: tuple[np.ndarray, np.ndarray] | None = None,
@@ -126,7 +126,7 @@ def attempt_certification(
     ``settings`` (ε, credible level, repeatability, interval rules, risk, SLO attainment).
 
     ``observed (n_cells, 4)``, ``measured (n_cells,)`` bool; ``preset``: the certifying
-    NUTS preset (name, path or object).
+    NUTS preset (name, path or object; default ``settings.certify_inference``).
 
     ``mass_from``: the round's cheap posterior, if any; the certifying
     warm-up starts from its draws' covariance as the mass matrix
@@ -144,7 +144,7 @@ def attempt_certification(
         cells = np.flatnonzero(np.asarray(measured, bool))
         rows, row_cell = np.asarray(observed, np.float64)[cells], cells
     cf = fit_certifying(
-        grid, observed, measured, card, preset, seed=seed, mass_from=mass_from, server_failed=server_failed,
+        grid, observed, measured, card, settings.certify_inference if preset is None else preset, seed=seed, mass_from=mass_from, server_failed=server_failed,
         rows=rows, row_cell=row_cell,
     )
     post = cf.posterior
