@@ -143,8 +143,9 @@ def attempt_certification(
     if levels is not None and rows is None:
         cells = np.flatnonzero(np.asarray(measured, bool))
         rows, row_cell = np.asarray(observed, np.float64)[cells], cells
+    certifying = settings.certify_inference if preset is None else preset
     cf = fit_certifying(
-        grid, observed, measured, card, settings.certify_inference if preset is None else preset, seed=seed, mass_from=mass_from, server_failed=server_failed,
+        grid, observed, measured, card, certifying, seed=seed, mass_from=mass_from, server_failed=server_failed,
         rows=rows, row_cell=row_cell,
     )
     post = cf.posterior
