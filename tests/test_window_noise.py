@@ -316,23 +316,48 @@ def test_joint_check_at_a_level_reads_the_draws_attainment():
     assert apply_joint_check(cert, check._replace(p_epsilon_optimal=1.0, p_slo_met=0.49), 0.05).status == CERTIFIED_FEASIBLE
 
 
-@pytest.mark.parametrize(("a", "sd"), [(0.2, 0.3), (0.8, 0.3), (0.8, 0.05), (1.5, 0.2)])
-def test_success_departure_quadrature_integrates_a_cells_windows(a, sd):
+@pytest.mark.parametrize(
+    ("d", "a", "sd"),
+    [
+        ((0.3, -1.5, 0.1), 0.2, 0.3),  # one window in a burst
+        ((0.3, -1.5, 0.1), 0.8, 0.3),
+        ((0.3, -1.5, 0.1), 0.8, 0.05),
+        ((0.3, -1.5, 0.1), 1.5, 0.2),
+        ((-3.0, -2.5, -4.0), 0.8, 0.05),  # every window far below the curve
+        ((-6.0, -5.0, -7.0), 0.5, 0.1),
+        ((-3.0, -2.5), 0.8, 0.05),
+        ((0.1, 0.0, -0.1, 0.05, -2.0), 0.8, 0.05),  # more windows than are labelled
+        ((-3.0, -2.5, -4.0, -3.3, 0.2), 0.8, 0.05),
+        ((0.5, 0.4), 0.8, 0.05),
+    ],
+)
+def test_success_departure_quadrature_integrates_a_cells_windows(d, a, sd):
     # A cell's windows share δ_s ~ N(0, a²): their joint density is the integral
-    # of the product of burst-mixture densities, which the nine nodes compute.
-    from fleetsieve_bayes.model.joint import _GH2_LOGW, _success_node_loglik
+    # of the product of burst-mixture densities, which the quadrature computes
+    # whichever of the windows burst.
+    from fleetsieve_bayes.model.joint import _success_node_loglik
 
-    d = jnp.asarray([0.3, -1.5, 0.1])  # one window in a burst
+    d = jnp.asarray(d)
+    rank = jnp.asarray(np.argsort(np.argsort(-np.asarray(d), kind="stable")), jnp.int32)
     window = jnp.asarray([[0.01, 0.1, 0.1, sd, 0.05, 1.5]])
-    ls, _ = _success_node_loglik(d, jnp.ones(3, bool), jnp.zeros(3, jnp.int32), 1, jnp.asarray(a), window)
-    got = float(jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls[0]))
+    n = d.shape[0]
+    ls, _ = _success_node_loglik(d, jnp.ones(n, bool), jnp.zeros(n, jnp.int32), rank, 1, jnp.asarray(a), window)
+    got = float(jax.nn.logsumexp(ls[0]))
 
     def integrand(x):
         f = np.exp(sum(float(_burst_logpdf(jnp.asarray(di - x), sd, 0.05, 1.5)) for di in np.asarray(d)))
         return f * stats.norm(0, a).pdf(x)
 
-    want = math.log(integrate.quad(integrand, -8 * a, 8 * a, points=[0.1, 0.2, 0.3], limit=400)[0])
-    assert got == pytest.approx(want, abs=0.05)
+    points = sorted({float(v) for v in np.asarray(d)})
+    want = math.log(integrate.quad(integrand, -10 * a - 8, 10 * a + 2, points=points, limit=800)[0])
+    assert got == pytest.approx(want, abs=0.03)
+
+
+def test_window_rows_rank_a_cells_windows_from_the_highest():
+    # the quadrature labels a cell's highest windows plain or burst: rank 0 is the highest
+    rows = np.column_stack([np.ones((5, 3)), [0.9, 0.99, 0.95, 0.5, 0.97]])
+    wr = window_rows(rows, np.array([0, 0, 0, 1, 1]), np.ones(2, bool))
+    assert np.asarray(wr.rank)[:5].tolist() == [2, 0, 1, 1, 0]
 
 
 @pytest.mark.parametrize(("a", "sd", "x"), [(0.2, 0.3, 0.1), (0.8, 0.05, -1.7), (1.5, 0.2, 2.0)])
@@ -353,7 +378,6 @@ def test_success_likelihood_split_agrees_with_quadrature_over_every_cell(counts,
     # Cells with one window take the closed form (the burst mixture at sd √(sd² + a²)), the
     # rest Gauss-Hermite over their shared departure: the sum is exactly that, cell by cell.
     from fleetsieve_bayes.model.joint import (
-        _GH2_LOGW,
         _burst_logpdf,
         _success_loglik,
         _success_node_loglik,
@@ -372,8 +396,8 @@ def test_success_likelihood_split_agrees_with_quadrature_over_every_cell(counts,
     d = to_transformed(wr.rows)[:, 3] - 3.0  # padding rows clipped, as in the model
     a = jnp.asarray(0.4)
     got = float(_success_loglik(d, wr, a, window))
-    ls, _ = _success_node_loglik(d, wr.mask[:, 3], wr.cell, n_cells, a, window)
-    per_cell = np.asarray(jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1))
+    ls, _ = _success_node_loglik(d, wr.mask[:, 3], wr.cell, wr.rank, n_cells, a, window)
+    per_cell = np.asarray(jax.nn.logsumexp(ls, axis=-1))
     n = np.bincount(cell, minlength=n_cells)
     want = float(per_cell[n > 1].sum())
     for r in np.flatnonzero(n[cell] == 1):
@@ -433,3 +457,34 @@ def test_at_level_sets_every_class_and_refuses_a_bad_level():
         with pytest.raises(ValueError, match="slo_attainment") as e:
             c.at_level(bad)
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("d", "a", "sd"),
+    [((0.3, -1.5, 0.1), 0.8, 0.05), ((-3.0, -2.5, -4.0), 0.8, 0.05), ((0.5,), 0.5, 0.3), ((-2.0, -2.2), 0.3, 0.3)],
+)
+def test_success_offsets_draw_a_cells_departure_from_its_posterior(d, a, sd):
+    # Given its windows, a measured cell's logit-success departure δ_s has the posterior
+    # N(0, a²) × Π burst-mixture(d_i − δ_s); the draws' mean and sd match it on a dense grid.
+    from fleetsieve_bayes.model.joint import success_offsets
+
+    truth = 3.0
+    rows = np.column_stack([np.ones((len(d), 3)), 1 / (1 + np.exp(-(truth + np.asarray(d))))])
+    wr = window_rows(rows, np.zeros(len(d), np.int64), np.ones(2, bool))
+    n_draws = 4000
+    latent = jnp.asarray(np.tile([1.0, 1.0, 1.0, 1 / (1 + math.exp(-truth))], (n_draws, 2, 1)))
+    noise = jnp.asarray(np.tile([0.1, 0.1, 0.1, a], (n_draws, 1)))
+    window = jnp.asarray(np.tile([0.01, 0.1, 0.1, sd, 0.05, 1.5], (n_draws, 2, 1)))
+    got = np.asarray(success_offsets(jax.random.PRNGKey(0), latent, noise, window, wr))
+    xs = np.linspace(-12, 6, 90_001)
+    dd = to_transformed(wr.rows)[: len(d), 3] - truth
+    logp = sum(np.asarray(_burst_logpdf(jnp.asarray(float(di) - xs), sd, 0.05, 1.5)) for di in np.asarray(dd))
+    logp = logp + stats.norm(0, a).logpdf(xs)
+    p = np.exp(logp - logp.max())
+    p /= p.sum()
+    mean = float((p * xs).sum())
+    post_sd = math.sqrt(float((p * (xs - mean) ** 2).sum()))
+    assert got[:, 0].mean() == pytest.approx(mean, abs=0.1 * post_sd)
+    assert got[:, 0].std() == pytest.approx(post_sd, rel=0.15)
+    # the cell never measured draws its prior
+    assert got[:, 1].std() == pytest.approx(a, rel=0.05) and abs(got[:, 1].mean()) < 0.1 * a

@@ -204,13 +204,19 @@ GPU_DEVIATION_CLASS_SD = 0.2
 FAILURE_SHARPNESS = 8.0
 # Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
 ROW_BUCKET = 16
-# Gauss-Hermite nodes over a cell's success departure δ_s ~ N(0, a²) (adaptive:
-# centred on its posterior, see _success_node_loglik): the burst mixture of a
-# cell's windows has no closed form once δ_s is shared by them.
-_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(15)
+# A cell's windows share its logit-success departure δ_s ~ N(0, a²), and each
+# window is plain or in a burst (_burst_logpdf). Summed over which of a cell's
+# _BURST_LABELLED highest windows burst (every subset, _SUBSETS), the plain
+# windows and the prior make a normal in δ_s that integrates exactly; what is
+# left (a burst window's normal cdf, the mixture density of any lower window)
+# is integrated by Gauss-Hermite on that normal (_success_node_loglik).
+_BURST_LABELLED = 3
+_SUBSETS = np.array([[(b >> j) & 1 for j in range(_BURST_LABELLED)] for b in range(2**_BURST_LABELLED)], bool)
+# windows a subset needs: one more than its highest burst position (0 for none)
+_SUBSET_NEEDS = np.array([int(b).bit_length() for b in range(2**_BURST_LABELLED)])
+# 9 nodes: docs/results.md "Success quadrature" (error and cost against 7 and 15).
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(9)
 _GH_LOGW = np.log(_GH_WEIGHTS / math.sqrt(2 * math.pi))
-# ... two proposals of these nodes, each half the weight (_success_node_loglik).
-_GH2_LOGW = np.concatenate([_GH_LOGW, _GH_LOGW]) + math.log(0.5)
 
 
 class ModelData(NamedTuple):
@@ -272,6 +278,10 @@ class WindowRows(NamedTuple):
     shared_cell: jnp.ndarray | None = None
     shared_slot: jnp.ndarray | None = None
     shared_mask: jnp.ndarray | None = None
+    # ``rank int32 (n_rows,)``: a usable success row's place among its cell's
+    # by descending value (0 the highest; ties by row order), the order in
+    # which _success_node_loglik labels windows plain or burst.
+    rank: jnp.ndarray | None = None
 
 
 def usable_mask(
@@ -422,6 +432,11 @@ def window_rows(
     shared = np.flatnonzero(ok & (per_cell[cell] > 1))
     slots, local = np.unique(cell[shared], return_inverse=True)
     n_shared = -(-shared.size // ROW_BUCKET) * ROW_BUCKET
+    value = np.where(ok, metric_transform(np.where(mask, rows, 1.0), np)[:, 3], -np.inf)
+    order = np.lexsort((np.arange(cell.size), -value, cell))
+    rank = np.empty(cell.size, np.int64)
+    start = np.searchsorted(cell[order], cell[order], side="left")
+    rank[order] = np.arange(cell.size) - start
     fill = n_shared - shared.size
     return WindowRows(
         rows=jnp.asarray(clean),
@@ -432,6 +447,7 @@ def window_rows(
         shared_cell=jnp.asarray(np.concatenate([local.reshape(-1), np.zeros(fill, np.int64)]), jnp.int32),
         shared_slot=jnp.asarray(np.concatenate([slots, np.zeros(n_shared - slots.size, np.int64)]), jnp.int32),
         shared_mask=jnp.asarray(np.concatenate([np.ones(shared.size, bool), np.zeros(fill, bool)])),
+        rank=jnp.asarray(np.concatenate([rank, np.zeros(pad, np.int64)]), jnp.int32),
     )
 
 
@@ -733,26 +749,35 @@ def success_offsets(
     key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray, window: jnp.ndarray, windows: WindowRows
 ) -> jnp.ndarray:
     """Draws ``(n_draws, n_cells)`` of each cell's logit-success departure ``δ_s``
-    from the curve given its windows: per posterior draw, one of the adaptive
-    Gauss-Hermite nodes of :func:`_success_node_loglik` (prior ``N(0, a²)``,
-    ``a = noise[:, 3]``) picked with probability ∝ its weight × its term, by a uniform
-    of ``key`` (common random numbers). A cell never measured gets a draw of
-    its prior ``a·z``."""
-    n_cells = latent.shape[1]
-    y = to_transformed(windows.rows)[:, 3]
-    s = jnp.clip(latent[..., 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    ell = jnp.log(s) - jnp.log1p(-s)  # (D, C)
-    d = y[None, :] - ell[:, windows.cell]  # (D, R)
-    terms, nodes = _success_node_loglik(d, windows.mask[:, 3], windows.cell, n_cells, noise[:, 3], window)
-    cdf = jnp.cumsum(jax.nn.softmax(jnp.asarray(_GH2_LOGW) + terms, axis=-1), axis=-1)  # (D, C, 2K)
+    from the curve given its windows: per posterior draw, one of the quadrature
+    nodes of :func:`_success_node_loglik` (prior ``N(0, a²)``, ``a =
+    noise[:, 3]``) picked with probability ∝ its term, by a uniform of ``key``
+    (common random numbers). A cell never measured gets a draw of its prior
+    ``a·z``. ``windows`` must be concrete (its measured cells are selected
+    before the quadrature)."""
     k_u, k_z = jax.random.split(jax.random.fold_in(key, 4))
     u = jax.random.uniform(k_u, latent.shape[:2], latent.dtype)
-    node = jnp.minimum(jnp.sum(cdf < u[..., None], axis=-1), 2 * len(_GH_NODES) - 1)
-    seen = jnp.zeros(n_cells, bool).at[windows.cell].max(windows.mask[:, 3])
     z = jax.random.normal(k_z, latent.shape[:2], latent.dtype)
     a = noise[:, 3:4]
+    prior = a * z
+    mask = np.asarray(windows.mask[:, 3])
+    row_cell = np.asarray(windows.cell)
+    slots, local = np.unique(row_cell[mask], return_inverse=True)
+    if slots.size == 0:
+        return prior
+    rows = np.flatnonzero(mask)
+    y = to_transformed(windows.rows[rows])[:, 3]
+    s = jnp.clip(latent[:, slots, 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    ell = jnp.log(s) - jnp.log1p(-s)  # (D, n_seen)
+    d = y[None, :] - ell[:, local]  # (D, R_seen)
+    terms, nodes = _success_node_loglik(
+        d, jnp.ones(rows.size, bool), jnp.asarray(local, jnp.int32), windows.rank[rows], int(slots.size),
+        noise[:, 3], window[:, slots],
+    )
+    cdf = jnp.cumsum(jax.nn.softmax(terms, axis=-1), axis=-1)  # (D, n_seen, S·K)
+    node = jnp.minimum(jnp.sum(cdf < u[:, slots, None], axis=-1), terms.shape[-1] - 1)
     picked = jnp.take_along_axis(nodes, node[..., None], axis=-1)[..., 0]
-    return jnp.where(seen[None], picked, a * z)
+    return prior.at[:, slots].set(picked)
 
 
 def offset_normals(key: jax.Array, latent: jnp.ndarray) -> jnp.ndarray:
@@ -1216,7 +1241,7 @@ def _success_loglik(d: jnp.ndarray, wr: WindowRows, a: jnp.ndarray, window: jnp.
     """Log density ``()`` of every cell's success windows, the departure ``δ_s ~ N(0, a²)``
     they share integrated out: closed form for a cell with one window (a normal
     departure plus the burst mixture is the burst mixture with sd ``√(sd² + a²)``),
-    adaptive Gauss-Hermite (:func:`_success_node_loglik`) over the cells with more.
+    :func:`_success_node_loglik` over the cells with more.
 
     Args:
         d: ``(n_rows,)`` logit-success residuals from the curve; ``a`` ``()``;
@@ -1228,62 +1253,91 @@ def _success_loglik(d: jnp.ndarray, wr: WindowRows, a: jnp.ndarray, window: jnp.
     n_shared = int(wr.shared.shape[0])
     if n_shared:
         ls, _ = _success_node_loglik(
-            d[wr.shared], wr.shared_mask, wr.shared_cell, n_shared, a, window[wr.shared_slot]
+            d[wr.shared], wr.shared_mask, wr.shared_cell, wr.rank[wr.shared], n_shared, a, window[wr.shared_slot]
         )
         seen = jnp.zeros(n_shared, bool).at[wr.shared_cell].max(wr.shared_mask)
-        per_cell = jax.nn.logsumexp(jnp.asarray(_GH2_LOGW) + ls, axis=-1)
+        per_cell = jax.nn.logsumexp(ls, axis=-1)
         total = total + jnp.sum(jnp.where(seen, per_cell, 0.0))
     return total
 
 
 def _success_node_loglik(
-    d: jnp.ndarray, mask: jnp.ndarray, cell: jnp.ndarray, n_cells: int, a: jnp.ndarray, window: jnp.ndarray
+    d: jnp.ndarray,
+    mask: jnp.ndarray,
+    cell: jnp.ndarray,
+    rank: jnp.ndarray,
+    n_cells: int,
+    a: jnp.ndarray,
+    window: jnp.ndarray,
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Adaptive Gauss-Hermite terms of each cell's success windows, integrated
-    over the cell's logit-success departure ``δ_s ~ N(0, a²)``.
+    """Weighted quadrature terms of each cell's success windows, integrated over
+    the cell's logit-success departure ``δ_s ~ N(0, a²)``:
+    ``log p(windows of c) ≈ logsumexp_k terms[c, k]``.
 
-    Two sets of nodes, an equal mixture proposal: one on the posterior of
-    ``δ_s`` were every window a plain normal one (mean and 2× sd), one on that
-    of the cell's highest window alone — bursts only drop success, so the
-    highest window is the one least likely to be a burst. Together they cover
-    the posterior however narrow the window scatter and however many windows
-    burst. Each node carries prior / proposal, so
-    ``log p(windows of c) ≈ logsumexp_k(_GH2_LOGW[k] + terms[c, k])``.
+    Each of a cell's :data:`_BURST_LABELLED` highest windows is plain or in a
+    burst (:func:`_burst_logpdf`); for each labelling (:data:`_SUBSETS`, those
+    naming a window the cell lacks are ``-inf``), the prior, the plain windows'
+    normals and the burst windows' exponential factors are one normal in
+    ``δ_s`` that integrates in closed form, and the rest — each burst window's
+    normal cdf, each lower window's whole mixture — is integrated by
+    Gauss-Hermite on that normal. Exact for a cell whose windows are all plain
+    or whose one window bursts, and centred on the posterior of every
+    labelling however narrow the scatter or however many windows burst. The
+    nodes, picked with probability ∝ ``exp(terms)``, are draws of ``δ_s``
+    given the windows.
 
     Args:
         d: ``(..., n_rows)`` logit-success residuals from the curve; ``mask
-            (n_rows,)``; ``cell`` int ``(n_rows,)``; ``a`` ``(...)`` the
-            discrepancy sd; ``window (..., n_cells, 6)``.
+            (n_rows,)``; ``cell`` int ``(n_rows,)``; ``rank`` int ``(n_rows,)``
+            (:class:`WindowRows`); ``a`` ``(...)`` the discrepancy sd;
+            ``window (..., n_cells, 6)``.
 
     Returns:
-        ``(terms, nodes)`` each ``(..., n_cells, 2K)``.
+        ``(terms, nodes)`` each ``(..., n_cells, n_subsets · n_nodes)``.
     """
+    d = jnp.asarray(d, jnp.result_type(d, jnp.float32))
     x = jnp.asarray(_GH_NODES, d.dtype)
-    a = jnp.asarray(a)[..., None]  # (..., 1)
     w = mask.astype(d.dtype)
-    onehot = (cell[:, None] == jnp.arange(n_cells)[None, :]).astype(d.dtype)  # (R, C)
-    n = onehot.T @ w  # (C,)
-    s1 = jnp.einsum("rc,...r->...c", onehot, w * d)  # (..., C)
-    top = jnp.max(jnp.where((onehot * w[:, None]) > 0, d[..., :, None], -jnp.inf), axis=-2)  # (..., C)
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    sd = window[..., 3]  # (..., C)
-    a2, s2 = a * a, sd * sd
-    tot = s2 + n * a2
-    m1, t1 = a2 * s1 / tot, 2.0 * jnp.sqrt(a2 * s2 / tot)
-    m2, t2 = a2 * top / (s2 + a2), 2.0 * jnp.sqrt(a2 * s2 / (s2 + a2))
-    m = jnp.stack([m1, m2], axis=-1)[..., None]  # (..., C, 2, 1)
-    t = jnp.stack([t1, t2], axis=-1)[..., None]
-    nodes = (m + t * x).reshape(*m1.shape, 2 * x.shape[0])  # (..., C, 2K)
-    wc = window[..., cell, :]  # (..., R, 6)
-    shifted = d[..., :, None] - jnp.take(nodes, cell, axis=-2)  # (..., R, 2K)
-    lf = _burst_logpdf(shifted, wc[..., 3:4], wc[..., 4:5], wc[..., 5:6])
-    lf = jnp.where(mask[:, None], lf, 0.0)
-    data = jnp.einsum("rc,...rk->...ck", onehot, lf)
-    # prior N(0, a²) over the proposal ½N(m1, t1²) + ½N(m2, t2²), at the nodes
-    log_prior = -0.5 * (nodes / a[..., None]) ** 2 - jnp.log(a[..., None])
-    z = (nodes[..., None, :] - m) / t  # (..., C, 2, 2K)
-    log_prop = jax.nn.logsumexp(-0.5 * z * z - jnp.log(t), axis=-2) + math.log(0.5)
-    return data + log_prior - log_prop, nodes
+    labelled = (rank < _BURST_LABELLED) & mask  # (R,)
+    bit = jnp.asarray(_SUBSETS)[:, jnp.clip(rank, 0, _BURST_LABELLED - 1)].T  # (R, S)
+    burst = (labelled[:, None] & bit).astype(d.dtype)
+    plain = (labelled[:, None] & ~bit).astype(d.dtype)
+    lower = mask & ~labelled  # (R,)
+    n = jax.ops.segment_sum(w, cell, n_cells)  # (C,)
+    valid = jnp.asarray(_SUBSET_NEEDS)[None, :] <= n[:, None]  # (C, S)
+    k = jax.ops.segment_sum(plain, cell, n_cells)  # (C, S)
+    j = jax.ops.segment_sum(burst, cell, n_cells)
+    dr = jnp.moveaxis(d, -1, 0)[..., None]  # (R, ..., 1)
+    plain_b = plain.reshape(plain.shape[:1] + (1,) * (d.ndim - 1) + plain.shape[1:])
+    burst_b = burst.reshape(plain_b.shape)
+    s1 = jnp.moveaxis(jax.ops.segment_sum(dr * plain_b, cell, n_cells), 0, -2)  # (..., C, S)
+    s2 = jnp.moveaxis(jax.ops.segment_sum(dr * dr * plain_b, cell, n_cells), 0, -2)
+    sb = jnp.moveaxis(jax.ops.segment_sum(dr * burst_b, cell, n_cells), 0, -2)
+    sd, p, lam = window[..., 3:4], window[..., 4:5], 1.0 / window[..., 5:6]  # (..., C, 1)
+    a = jnp.asarray(a, d.dtype)[..., None, None]  # (..., 1, 1)
+    prec = 1.0 / (a * a) + k / (sd * sd)
+    h = s1 / (sd * sd) - j * lam
+    log_gauss = (
+        -jnp.log(a) - k * jnp.log(sd) - 0.5 * k * math.log(2 * math.pi) - 0.5 * s2 / (sd * sd)
+        + j * (jnp.log(lam) + 0.5 * (lam * sd) ** 2) + lam * sb
+        + k * jnp.log1p(-p) + j * jnp.log(p)
+        - 0.5 * jnp.log(prec) + 0.5 * h * h / prec
+    )  # (..., C, S)
+    nodes = (h / prec)[..., None] + jax.lax.rsqrt(prec)[..., None] * x  # (..., C, S, K)
+    wc = jnp.moveaxis(window[..., cell, :], -2, 0)  # (R, ..., 6)
+    at = jnp.moveaxis(jnp.take(nodes, cell, axis=-3), -3, 0)  # (R, ..., S, K)
+    r_sd, r_p, r_drop = (wc[..., i][..., None, None] for i in (3, 4, 5))
+    r_d = dr[..., None]
+    cdf = jax.scipy.special.log_ndtr((at - r_d) / r_sd - r_sd / r_drop)
+    mix = _burst_logpdf(r_d - at, r_sd, r_p, r_drop)
+    extra_shape = (1,) * (d.ndim - 1)
+    lf = jnp.where(burst.reshape(burst.shape[:1] + extra_shape + burst.shape[1:])[..., None] > 0, cdf, 0.0)
+    lf = lf + jnp.where(lower.reshape(lower.shape + extra_shape + (1, 1)), mix, 0.0)
+    data = jnp.moveaxis(jax.ops.segment_sum(lf, cell, n_cells), 0, -3)  # (..., C, S, K)
+    terms = log_gauss[..., None] + jnp.asarray(_GH_LOGW, d.dtype) + data
+    terms = jnp.where(valid[..., None], terms, -jnp.inf)
+    flat = terms.shape[:-2] + (terms.shape[-2] * terms.shape[-1],)
+    return terms.reshape(flat), nodes.reshape(flat)
 
 
 def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
