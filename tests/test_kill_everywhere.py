@@ -4,10 +4,11 @@ A tiny campaign is run by real ``fleetsieve-bayes run`` processes that are
 SIGKILL-ed right after journal appends (``python -m
 fleetsieve_bayes.testing.faults --kill-after-append N -- run ...``: the process
 kills itself, no cleanup runs) and inside measurements
-(``--kill-in-measurement S``: a timer kills it while the replay sleeps). The
-default suite kills one chain after each kind of append; the slow exhaustive
-version kills after every append and inside every measurement (also from
-outside). The pool driver is killed along its journal the same way.
+(``--kill-in-measurement S``: a timer kills it while the replay sleeps). One
+chain kills after each kind of append; the exhaustive version kills after
+every append and inside every measurement (also from outside). The whole
+module is in the slow stage (a real campaign per process); the default suite
+kills and resumes a campaign in ``test_servers_die.py``. The pool driver is killed along its journal the same way.
 Every interrupted directory is resumed by a fresh process and compared with
 the uninterrupted run: measured cells (in order), allocation, status, and the
 number of round records (a resumed round is never recorded twice).
@@ -27,6 +28,8 @@ import pytest
 from tiny_campaign import cli, write_tiny
 
 from fleetsieve_bayes.campaign.journal import RoundRecord, read_journal, read_records
+
+pytestmark = pytest.mark.slow
 
 KILL = "kill_after_append"
 KILL_IN_MEASUREMENT = "kill_in_measurement"
@@ -148,7 +151,6 @@ def test_killed_after_each_kind_of_journal_append_and_inside_measurements(
     assert _summary(out) == ref
 
 
-@pytest.mark.slow
 def test_exhaustive_every_kill_point_from_a_fresh_directory(tiny: tuple[Path, dict, list[dict]], tmp_path: Path) -> None:
     # The random strategy's run is tests/test_kill_everywhere_random.py: a file of its own, so
     # that the slow stage's two workers (a file each at a time) run the two side by side.
@@ -205,9 +207,6 @@ def exhaustive_kill_points(
         assert _summary(out) == ref, f"killed in measurement {m + 1}"
 
 
-# Slow: the default suite kills a pooled run mid-cell and resumes it (test_servers_die.py,
-# "pooled") and resumes a pool with cells in flight in process (test_parallel.py).
-@pytest.mark.slow
 @pytest.mark.parametrize("every", [2])
 def test_pool_killed_along_its_journal(tiny: tuple[Path, dict, list[dict]], tmp_path: Path, every: int) -> None:
     """The pool driver (simulated clock) killed after every ``every``-th journal append,

@@ -317,6 +317,7 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # the shipped campaign on a pool of 16 (its module fixture)
 def test_pool_of_16_certifies_the_oracle_allocation_in_900_seconds_at_10800_gpu_seconds(
     pooled_run: tuple[Path, dict],
 ) -> None:
@@ -357,6 +358,7 @@ def test_pool_of_16_certifies_the_oracle_allocation_in_900_seconds_at_10800_gpu_
     assert any(rec["believed"] for rec in acq)
 
 
+@pytest.mark.slow  # the shipped campaign on a pool of 16 (its module fixture)
 def test_interrupted_with_cells_in_flight_resumes_to_the_same_decisions(
     pooled_run: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -389,6 +391,7 @@ def test_interrupted_with_cells_in_flight_resumes_to_the_same_decisions(
     assert len(cells) == len(set(cells))
 
 
+@pytest.mark.slow  # the shipped campaign on a pool of 16 (its module fixture)
 def test_status_shows_cells_in_flight(pooled_run: tuple[Path, dict], tmp_path: Path) -> None:
     from fleetsieve_bayes.commands.status import status_json
     from fleetsieve_bayes.reporting.report import load_campaign_dir

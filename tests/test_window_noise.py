@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import integrate, stats
+from scipy import integrate, special, stats
 
 from fleetsieve_bayes.allocation.problem import grid_from_table, meets_slo, values_from_table
 from fleetsieve_bayes.decision.intervals import (
@@ -33,6 +33,15 @@ from fleetsieve_bayes.model.joint import (
 )
 from fleetsieve_bayes.model.priors import load_card, parse_card
 from fleetsieve_bayes.table import read_table
+
+
+def _np_burst_logpdf(x: np.ndarray, sd: float, p: float, drop: float) -> np.ndarray:
+    """The burst mixture's log density in NumPy, written from its definition (a normal, or
+    a normal minus an exponential of mean ``drop``), for the integrals the tests take."""
+    lam = 1.0 / drop
+    core = stats.norm(0, sd).logpdf(x)
+    burst = math.log(lam) + 0.5 * (lam * sd) ** 2 + lam * x + special.log_ndtr(-x / sd - lam * sd)
+    return np.logaddexp(math.log1p(-p) + core, math.log(p) + burst)
 
 GRID_CSV = "examples/h100_8b_bf16/grid_synthetic.csv"
 
@@ -74,6 +83,8 @@ def test_burst_mixture_density_integrates_to_one_and_matches_its_survival(sd, p,
     pdf = lambda x: float(jnp.exp(_burst_logpdf(jnp.asarray(x), jnp.asarray(sd), jnp.asarray(p), jnp.asarray(drop))))  # noqa: E731
     total, _ = integrate.quad(pdf, -60, 20, points=[0.0], limit=200)
     assert total == pytest.approx(1.0, abs=1e-5)
+    xs = np.linspace(-8.0, 3.0, 23)  # the NumPy twin the integrals below use is the same density
+    assert np.exp(_np_burst_logpdf(xs, sd, p, drop)) == pytest.approx([pdf(x) for x in xs], rel=1e-4, abs=1e-12)
     for x in (-1.0, 0.0, 0.7, 2.5):
         # P(residual ≥ −x): the density integrated from −x upwards
         upper, _ = integrate.quad(pdf, -x, 20, limit=200)
@@ -345,7 +356,7 @@ def test_success_departure_quadrature_integrates_a_cells_windows(d, a, sd):
     got = float(jax.nn.logsumexp(ls[0]))
 
     def integrand(x):
-        f = np.exp(sum(float(_burst_logpdf(jnp.asarray(di - x), sd, 0.05, 1.5)) for di in np.asarray(d)))
+        f = math.exp(float(_np_burst_logpdf(np.asarray(d) - x, sd, 0.05, 1.5).sum()))
         return f * stats.norm(0, a).pdf(x)
 
     points = sorted({float(v) for v in np.asarray(d)})
@@ -365,7 +376,7 @@ def test_one_window_success_density_is_the_burst_mixture_widened_by_the_departur
     # δ_s ~ N(0, a²) plus a burst-mixture window: the closed form the likelihood uses
     # for a cell with one window, against the integral.
     want = math.log(integrate.quad(
-        lambda t: math.exp(float(_burst_logpdf(jnp.asarray(x - t), sd, 0.05, 1.5))) * stats.norm(0, a).pdf(t),
+        lambda t: math.exp(float(_np_burst_logpdf(np.asarray(x - t), sd, 0.05, 1.5))) * stats.norm(0, a).pdf(t),
         -10 * a, 10 * a, limit=400,
     )[0])
     got = float(_burst_logpdf(jnp.asarray(x), jnp.sqrt(sd**2 + a**2), jnp.asarray(0.05), jnp.asarray(1.5)))
@@ -478,7 +489,7 @@ def test_success_offsets_draw_a_cells_departure_from_its_posterior(d, a, sd):
     got = np.asarray(success_offsets(jax.random.PRNGKey(0), latent, noise, window, wr))
     xs = np.linspace(-12, 6, 90_001)
     dd = to_transformed(wr.rows)[: len(d), 3] - truth
-    logp = sum(np.asarray(_burst_logpdf(jnp.asarray(float(di) - xs), sd, 0.05, 1.5)) for di in np.asarray(dd))
+    logp = sum(_np_burst_logpdf(float(di) - xs, sd, 0.05, 1.5) for di in np.asarray(dd))
     logp = logp + stats.norm(0, a).logpdf(xs)
     p = np.exp(logp - logp.max())
     p /= p.sum()
