@@ -755,29 +755,44 @@ def success_offsets(
     (common random numbers). A cell never measured gets a draw of its prior
     ``a·z``. ``windows`` must be concrete (its measured cells are selected
     before the quadrature)."""
+    n_cells = latent.shape[1]
     k_u, k_z = jax.random.split(jax.random.fold_in(key, 4))
     u = jax.random.uniform(k_u, latent.shape[:2], latent.dtype)
     z = jax.random.normal(k_z, latent.shape[:2], latent.dtype)
-    a = noise[:, 3:4]
-    prior = a * z
+    prior = noise[:, 3:4] * z
     mask = np.asarray(windows.mask[:, 3])
     row_cell = np.asarray(windows.cell)
-    slots, local = np.unique(row_cell[mask], return_inverse=True)
+    slots = np.unique(row_cell[mask])
     if slots.size == 0:
         return prior
-    rows = np.flatnonzero(mask)
-    y = to_transformed(windows.rows[rows])[:, 3]
-    s = jnp.clip(latent[:, slots, 3], SUCCESS_EPS, 1.0 - SUCCESS_EPS)
-    ell = jnp.log(s) - jnp.log1p(-s)  # (D, n_seen)
-    d = y[None, :] - ell[:, local]  # (D, R_seen)
-    terms, nodes = _success_node_loglik(
-        d, jnp.ones(rows.size, bool), jnp.asarray(local, jnp.int32), windows.rank[rows], int(slots.size),
-        noise[:, 3], window[:, slots],
+    # measured cells padded to a bucket (padding slots: no rows, dropped), so a
+    # campaign's rounds reuse one compiled shape while cells are added
+    n_slots = -(-slots.size // ROW_BUCKET) * ROW_BUCKET
+    cells = np.concatenate([slots, np.full(n_slots - slots.size, n_cells)])
+    take = np.minimum(cells, n_cells - 1)
+    local = np.where(mask, np.searchsorted(slots, row_cell), 0)
+    picked = _picked_success_offsets(
+        to_transformed(windows.rows)[:, 3], latent[:, take, 3], windows.mask[:, 3], jnp.asarray(local, jnp.int32),
+        windows.rank, noise[:, 3], window[:, take], u[:, take],
     )
-    cdf = jnp.cumsum(jax.nn.softmax(terms, axis=-1), axis=-1)  # (D, n_seen, S·K)
-    node = jnp.minimum(jnp.sum(cdf < u[:, slots, None], axis=-1), terms.shape[-1] - 1)
-    picked = jnp.take_along_axis(nodes, node[..., None], axis=-1)[..., 0]
-    return prior.at[:, slots].set(picked)
+    return prior.at[:, cells].set(picked, mode="drop")
+
+
+@jax.jit
+def _picked_success_offsets(
+    y: jnp.ndarray, success: jnp.ndarray, mask: jnp.ndarray, local: jnp.ndarray, rank: jnp.ndarray,
+    a: jnp.ndarray, window: jnp.ndarray, u: jnp.ndarray,
+) -> jnp.ndarray:
+    """:func:`success_offsets`' draws ``(n_draws, n_slots)`` at its measured cells: ``y (n_rows,)``
+    the windows' logit success, ``success (n_draws, n_slots)`` the curve's, ``local`` each row's
+    slot, ``a (n_draws,)``, ``window (n_draws, n_slots, 6)``, ``u (n_draws, n_slots)`` uniforms."""
+    s = jnp.clip(success, SUCCESS_EPS, 1.0 - SUCCESS_EPS)
+    ell = jnp.log(s) - jnp.log1p(-s)
+    d = y[None, :] - ell[:, local]  # (D, n_rows)
+    terms, nodes = _success_node_loglik(d, mask, local, rank, success.shape[1], a, window)
+    cdf = jnp.cumsum(jax.nn.softmax(terms, axis=-1), axis=-1)  # (D, n_slots, S·K)
+    node = jnp.minimum(jnp.sum(cdf < u[..., None], axis=-1), terms.shape[-1] - 1)
+    return jnp.take_along_axis(nodes, node[..., None], axis=-1)[..., 0]
 
 
 def offset_normals(key: jax.Array, latent: jnp.ndarray) -> jnp.ndarray:
