@@ -1323,8 +1323,8 @@ def _success_node_loglik(
     k = jax.ops.segment_sum(plain, cell, n_cells)  # (C, S)
     j = jax.ops.segment_sum(burst, cell, n_cells)
     dr = jnp.moveaxis(d, -1, 0)[..., None]  # (R, ..., 1)
-    plain_b = plain.reshape(plain.shape[:1] + (1,) * (d.ndim - 1) + plain.shape[1:])
-    burst_b = burst.reshape(plain_b.shape)
+    by_row = plain.shape[:1] + (1,) * (d.ndim - 1)  # (R, 1 per batch axis): rows first
+    plain_b, burst_b = plain.reshape(by_row + plain.shape[1:]), burst.reshape(by_row + burst.shape[1:])
     s1 = jnp.moveaxis(jax.ops.segment_sum(dr * plain_b, cell, n_cells), 0, -2)  # (..., C, S)
     s2 = jnp.moveaxis(jax.ops.segment_sum(dr * dr * plain_b, cell, n_cells), 0, -2)
     sb = jnp.moveaxis(jax.ops.segment_sum(dr * burst_b, cell, n_cells), 0, -2)
@@ -1345,9 +1345,8 @@ def _success_node_loglik(
     r_d = dr[..., None]
     cdf = jax.scipy.special.log_ndtr((at - r_d) / r_sd - r_sd / r_drop)
     mix = _burst_logpdf(r_d - at, r_sd, r_p, r_drop)
-    extra_shape = (1,) * (d.ndim - 1)
-    lf = jnp.where(burst.reshape(burst.shape[:1] + extra_shape + burst.shape[1:])[..., None] > 0, cdf, 0.0)
-    lf = lf + jnp.where(lower.reshape(lower.shape + extra_shape + (1, 1)), mix, 0.0)
+    lf = jnp.where(burst_b[..., None] > 0, cdf, 0.0)
+    lf = lf + jnp.where(lower.reshape(by_row + (1, 1)), mix, 0.0)
     data = jnp.moveaxis(jax.ops.segment_sum(lf, cell, n_cells), 0, -3)  # (..., C, S, K)
     terms = log_gauss[..., None] + jnp.asarray(_GH_LOGW, d.dtype) + data
     terms = jnp.where(valid[..., None], terms, -jnp.inf)
