@@ -90,10 +90,17 @@ def test_out_on_a_read_only_file_system_is_an_environment_error(
 ) -> None:
     campaign = write_tiny(tmp_path / "c")
 
-    def read_only(self: Path, *a: object, **k: object) -> None:
-        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+    mount = tmp_path / "ro"
+    real_mkdir = Path.mkdir
 
-    monkeypatch.setattr(Path, "mkdir", read_only)  # what a read-only mount answers (root ignores chmod)
+    def read_only(self: Path, *a: object, **k: object) -> None:
+        # What a read-only mount at `mount` answers (root ignores chmod); every other
+        # directory (ArviZ's cache on a first import, say) stays writable.
+        if self == mount or mount in self.parents:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
     rc, _, err = _main(capsys, "run", str(campaign), "--out", str(tmp_path / "ro" / "o"), "--quiet")
     assert rc == 1
     assert "cannot write the campaign directory (Read-only file system)" in _one_line(err, "run")
