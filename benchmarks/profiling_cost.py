@@ -387,6 +387,8 @@ def bench_suite(args: argparse.Namespace) -> dict[str, Any]:
         camp["name"] = f"synthetic-{k}"
         if args.inference is not None:
             camp["model"]["inference"] = args.inference
+        if args.family is not None:
+            camp["model"]["family"] = _family_ref(args.family)
         c = write_synthetic(root / f"c{k:03d}", df, camp)
         from fleetsieve_bayes.allocation.problem import (
             grid_from_table,
@@ -826,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="noisy suite: keep each fleet's campaign directory here (a rerun resumes it)")
     p.add_argument("--inference", default=None, help="override the campaign's inference preset")
     p.add_argument("--family", default=None,
-                   help="noisy suite: the campaigns' prior card (a shipped name or a path; default generic), "
+                   help="with --suite or --noisy: the campaigns' prior card (a shipped name or a path; default generic), "
                    "e.g. a copy of generic with [capacity], [ttft] and [completion] tp_sd = 0.3")
     p.add_argument("--floors-only", action="store_true", help="only the oracle, hindsight floor and random's reveal floor (no model runs)")
     p.add_argument("--fleets", default="", help="with --suite or --noisy: only these fleet numbers, in this order (e.g. 30,31,24)")

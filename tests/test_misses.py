@@ -44,3 +44,21 @@ def test_nothing_measured_and_budget_cases() -> None:
     assert describe_unserved("chat", why["chat"]).endswith("no cell of this class was measured")
     assert "GPU budget" in describe_unserved("code", why["code"])
     assert unserved(None, {"chat": SLO}, ROWS) == {}
+
+
+def test_a_class_whose_windows_meet_the_slo_is_explained_by_the_campaign_state() -> None:
+    alloc = {"chat": {"replicas": 0}, "code": {"replicas": 0}}
+    [code] = [unserved(alloc, {"chat": SLO, "code": SLO}, ROWS[3:])["code"]]
+    at_level = {"status": "undecided", "slo_attainment": {"chat": 0.9, "code": 0.95},
+                "repeat": {"workload": "code", "tp": 1, "load": "x1", "windows": 3}}
+    assert describe_unserved("code", code, at_level) == (
+        "code: no replicas — best measured cell TP1@x1 meets the SLO in its windows, but no cell of this "
+        "class is shown to meet it in 95 % of windows (measure TP1@x1 again)"
+    )
+    other = {**at_level, "repeat": {"workload": "chat", "tp": 2, "load": "x4", "windows": 1}}
+    assert describe_unserved("code", code, other).endswith("in 95 % of windows")
+    point = {"status": "undecided", "slo_attainment": {"chat": "point", "code": "point"}}
+    assert describe_unserved("code", code, point).endswith(
+        "but the campaign is undecided and the conservative allocation does not count on it yet")
+    assert describe_unserved("code", code, {"status": "certified-feasible"}).endswith(
+        "but the GPU budget went to other classes")

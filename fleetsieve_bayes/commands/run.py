@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
             else:
-                print(f"  {describe_unserved(name, why.get(name, {}))}")
+                print(f"  {describe_unserved(name, why.get(name, {}), r)}")
         if r.get("production"):
             from fleetsieve_bayes.deploy.production import describe_change
 

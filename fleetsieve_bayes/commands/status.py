@@ -206,7 +206,7 @@ def render_status(view: CampaignView, console: Any) -> None:
 
             rows = [r.row for r in view.measurements]
             for w, u in unserved(view.result.get("allocation"), view.slos, rows).items():
-                console.print(describe_unserved(w, u), highlight=False)
+                console.print(describe_unserved(w, u, view.result), highlight=False)
 
     mt = Table(title="Measured cells", title_justify="left")
     for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("req/s", "right"), ("TTFT p99", "right"), ("compl. p99", "right"), ("success", "right"), ("GPU-s", "right")):

@@ -103,13 +103,31 @@ def unserved(allocation: Mapping[str, Any] | None, slos: Mapping[str, Mapping[st
     return out
 
 
-def describe_unserved(w: str, info: Mapping[str, Any]) -> str:
-    """One line: ``chat: no replicas — best measured cell TP1@x4 misses TTFT p99 …``."""
+def describe_unserved(w: str, info: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> str:
+    """One line: ``chat: no replicas — best measured cell TP1@x4 misses TTFT p99 …``.
+
+    ``result`` (``result.json``) tells why a class whose best measured window meets
+    its SLOs still has no replicas: at an SLO-attainment level, its attainment is not
+    shown to reach the level (and the cell to repeat, when the campaign names one);
+    in an undecided campaign, the conservative allocation does not count on it yet;
+    otherwise the GPU budget went to other classes.
+    """
     cell = info.get("cell")
     if cell is None:
         return f"{w}: no replicas — no cell of this class was measured"
     where = f"TP{cell['tp']}@{cell['load']}"
     misses = info.get("misses") or []
-    if not misses:
-        return f"{w}: no replicas — best measured cell {where} meets the SLO, but the GPU budget went to other classes"
-    return f"{w}: no replicas — best measured cell {where} misses " + "; ".join(m.text() for m in misses)
+    if misses:
+        return f"{w}: no replicas — best measured cell {where} misses " + "; ".join(m.text() for m in misses)
+    head = f"{w}: no replicas — best measured cell {where} meets the SLO in its windows"
+    r = result or {}
+    level = (r.get("slo_attainment") or {}).get(w) if isinstance(r.get("slo_attainment"), Mapping) else None
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        line = f"{head}, but no cell of this class is shown to meet it in {100 * float(level):.0f} % of windows"
+        rep = r.get("repeat")
+        if isinstance(rep, Mapping) and rep.get("workload") == w:
+            line += f" (measure TP{rep['tp']}@{rep['load']} again)"
+        return line
+    if r.get("status") == "undecided":
+        return f"{head}, but the campaign is undecided and the conservative allocation does not count on it yet"
+    return f"{head}, but the GPU budget went to other classes"
