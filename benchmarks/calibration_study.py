@@ -178,13 +178,16 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
 
 
 def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float,
-                     tp_sd: float | None = None) -> dict:
-    """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones.
+                     tp_sd: float | None = None, burst: tuple[float, float, float] | None = None) -> dict:
+    """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones,
+    and what the conservative table at ``level`` admits (:func:`admission_scores`).
 
     With ``tp_sd``, every fleet is fitted a second time, side by side, with the
     ``generic`` card's per-(class, TP) departures (``[capacity]``, ``[ttft]``
     and ``[completion]`` ``tp_sd``) set to it; ``"tp_sd"`` then holds that
-    fit's scores in the same form.
+    fit's scores in the same form. With ``burst`` ``(burst_probability,
+    burst_logit_sd, burst_class_sd)``, likewise with the card's ``[window]``
+    burst prior set to it (``"burst"``).
     """
     import dataclasses
     import tempfile
@@ -197,6 +200,9 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     cards = {"generic": generic}
     if tp_sd is not None:
         cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd, ttft_tp_sd=tp_sd, completion_tp_sd=tp_sd)
+    if burst is not None:
+        cards["burst"] = dataclasses.replace(generic, window_burst_probability=burst[0], window_burst_logit_sd=burst[1],
+                                             window_burst_class_sd=burst[2])
     runs: dict[str, list[dict]] = {k: [] for k in cards}
     for f in range(fleets):
         rng = np.random.default_rng([seed, f])
@@ -224,6 +230,8 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     out = _attainment_summary(runs["generic"], fleets, windows, share)
     if tp_sd is not None:
         out["tp_sd"] = {"value": tp_sd, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
+    if burst is not None:
+        out["burst"] = {"value": list(burst), **_attainment_summary(runs["burst"], fleets, windows, share)}
     return out
 
 
@@ -232,7 +240,11 @@ def _attainment_fit(fleet: Any, problem: Any, counts: np.ndarray, observed: np.n
     """One fleet's fit with ``card`` and its scores (a row of :func:`attainment_study`)."""
     from fleetsieve_bayes.decision.bounds import attainment_bounds
     from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
-    from fleetsieve_bayes.evaluation.attainment import attainment_scores, tail_accuracy
+    from fleetsieve_bayes.evaluation.attainment import (
+        admission_scores,
+        attainment_scores,
+        tail_accuracy,
+    )
 
     n = fleet.grid.n_cells
     t0 = time.perf_counter()
@@ -253,6 +265,8 @@ def _attainment_fit(fleet: Any, problem: Any, counts: np.ndarray, observed: np.n
         "unmeasured_cells": attainment_scores(
             att.median[~measured & live], att.lo[~measured & live], att.hi[~measured & live], fleet.attainment[~measured & live]
         ),
+        "admission_measured": admission_scores(att.lo[m], fleet.attainment[m], level),
+        "admission_unmeasured": admission_scores(att.lo[~measured & live], fleet.attainment[~measured & live], level),
         "tails_unmeasured": tail_accuracy(med, fleet.truth, fleet.offered, np.flatnonzero(~measured)),
         "tails_log_error": _tail_log_error(med, fleet.truth, fleet.offered, ~measured),
         "abs_err": np.abs(att.median[m] - fleet.attainment[m]).tolist(),
@@ -292,6 +306,9 @@ def _attainment_summary(rows_out: list[dict], fleets: int, windows: int, share: 
         "tails_log_bias": (np.concatenate([np.reshape(r["tails_log_error"], (-1, 2)) for r in rows_out]).mean(0).tolist()
                            if any(r["tails_log_error"] for r in rows_out) else None),
         "fit_s_median": float(np.median([r["fit_s"] for r in rows_out])) if rows_out else None,
+        **{f"admission_{k}": {s: int(sum(r[f"admission_{k}"][s] for r in rows_out))
+                              for s in ("admissible", "admitted", "inadmissible_admitted")}
+           for k in ("measured", "unmeasured")},
         "per_fleet": rows_out,
     }
 
@@ -383,6 +400,9 @@ def published_table(res: dict) -> str:
         fits = [("generic", a)]
         if "tp_sd" in a:
             fits.append((f"generic, tp_sd {a['tp_sd']['value']:g}", a["tp_sd"]))
+        if "burst" in a:
+            p, sd, csd = a["burst"]["value"]
+            fits.append((f"generic, burst prior {p:g} (logit sd {sd:g}, class sd {csd:g})", a["burst"]))
         out += [f"SLO attainment on noisy synthetic fleets ({a['fleets']} fleets, {a['share_measured']:.0%} of cells "
                 f"measured, a third of them {a['windows']} times, {level:.0%} intervals), each card fitted to the "
                 "same windows:", "",
@@ -396,10 +416,30 @@ def published_table(res: dict) -> str:
                        f"| {r['unmeasured_coverage']:.2f} | {r['tails_ttft_within_20']:.2f} "
                        f"| {r['tails_completion_within_20']:.2f} | {r['throughput_within_20']:.2f} "
                        f"| {bias[0]:+.2f} | {bias[1]:+.2f} | {r.get('fit_s_median') or float('nan'):.0f} |")
+        out += ["", f"What the conservative table admits at level {level:g} (lower bound ≥ level), same fits:", "",
+                "| card | measured cells truly admissible: admitted | measured inadmissible admitted "
+                "| unmeasured truly admissible: admitted | unmeasured inadmissible admitted |",
+                "|---|---|---|---|---|"]
+        for name, r in fits:
+            am, au = r.get("admission_measured"), r.get("admission_unmeasured")
+            if am is None or au is None:
+                continue
+            out.append(f"| {name} | {am['admitted']} of {am['admissible']} | {am['inadmissible_admitted']} "
+                       f"| {au['admitted']} of {au['admissible']} | {au['inadmissible_admitted']} |")
         out.append("")
     if "campaign" in res:
         out += _campaign_lines(res["campaign"], level)
     return "\n".join(out).strip()
+
+
+def _burst(text: str | None) -> tuple[float, float, float] | None:
+    """``--burst P,SD,CLASS_SD`` as three floats (None when not given)."""
+    if text is None:
+        return None
+    parts = [float(x) for x in text.split(",")]
+    if len(parts) != 3:
+        raise SystemExit(f"--burst: expected P,SD,CLASS_SD (three numbers), got {text!r}")
+    return parts[0], parts[1], parts[2]
 
 
 def main() -> None:
@@ -414,6 +454,9 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.5, help="attainment: share of cells measured")
     ap.add_argument("--tp-sd", type=float, default=None,
                     help="attainment: also fit every fleet with the generic card's per-(class, TP) departures at this sd")
+    ap.add_argument("--burst", default=None, metavar="P,SD,CLASS_SD",
+                    help="attainment: also fit every fleet with the generic card's [window] burst prior set to "
+                    "burst_probability,burst_logit_sd,burst_class_sd (e.g. 0.05,1.0,0.5)")
     ap.add_argument("--from", dest="source", type=Path, default=None,
                     help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
     ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
@@ -431,7 +474,7 @@ def main() -> None:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
         res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share,
-                                             args.tp_sd)
+                                             args.tp_sd, _burst(args.burst))
     if "campaign" in studies:
         res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:

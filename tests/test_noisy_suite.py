@@ -13,7 +13,12 @@ from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import allocation_to_json
 from fleetsieve_bayes.backends.replay import make_replay_backend
 from fleetsieve_bayes.errors import InputError
-from fleetsieve_bayes.evaluation.attainment import full_grid_decision, noisy_fleet, true_level_table
+from fleetsieve_bayes.evaluation.attainment import (
+    admission_scores,
+    full_grid_decision,
+    noisy_fleet,
+    true_level_table,
+)
 from fleetsieve_bayes.evaluation.noisy import (
     full_grid_gpu_s,
     full_grid_scores,
@@ -161,6 +166,34 @@ def test_calibration_reads_the_end_of_campaigns_from_a_checkpoint(tmp_path: Path
     assert c["tails_cells"] == 10 and c["tails_ttft_within_20"] == pytest.approx((4 * 0.5 + 6) / 10)
     md = calibration_study.published_table({"level": 0.9, "campaign": c})
     assert "| committed cells (2): reported attainment MAE | 0.070 | ≤ 0.05 |" in md
+
+
+def test_admission_counts_what_the_conservative_table_admits_against_the_truth() -> None:
+    lo = np.array([0.95, 0.89, 0.90, 0.91, 0.2])
+    truth = np.array([0.99, 0.97, 0.90, 0.85, 0.1])
+    assert admission_scores(lo, truth, 0.9) == {"admissible": 3, "admitted": 2, "inadmissible_admitted": 1}
+    assert admission_scores(lo[:0], truth[:0], 0.9) == {"admissible": 0, "admitted": 0, "inadmissible_admitted": 0}
+
+
+def test_the_attainment_study_tabulates_admission_for_each_card() -> None:
+    _benchmarks()
+    import calibration_study
+
+    def card(admitted: int, false: int) -> dict:
+        return {"measured_mae": 0.02, "measured_coverage": 0.9, "unmeasured_mae": 0.1, "unmeasured_coverage": 0.9,
+                "tails_ttft_within_20": 0.5, "tails_completion_within_20": 0.5, "throughput_within_20": 1.0,
+                "tails_log_bias": [0.1, 0.2], "fit_s_median": 60.0,
+                "admission_measured": {"admissible": 25, "admitted": admitted, "inadmissible_admitted": false},
+                "admission_unmeasured": {"admissible": 4, "admitted": 1, "inadmissible_admitted": 0}}
+
+    a = {**card(18, 0), "fleets": 4, "share_measured": 0.5, "windows": 3,
+         "burst": {"value": [0.05, 1.0, 0.5], **card(22, 1)}}
+    md = calibration_study.published_table({"level": 0.9, "attainment": a})
+    assert "| generic | 18 of 25 | 0 | 1 of 4 | 0 |" in md
+    assert "| generic, burst prior 0.05 (logit sd 1, class sd 0.5) | 22 of 25 | 1 | 1 of 4 | 0 |" in md
+    assert calibration_study._burst("0.05,1.0,0.5") == (0.05, 1.0, 0.5) and calibration_study._burst(None) is None
+    with pytest.raises(SystemExit, match="three numbers"):
+        calibration_study._burst("0.05,1.0")
 
 
 def test_an_exhausted_campaign_at_a_level_reads_its_measured_cells_at_the_level(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "noisy_fleet",
     "windows_of",
     "attainment_scores",
+    "admission_scores",
     "tail_accuracy",
     "true_level_table",
     "score_decision",
@@ -94,6 +95,20 @@ def attainment_scores(median: np.ndarray, lo: np.ndarray, hi: np.ndarray, truth:
         "cells": int(median.size),
         "mae": float(np.mean(np.abs(median - truth))),
         "coverage": float(np.mean((lo - 1e-9 <= truth) & (truth <= hi + 1e-9))),
+    }
+
+
+def admission_scores(lo: np.ndarray, truth: np.ndarray, level: float) -> dict[str, int]:
+    """What the conservative table at ``level`` makes of cells with attainment lower
+    bounds ``lo (n,)`` and true attainment ``truth (n,)``: how many are truly admissible
+    (truth ≥ level), how many of those it admits (lo ≥ level), and how many truly
+    inadmissible cells it admits (each a false admission)."""
+    good = truth >= level
+    admitted = lo >= level
+    return {
+        "admissible": int(good.sum()),
+        "admitted": int((good & admitted).sum()),
+        "inadmissible_admitted": int((~good & admitted).sum()),
     }
 
 
