@@ -686,6 +686,12 @@ def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
                       "suite_seed": args.suite_seed, "summary": summarise_noisy(runs) if runs else None, "runs": runs}}
 
 
+def _burst_p95(window: dict[str, float]) -> float:
+    """The 95th percentile of a card's prior burst probability (logit-normal, family and class sds)."""
+    p, sd = window["burst_probability"], math.hypot(window["burst_logit_sd"], window["burst_class_sd"])
+    return 1.0 / (1.0 + math.exp(-(math.log(p / (1.0 - p)) + 1.6448536 * sd)))
+
+
 MODEL_SHAPE = (
     "One measurement window of a cell is not the cell. The window-noise model (`model/joint.py`, the prior "
     "card's `[window]` section; card `{card}`) takes its shape and its prior scales from published repeats. "
@@ -697,7 +703,11 @@ MODEL_SHAPE = (
     "the FleetSieve paper repeated eight boundary cells over five seeds and chat TP4@C96 fell from about 0.99 "
     "to 94.3 % once in 40 windows, a drop of 1.8 on the logit; the card's success window is a mixture — with "
     "probability `burst_probability` {burst_probability:g} the logit drops by an exponential amount of mean "
-    "`burst_drop` {burst_drop:g}, otherwise a normal scatter of sd `success_sd` {success_sd:g}. **Throughput "
+    "`burst_drop` {burst_drop:g}, otherwise a normal scatter of sd `success_sd` {success_sd:g}. The burst "
+    "probability's prior is that count's own evidence: one burst in 40 windows under Jeffreys' prior is "
+    "Beta(1.5, 39.5), median 0.029 and 95th percentile 0.094; the card's logit-normal (centre "
+    "{burst_probability:g}, sd {burst_logit_sd:g} at the family level and {burst_class_sd:g} between classes) "
+    "has its 95th percentile at {burst_p95:.2f}. **Throughput "
     "barely moves** (`throughput_sd` {throughput_sd:g}): a served rate over a 300 s window averages thousands "
     "of requests. A cell's windows share its departure from the model's curve, so several windows of one "
     "cell pin its own truth while the window scales are learnt from the spread within repeated cells."
@@ -730,7 +740,7 @@ def noisy_markdown(res: dict[str, Any]) -> str:
     f1, f3 = s["full_grid"]["1"], s["full_grid"]["3"]
     mae = "—" if s["committed_mae"] is None else f"{s['committed_mae']:.3f}"
     stat = ", ".join(f"{k}: {v}" for k, v in s["statuses"].items())
-    model = MODEL_SHAPE.format(card=nz["card"], **nz["card_window"]) if nz.get("card_window") else ""
+    model = MODEL_SHAPE.format(card=nz["card"], burst_p95=_burst_p95(nz["card_window"]), **nz["card_window"]) if nz.get("card_window") else ""
     lines = [
         model, "", "**The noisy suite.** " + NOISE_SHAPE.format(windows=nz["windows"]), "",
         f"{s['fleets']} fleets at level {nz['level']:g} ({s['truly_feasible_at_level']} feasible on the truth at "
