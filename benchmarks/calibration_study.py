@@ -461,6 +461,8 @@ def main() -> None:
                     help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
     ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "calibration_study.json")
+    ap.add_argument("--study", default=None,
+                    help="with --publish: the study's name (default calibration_<studies>_<preset>)")
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/calibration_<studies>_<preset>.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args()
     load_preset(args.preset)
@@ -489,7 +491,7 @@ def main() -> None:
         from publish import command_line, publish
 
         kinds = "_".join(sorted({s.split("-")[0] for s in studies}))
-        publish(f"calibration_{kinds}_{args.preset}", res, md, command_line(__file__))
+        publish(args.study or f"calibration_{kinds}_{args.preset}", res, md, command_line(__file__))
 
 
 if __name__ == "__main__":
