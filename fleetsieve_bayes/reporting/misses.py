@@ -121,7 +121,8 @@ def describe_unserved(w: str, info: Mapping[str, Any], result: Mapping[str, Any]
         return f"{w}: no replicas — best measured cell {where} misses " + "; ".join(m.text() for m in misses)
     head = f"{w}: no replicas — best measured cell {where} meets the SLO in its windows"
     r = result or {}
-    level = (r.get("slo_attainment") or {}).get(w) if isinstance(r.get("slo_attainment"), Mapping) else None
+    levels = r.get("slo_attainment")
+    level = levels.get(w) if isinstance(levels, Mapping) else None
     if isinstance(level, (int, float)) and not isinstance(level, bool):
         line = f"{head}, but no cell of this class is shown to meet it in {100 * float(level):.0f} % of windows"
         rep = r.get("repeat")
