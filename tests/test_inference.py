@@ -18,7 +18,7 @@ from fleetsieve_bayes.decision.bounds import credible_bounds
 from fleetsieve_bayes.decision.design import initial_design
 from fleetsieve_bayes.model.diagnostics import summarize
 from fleetsieve_bayes.model.inference import Posterior, fit, load_preset, prior_predictive
-from fleetsieve_bayes.model.joint import latent_metrics, model_data
+from fleetsieve_bayes.model.joint import ROW_BUCKET, latent_metrics, model_data
 from fleetsieve_bayes.resources import data_dir
 from fleetsieve_bayes.table import read_table
 
@@ -318,3 +318,26 @@ def test_certifying_fit_falls_back_to_windowed_warmup_when_pooled_does_not_conve
         criteria=Convergence(ess_bulk_min=1e9), max_rounds=0,
     )
     assert windowed.diagnostics["attempts"] == 1 and not windowed.diagnostics["windowed_fallback"]
+
+
+def test_a_warm_refit_keeps_its_adaptation_when_the_window_rows_cross_a_bucket(shipped, design_fit):
+    """A repeat that pushes the window rows into the next bucket compiles a new
+    program, but the parameter space is the same: the fit goes on from the last
+    state's step size, mass and position instead of rerunning the warm-up."""
+    grid, obs = shipped
+    m, _ = design_fit
+    cells = np.flatnonzero(m)
+    preset = load_preset("fast")
+    first = fit(grid, obs, m, CARD, preset, seed=0, rows=obs[cells], row_cell=cells)
+    assert first.windows.rows.shape[0] == ROW_BUCKET
+    again = np.resize(cells, ROW_BUCKET + 1)  # every design cell again, some three times
+    rows = obs[again] * np.exp(0.01 * np.random.default_rng(0).normal(size=(again.size, 4)))
+    warm = fit(grid, obs, m, CARD, preset, seed=1, warm_start=first, rows=rows, row_cell=again)
+    assert warm.windows.rows.shape[0] == 2 * ROW_BUCKET
+    assert warm.state["key"] != first.state["key"] and warm.state["sampler"] == first.state["sampler"]
+    for before, after in zip(first.state["states"], warm.state["states"], strict=True):
+        # Either the chain went on (no warm-up at all) or, its draws diverging on
+        # the new windows, its step size alone was re-tuned: the mass is kept.
+        assert int(after.i) in (int(before.i) + preset.samples, preset.warmup + preset.samples)
+        jax.tree.map(np.testing.assert_array_equal, after.adapt_state.inverse_mass_matrix,
+                     before.adapt_state.inverse_mass_matrix)

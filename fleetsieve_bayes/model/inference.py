@@ -15,11 +15,13 @@ change — reuse it.
 Warm start (``fit(..., warm_start=previous)``):
 
 * NUTS: when ``previous.state`` is the last sampler state of a run with the same
-  shapes/card/preset, warmup is skipped: the adapted step size and mass matrix
+  parameter space/card/preset (the number of measured windows may differ),
+  warmup is skipped: the adapted step size and mass matrix
   are reused and each chain starts from its last position (potential energy and
   gradient recomputed for the new data). If that run diverges in more than 2 %
-  of transitions, the fit is redone with a full warmup started from the same
-  positions. Otherwise (e.g. a Posterior read from disk) a full warmup starts
+  of transitions, it is redone from the same positions and mass with the step
+  size re-tuned over a short warm-up, and if that diverges too, with a full
+  warmup. Otherwise (e.g. a Posterior read from disk) a full warmup starts
   from the previous posterior median.
 * SVI: the optimisation starts from the previous guide parameters and runs
   ``warm_steps`` instead of ``steps``.
@@ -106,6 +108,10 @@ _DERIVED = (
     "tp_dev",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
+# A warm refit over the limit re-tunes its step size over this many transitions
+# (mass and positions kept) before falling back to a full warm-up
+# (docs/results.md, "Warm refits across window buckets").
+_RETUNE_STEPS = 200
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
 _SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z")
 
@@ -279,6 +285,17 @@ def _shape_key(data: ModelData) -> tuple[int, ...]:
     return (int(data.u.shape[0]), int(data.cap_ref.shape[0]), int(data.windows.rows.shape[0]), int(data.windows.shared.shape[0]), *gpu)
 
 
+def _sampler_key(data: ModelData, card: PriorCard, preset: InferencePreset) -> tuple:
+    """What a NUTS sampler state depends on: the parameter space (classes, the
+    window-noise sites, the GPU and TP deviations), the card and the preset —
+    not how many windows are measured. A state adapted on a round with fewer
+    window rows (another row bucket, hence another compiled program) warm-starts
+    the next round's fit: the new program is compiled, but the 800-step warm-up
+    is not rerun (docs/results.md, "Warm refits across window buckets")."""
+    return ("nuts-sampler", int(data.u.shape[0]), int(data.cap_ref.shape[0]), data.windows is not None,
+            gpu_dev_count(data), tp_dev_count(data, card), card, preset)
+
+
 def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:
     """Compiled pieces of one (shape, card, preset): a single-chain NUTS chunk
     runner (``lax.scan`` of ``chunk`` transitions, data as an argument), the
@@ -319,7 +336,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             r_init, r_run = jax.random.split(rng)
             if z is None:
                 z = _init_point(r_init, card, d)
-            if inverse_mass is not None and not preset.dense_mass:
+            if inverse_mass is not None and not preset.dense_mass and not isinstance(inverse_mass, dict):
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
                 z,
@@ -492,6 +509,22 @@ def _pooled_warmup(
     return _map_chains(preset, second)
 
 
+def _divergence(results: list[tuple[Any, NutsTrace]]) -> float:
+    """The share of divergent transitions over every chain's kept draws."""
+    return float(np.mean([r[1].diverging.mean() for r in results]))
+
+
+def _retuned_chain(
+    objs: NutsKernel, preset: InferencePreset, data: ModelData, last: Any, key: jax.Array, steps: int
+) -> tuple[Any, NutsTrace]:
+    """One chain from ``last``'s position under ``last``'s mass matrix, the step
+    size tuned afresh over ``steps`` warm-up transitions, then ``preset.samples`` draws."""
+    state = objs.init_fixed_mass(last.z, jax.random.fold_in(key, 2), data, last.adapt_state.inverse_mass_matrix)
+    # The adaptation clock starts ``steps`` before the end of the warm-up.
+    state = state._replace(i=jnp.asarray(preset.warmup - steps, state.i.dtype))
+    return _nuts_chain(objs, state, data, steps + preset.samples, preset.samples)
+
+
 def _fit_nuts(
     data: ModelData,
     card: PriorCard,
@@ -504,7 +537,10 @@ def _fit_nuts(
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)
     states: list[Any] | None = None
-    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs.key:
+    sampler = _sampler_key(data, card, preset)
+    if warm is not None and isinstance(warm.state, dict) and (
+        warm.state.get("key") == objs.key or warm.state.get("sampler") == sampler
+    ):
         # numpyro's sample_kernel reads settings (tree depth, adaptation) that
         # only its init_kernel sets; a state loaded from disk arrives in a
         # process where init never ran, so trace it once (no compile, no run).
@@ -521,9 +557,13 @@ def _fit_nuts(
         results = _map_chains(
             preset, lambda c: _nuts_chain(objs, warm_states[c], data, preset.samples, preset.samples)
         )
-        div = np.mean([r[1].diverging.mean() for r in results])
-        if div > _WARM_DIVERGENCE_LIMIT:
-            results = None
+        if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
+            # New data moved the posterior (typically sharper): keep the mass,
+            # re-tune the step size over a short warm-up from the same positions.
+            retune = objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len)
+            results = _map_chains(preset, lambda c: _retuned_chain(objs, preset, data, warm_states[c], keys[c], retune))
+            if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
+                results = None
     if results is None:
         inits: list[Any] = []
         if states is not None:
@@ -566,7 +606,7 @@ def _fit_nuts(
     }
     last_states = [jax.device_get(r[0]) for r in results]
     return assemble(
-        samples, stats, data, seed, method="nuts", state={"key": objs.key, "states": last_states}
+        samples, stats, data, seed, method="nuts", state={"key": objs.key, "sampler": sampler, "states": last_states}
     )
 
 
@@ -668,7 +708,10 @@ def _fit_svi(
     objs = _svi_kernel(data, card, preset)
     rng_init, rng_draw = jax.random.split(jax.random.PRNGKey(seed))
     prev = None
-    if warm is not None and isinstance(warm.state, dict) and warm.state.get("key") == objs.key:
+    sampler = _sampler_key(data, card, preset)
+    if warm is not None and isinstance(warm.state, dict) and (
+        warm.state.get("key") == objs.key or warm.state.get("sampler") == sampler
+    ):
         prev = warm.state["params"]
     svi_state = objs.init(rng_init, data, prev)
     n_chunks = 1 if prev is not None else preset.steps // preset.warm_steps

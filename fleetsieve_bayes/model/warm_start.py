@@ -10,8 +10,9 @@ Never pickle: a campaign directory may come from someone else, and unpickling
 runs code. Each file is a NumPy ``.npz`` read with ``allow_pickle=False``: the
 arrays, plus one ``tree.json`` entry describing how they nest (dicts, lists,
 tuples, and NamedTuples of an allow-listed module such as numpyro's sampler
-states). The sampler-state cache key (grid shape, prior card, preset) is kept
-as a digest: a state is reused only by a fit with the very same key. Leftover
+states). The sampler-state cache keys (the compiled program's: grid and
+window shapes, prior card, preset; and the parameter space's) are kept as
+digests: a state is reused only by a fit with the very same key. Leftover
 ``round_<r>.pkl`` files of older versions are never opened.
 """
 
@@ -37,6 +38,8 @@ _TREE = "tree.json"
 _VERSION = 1
 # NamedTuple classes are rebuilt only from these modules (by name, never by code in the file).
 _TRUSTED_MODULES = ("numpyro.infer.", "fleetsieve_bayes.")
+# Sampler-state cache keys (see fleetsieve_bayes.model.inference): saved as digests.
+_KEYS = ("key", "sampler")
 
 
 class KeyDigest:
@@ -144,8 +147,8 @@ def save_warm_start(folder: Path, posterior: Any, *, round_no: int) -> None:
     """Save ``posterior``'s params and sampler state as the state after round ``round_no``."""
     folder.mkdir(parents=True, exist_ok=True)
     state = jax.device_get(getattr(posterior, "state", None))
-    if isinstance(state, dict) and "key" in state and not isinstance(state["key"], KeyDigest):
-        state = {**state, "key": KeyDigest(_digest(state["key"]))}
+    if isinstance(state, dict):
+        state = {k: KeyDigest(_digest(v)) if k in _KEYS and not isinstance(v, KeyDigest) else v for k, v in state.items()}
     arrays: dict[str, np.ndarray] = {}
     tree = {
         "version": _VERSION,
