@@ -84,6 +84,43 @@ def test_gpu_pool_packs_aligned_blocks_and_a_tp8_waits() -> None:
     assert pool.take(4) == (4, 5, 6, 7)
 
 
+def test_gpu_pool_by_type_hands_out_slots_of_the_cells_own_group() -> None:
+    pool = GpuPool(12, sizes=(8, 4))  # 8 slots of type 0, then 4 of type 1
+    assert pool.take(4, group=1) == (8, 9, 10, 11)
+    assert pool.take(1, group=1) is None and not pool.fits(1, group=1)  # type 0's free slots do not count
+    assert pool.fits(8, group=0) and pool.take(2, group=0) == (0, 1)
+    assert pool.take(2, prefer=(8, 9), group=0) == (2, 3)  # a preferred slot of another group is ignored
+    assert (pool.free_in(0), pool.free_in(1), pool.n_free) == (4, 0, 4)
+    pool.give((8, 9))
+    assert pool.take(2, prefer=(8, 9), group=1) == (8, 9)
+    with pytest.raises(ValueError, match="do not add up"):
+        GpuPool(12, sizes=(8, 8))
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.integers(0, 2), st.booleans()), max_size=60),
+    st.tuples(st.integers(4, 8), st.integers(4, 8), st.integers(4, 8)),
+)
+def test_gpu_pool_by_type_never_mixes_groups_or_hands_out_a_gpu_twice(
+    ops: list[tuple[int, int, bool]], sizes: tuple[int, int, int]
+) -> None:
+    pool = GpuPool(sum(sizes), sizes=sizes)
+    lo = [0, sizes[0], sizes[0] + sizes[1]]
+    held: list[tuple[int, ...]] = []
+    for tp, group, release in ops:
+        if release and held:
+            pool.give(held.pop(0))
+            continue
+        ids = pool.take(tp, group=group)
+        in_use = {g for h in held for g in h}
+        mine = set(range(lo[group], lo[group] + sizes[group]))
+        if ids is None:
+            assert len(mine - in_use) < tp
+        else:
+            assert len(ids) == tp and set(ids) <= mine and not set(ids) & in_use
+            held.append(ids)
+
+
 @given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.booleans()), max_size=60))
 def test_gpu_pool_never_hands_out_a_gpu_twice(ops: list[tuple[int, bool]]) -> None:
     pool = GpuPool(16)

@@ -62,3 +62,23 @@ def test_a_mixed_replay_campaign_certifies_within_each_pool(tmp_path: Path) -> N
     assert main(["run", str(RUN), "--out", str(out), "--quiet"]) == 0
     again = json.loads((out / "result.json").read_text())
     assert {k: v for k, v in again.items() if k != "timings"} == {k: v for k, v in r.items() if k != "timings"}
+
+
+def test_a_pool_too_small_for_its_widest_cell_is_one_line_naming_its_type(tmp_path: Path) -> None:
+    from fleetsieve_bayes.cli import main
+
+    text = RUN.read_text().replace('table = "grid.csv"', f'table = "{FIXTURE / "grid.csv"}"\n'
+                                   'pool_gpus = { h100-sxm-80gb = 8, A100-80GB = 4 }')
+    text = text.replace('family = "card-h100-a100.toml"', f'family = "{FIXTURE / "card-h100-a100.toml"}"')
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        code = main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert code != 0
+    assert buf.getvalue().strip().splitlines() == [
+        f"fleetsieve-bayes run: error: {path}: [measurement] pool_gpus.a100-80gb: 4 GPUs cannot hold cell "
+        "chat TP8@C32 on a100-80gb (TP8); use at least 8"]

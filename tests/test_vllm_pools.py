@@ -164,19 +164,36 @@ def test_keys_match_the_pools_as_written_case_insensitively(tmp_path: Path) -> N
     ("extra", "key", "message"),
     [
         ("pool_gpus = 4", "pool_gpus",
-         "a vLLM campaign of 2 [[fleet.pools]] measures one cell at a time (the parallel driver's slots are one "
-         "device list, not one per GPU type); remove pool_gpus"),
+         f"a vLLM campaign of 2 [[fleet.pools]] needs the profiling GPUs of each type, e.g. "
+         f"pool_gpus = {{ {H100} = 4, {A100} = 4 }}, got 4"),
         ('executor = "ray"', "executor",
          '"ray" places a cell by GPU count, not GPU type; a vLLM campaign of 2 [[fleet.pools]] runs on the local '
-         "executor, one cell at a time (remove executor and pool_gpus)"),
+         "executor (remove executor; pool_gpus = { TYPE = n, … } measures several cells at once)"),
+        (f"pool_gpus = {{ {H100} = 2 }}", f"pool_gpus.{A100}",
+         f"missing: pool '{A100}' has no profiling GPUs (one entry per [[fleet.pools]])"),
+        (f"pool_gpus = {{ {H100} = 2, a100-40gb = 2 }}", "pool_gpus.a100-40gb",
+         f"'a100-40gb' is not the GPU type of a [[fleet.pools]] entry (did you mean '{A100}'?); pools: {H100}, {A100}"),
+        (f"pool_gpus = {{ {H100} = 2, A100-80gb = 2, a100-80GB = 1 }}", "pool_gpus.a100-80GB",
+         f"pool '{A100}' is given twice"),
+        (f"pool_gpus = {{ {H100} = 2, {A100} = 0 }}", f"pool_gpus.{A100}", "must be >= 1, got 0"),
     ],
 )
-def test_the_parallel_driver_is_refused_at_load(tmp_path: Path, extra: str, key: str, message: str) -> None:
+def test_the_parallel_driver_over_pools_is_checked_at_load(tmp_path: Path, extra: str, key: str, message: str) -> None:
     with pytest.raises(InputError) as err:
         _campaign(tmp_path, extra=extra)
     assert str(err.value) == f"{(tmp_path / 'campaign.toml').resolve()}: [measurement] {key}: {message}"
-    # One pool in parallel stays allowed.
+    # One pool in parallel stays allowed, and so does a count per GPU type (keys in any case).
     assert _campaign(tmp_path, fleet="gpus = 4", gpus="gpus = [0, 1, 2, 3]", extra="pool_gpus = 4").pool.parallel
+    c = _campaign(tmp_path, extra=f"pool_gpus = {{ A100-80GB = 1, {H100.upper()} = 2 }}")
+    assert (c.pool.per_gpu, c.pool.pool_gpus) == ((2, 1), 3)
+
+
+def test_a_count_per_gpu_type_needs_several_pools(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        _campaign(tmp_path, fleet="gpus = 4", gpus="gpus = [0, 1]", extra=f"pool_gpus = {{ {H100} = 2 }}")
+    assert str(err.value).endswith(
+        f"[measurement] pool_gpus: a table of GPU types needs two or more [[fleet.pools]]; expected a count, "
+        f"e.g. pool_gpus = 8, got {{'{H100}': 2}}")
 
 
 # --- memory guard -------------------------------------------------------------------
@@ -245,7 +262,8 @@ def test_cells_run_on_their_pools_devices_and_reuse_only_within_pool_and_tp(
 # --- a whole campaign ----------------------------------------------------------------
 
 
-def test_a_campaign_over_two_pools_measures_both(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool_gpus", ["", f"pool_gpus = {{ {H100} = 2, {A100} = 2 }}"], ids=["one-at-a-time", "parallel"])
+def test_a_campaign_over_two_pools_measures_both(tmp_path: Path, pool_gpus: str) -> None:
     # `run_campaign` is what `fleetsieve-bayes run` calls once it has loaded the campaign.
     from fleetsieve_bayes.campaign.runner import run_campaign
 
@@ -262,7 +280,7 @@ log_completion = [[0.0, 0.0], [2.0, 2.0]]
     (tmp_path / "card.toml").write_text(card)
     # Two rounds: the initial design (both TPs on one pool) and the cells acquisition picks
     # next; no certification attempt (the certifying fit takes minutes on 2 cores).
-    c = _campaign(tmp_path, family="card.toml", wrapper=tuple(SLOW_A100),
+    c = _campaign(tmp_path, family="card.toml", wrapper=tuple(SLOW_A100), extra=pool_gpus,
                   stopping='[stopping]\nslo_attainment = "point"\nmax_rounds = 2\n')
     out = tmp_path / "run"
     run_campaign(c, out)
@@ -286,6 +304,15 @@ log_completion = [[0.0, 0.0], [2.0, 2.0]]
         launched.add((m.group(1), int(m.group(2))))
     assert launched == set(zip(measured["gpu"], measured["tp"], strict=True))
     assert _leftovers() == []
+    if pool_gpus:
+        # Each type's cells took slots of its own group (H100: 0-1, A100: 2-3), and a cell of
+        # one type started while one of the other held its own pool's GPUs.
+        assert r["pool"]["pool_gpus_by_gpu"] == {H100: 2, A100: 2}
+        recs = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+        started = [x for x in recs if x["type"] == "started"]
+        assert {x["cell"]["gpu"] for x in started} == {H100, A100}
+        assert all(set(x["gpus"]) <= ({0, 1} if x["cell"]["gpu"] == H100 else {2, 3}) for x in started)
+        assert any(b["gpu"] != x["cell"]["gpu"] for x in started for b in x.get("believed", []))
 
 
 def test_no_server_left_behind() -> None:

@@ -117,6 +117,10 @@ class ProfilingPool:
     pool_gpus: int | None = None
     executor: str = "local"
     ray_address: str | None = None
+    # With two or more [[fleet.pools]], ``pool_gpus = { TYPE = n, … }``: the
+    # profiling GPUs of each pool (pool order); ``pool_gpus`` is then their sum
+    # and a cell runs on GPUs of its own type only.
+    per_gpu: tuple[int, ...] | None = None
 
     @property
     def parallel(self) -> bool:
@@ -334,7 +338,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     meas = ctx.table("[measurement]", _section(ctx, raw, "measurement"))
     if "backend" not in meas:
         raise ctx.fail("[measurement] backend", "missing")
-    pool = _pool(ctx, meas)
+    pool = _pool(ctx, meas, fleet_pools)
     meas = {k: v for k, v in meas.items() if k not in _POOL_KEYS}
     backend = ctx.string("[measurement] backend", meas["backend"])
     options = {k: v for k, v in meas.items() if k not in ("backend", "seed_tables")}
@@ -599,11 +603,17 @@ def _seed_tables(ctx: Validator, value: Any, base_dir: Path) -> tuple[Path, ...]
     return tuple(out)
 
 
-def _pool(ctx: Validator, meas: dict[str, Any]) -> ProfilingPool:
-    """The ``[measurement]`` keys shared by every backend: pool size and executor."""
-    pool_gpus = (
-        ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
-    )
+def _pool(ctx: Validator, meas: dict[str, Any], fleet_pools: tuple[FleetPool, ...]) -> ProfilingPool:
+    """The ``[measurement]`` keys shared by every backend: pool size (a count, or a count per
+    ``[[fleet.pools]]`` GPU type) and executor."""
+    per_gpu = None
+    if isinstance(meas.get("pool_gpus"), dict):
+        per_gpu = _pool_gpus_table(ctx, meas["pool_gpus"], fleet_pools)
+        pool_gpus: int | None = sum(per_gpu)
+    else:
+        pool_gpus = (
+            ctx.integer("[measurement] pool_gpus", meas["pool_gpus"], lo=1) if "pool_gpus" in meas else None
+        )
     executor = ctx.string("[measurement] executor", meas.get("executor", "local"))
     if executor not in EXECUTORS:
         raise ctx.fail("[measurement] executor", f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
@@ -612,13 +622,41 @@ def _pool(ctx: Validator, meas: dict[str, Any]) -> ProfilingPool:
         ray_address = ctx.string("[measurement] ray_address", meas["ray_address"])
         if executor != "ray":
             raise ctx.fail("[measurement] ray_address", 'only meaningful with executor = "ray"')
-    return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address)
+    return ProfilingPool(pool_gpus=pool_gpus, executor=executor, ray_address=ray_address, per_gpu=per_gpu)
+
+
+def _pool_gpus_table(ctx: Validator, raw: dict[str, Any], fleet_pools: tuple[FleetPool, ...]) -> tuple[int, ...]:
+    """Each pool's profiling GPUs (pool order) from ``pool_gpus = { TYPE = n, … }``: a key is
+    a pool's GPU type (any case); every pool needs one."""
+    import difflib
+
+    where = "[measurement] pool_gpus"
+    names = [p.gpu for p in fleet_pools]
+    if len(names) < 2:
+        raise ctx.fail(where, f"a table of GPU types needs two or more [[fleet.pools]]; expected a count, e.g. "
+                              f"pool_gpus = 8, got {raw!r}")
+    aliases = {n.lower(): j for j, n in enumerate(names)}
+    counts: dict[int, int] = {}
+    for key, value in raw.items():
+        j = aliases.get(str(key).strip().lower())
+        if j is None:
+            close = difflib.get_close_matches(str(key).strip().lower(), sorted(aliases), n=1)
+            hint = f" (did you mean {names[aliases[close[0]]]!r}?)" if close else ""
+            raise ctx.fail(f"{where}.{key}", f"{key!r} is not the GPU type of a [[fleet.pools]] entry{hint}; "
+                                             f"pools: {', '.join(names)}")
+        if j in counts:
+            raise ctx.fail(f"{where}.{key}", f"pool {names[j]!r} is given twice")
+        counts[j] = ctx.integer(f"{where}.{key}", value, lo=1)
+    for j, n in enumerate(names):
+        if j not in counts:
+            raise ctx.fail(f"{where}.{n}", f"missing: pool {n!r} has no profiling GPUs (one entry per [[fleet.pools]])")
+    return tuple(counts[j] for j in range(len(names)))
 
 
 def _check_parallel_pools(ctx: Validator, backend: str, pool: ProfilingPool, fleet_pools: tuple[FleetPool, ...]) -> None:
-    """A vLLM campaign of several ``[[fleet.pools]]`` measures one cell at a time: the
-    parallel driver hands out slots of one device list, and Ray places a cell by GPU
-    count, neither by GPU type."""
+    """A vLLM campaign of several ``[[fleet.pools]]`` measures several cells at once on the
+    local executor only, with a count per GPU type (each on its own pool's devices); Ray
+    places a cell by GPU count, not type."""
     if backend != "vllm" or len(fleet_pools) < 2 or not pool.parallel:
         return
     n = len(fleet_pools)
@@ -626,13 +664,15 @@ def _check_parallel_pools(ctx: Validator, backend: str, pool: ProfilingPool, fle
         raise ctx.fail(
             "[measurement] executor",
             f'"ray" places a cell by GPU count, not GPU type; a vLLM campaign of {n} [[fleet.pools]] runs on '
-            f'the local executor, one cell at a time (remove executor and pool_gpus)',
+            f'the local executor (remove executor; pool_gpus = {{ TYPE = n, … }} measures several cells at once)',
         )
-    raise ctx.fail(
-        "[measurement] pool_gpus",
-        f"a vLLM campaign of {n} [[fleet.pools]] measures one cell at a time (the parallel driver's slots "
-        f"are one device list, not one per GPU type); remove pool_gpus",
-    )
+    if pool.per_gpu is None:
+        example = ", ".join(f"{p.gpu} = {min(p.count, 4)}" for p in fleet_pools)
+        raise ctx.fail(
+            "[measurement] pool_gpus",
+            f"a vLLM campaign of {n} [[fleet.pools]] needs the profiling GPUs of each type, e.g. "
+            f"pool_gpus = {{ {example} }}, got {pool.pool_gpus}",
+        )
 
 
 def _section(ctx: Validator, raw: dict[str, Any], name: str) -> Any:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -116,33 +117,52 @@ def occupancy_s(row: dict[str, Any]) -> float:
 
 
 class GpuPool:
-    """The profiling pool's GPUs, ``n`` slots, packed by aligned blocks."""
+    """The profiling pool's GPUs: ``n`` slots, packed by aligned blocks.
 
-    def __init__(self, n: int) -> None:
+    With ``sizes`` the slots are split by GPU type: group ``j`` (a
+    ``[[fleet.pools]]`` entry, pool order) holds slots ``offset[j] ..
+    offset[j] + sizes[j] - 1``, and a cell takes its GPUs within its own group
+    only. Without, every slot is group 0.
+    """
+
+    def __init__(self, n: int, sizes: tuple[int, ...] | None = None) -> None:
+        self.sizes = (int(n),) if sizes is None else tuple(int(k) for k in sizes)
+        if sum(self.sizes) != int(n):
+            raise ValueError(f"group sizes {self.sizes} do not add up to {n} slots")
         self.n = int(n)
+        self.offsets = tuple(itertools.accumulate(self.sizes[:-1], initial=0))
         self._free = [True] * self.n
 
     @property
     def n_free(self) -> int:
         return sum(self._free)
 
-    def fits(self, tp: int) -> bool:
-        return tp <= self.n_free
+    def _slots(self, group: int) -> range:
+        return range(self.offsets[group], self.offsets[group] + self.sizes[group])
 
-    def take(self, tp: int, prefer: tuple[int, ...] = ()) -> tuple[int, ...] | None:
-        """Reserve ``tp`` GPUs (``prefer`` if all free, else an aligned block, else any); None if too few."""
-        if tp > self.n_free:
+    def free_in(self, group: int = 0) -> int:
+        """Free slots of ``group``."""
+        return sum(self._free[g] for g in self._slots(group))
+
+    def fits(self, tp: int, group: int = 0) -> bool:
+        return tp <= self.free_in(group)
+
+    def take(self, tp: int, prefer: tuple[int, ...] = (), group: int = 0) -> tuple[int, ...] | None:
+        """Reserve ``tp`` slots of ``group`` (``prefer`` if all free and in it, else an aligned
+        block, else any); None if too few."""
+        if tp > self.free_in(group):
             return None
-        if prefer and len(prefer) == tp and all(0 <= g < self.n and self._free[g] for g in prefer):
+        slots = self._slots(group)
+        if prefer and len(prefer) == tp and all(g in slots and self._free[g] for g in prefer):
             ids = tuple(prefer)
         else:
             ids = ()
-            for start in range(0, self.n - tp + 1, tp):
+            for start in range(slots.start, slots.stop - tp + 1, tp):
                 if all(self._free[start : start + tp]):
                     ids = tuple(range(start, start + tp))
                     break
             if not ids:
-                ids = tuple(g for g in range(self.n) if self._free[g])[:tp]
+                ids = tuple(g for g in slots if self._free[g])[:tp]
         for g in ids:
             self._free[g] = False
         return ids
@@ -156,9 +176,10 @@ def cell_runner(campaign: Any, out: Path) -> Callable[..., dict[str, Any]]:
     """``run(key, device_ids, replicate=0) -> row``: builds the campaign's backend for one cell and
     measures its window ``replicate``.
 
-    For vLLM the backend's GPU pool (``[measurement] gpus``) becomes
-    ``device_ids`` and its TP candidates the cell's TP, so the server runs on
-    exactly the GPUs this cell was given. Used inside Ray tasks and by the real-clock local executor.
+    For vLLM the backend's GPU pool (``[measurement] gpus``; with several
+    ``[[fleet.pools]]``, the cell's pool's entry) becomes ``device_ids`` and its
+    TP candidates the cell's TP, so the server runs on exactly the GPUs this
+    cell was given. Used inside Ray tasks and by the real-clock local executor.
     """
 
     def run(key: tuple[str, int, str], device_ids: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
@@ -166,8 +187,17 @@ def cell_runner(campaign: Any, out: Path) -> Callable[..., dict[str, Any]]:
 
         camp = campaign
         if campaign.measurement.backend == "vllm" and device_ids:
-            # This cell's TP only, on exactly the devices it was given.
-            options = {**campaign.measurement.options, "gpus": [int(g) for g in device_ids], "tp": [int(key[1])]}
+            # This cell's TP only, on exactly the devices it was given (of its own
+            # pool's, with several [[fleet.pools]]: the others keep theirs).
+            gpus: Any = [int(g) for g in device_ids]
+            names = campaign.pool_names
+            if names is not None and len(names) >= 2:
+                from fleetsieve_bayes.backends.vllm import parse_vllm_options
+
+                table = {n: list(ids) for n, ids in zip(names, parse_vllm_options(campaign).pool_devices, strict=True)}
+                table[str(key[3])] = gpus
+                gpus = table
+            options = {**campaign.measurement.options, "gpus": gpus, "tp": [int(key[1])]}
             camp = replace(campaign, measurement=replace(campaign.measurement, options=options))
         backend = make_backend(camp, out)
         try:

@@ -128,11 +128,13 @@ def _clock_offset(records: list[Any]) -> float:
 
 def _make_executor(
     campaign: Campaign, out: Path, backend: Backend, explicit_backend: bool, offset: float, hooks: RunHooks
-) -> tuple[Executor, int]:
+) -> tuple[Executor, GpuPool]:
     pool = campaign.pool
     if pool.executor == "ray":
-        return ray_executor(campaign, out, backend.grid, offset_s=offset, pool_gpus=pool.pool_gpus)
+        ex = ray_executor(campaign, out, backend.grid, offset_s=offset, pool_gpus=pool.pool_gpus)
+        return ex, GpuPool(int(pool.pool_gpus or 0))
     assert pool.pool_gpus is not None  # validated: a local pool has a size
+    slots = GpuPool(pool.pool_gpus, pool.per_gpu)
     opts = campaign.measurement.options
     simulated = campaign.measurement.backend == "replay" and not float(opts.get("time_scale", 0.0) or 0.0)
     if explicit_backend or campaign.measurement.backend == "replay":
@@ -142,19 +144,32 @@ def _make_executor(
             return backend.measure(c, replicate) if row is None else row
 
     else:
-        # A backend per cell, on the devices its slots map to (``[measurement] gpus`` or 0..n-1).
-        devices = [int(g) for g in opts.get("gpus", range(pool.pool_gpus))]
-        if len(devices) < pool.pool_gpus:
-            raise InputError(
-                f"{campaign.path}: [measurement] pool_gpus: {pool.pool_gpus} GPUs but [measurement] gpus "
-                f"lists {len(devices)} devices"
-            )
+        devices = _slot_devices(campaign, slots)
         run = cell_runner(campaign, out)
 
         def measure(c: int, slots: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
             return run(backend.grid.key(c), tuple(devices[s] for s in slots), replicate)
 
-    return local_executor(hooks.wrap(measure), simulated=simulated, offset_s=offset), int(pool.pool_gpus)
+    return local_executor(hooks.wrap(measure), simulated=simulated, offset_s=offset), slots
+
+
+def _slot_devices(campaign: Campaign, pool: GpuPool) -> list[int]:
+    """The device id of each slot: ``[measurement] gpus`` (or 0..n-1) in order; with a count
+    per GPU type, each group's slots are the first devices of its pool's ``gpus`` entry."""
+    where = f"{campaign.path}: [measurement] pool_gpus"
+    if campaign.pool.per_gpu is not None:
+        from fleetsieve_bayes.backends.vllm import parse_vllm_options
+
+        per_pool = parse_vllm_options(campaign).pool_devices
+        names = campaign.pool_names or ()
+        for name, n, ids in zip(names, pool.sizes, per_pool, strict=True):
+            if n > len(ids):
+                raise InputError(f"{where}.{name}: {n} GPUs but [measurement] gpus.{name} lists {len(ids)} devices")
+        return [int(g) for n, ids in zip(pool.sizes, per_pool, strict=True) for g in ids[:n]]
+    devices = [int(g) for g in campaign.measurement.options.get("gpus", range(pool.n))]
+    if len(devices) < pool.n:
+        raise InputError(f"{where}: {pool.n} GPUs but [measurement] gpus lists {len(devices)} devices")
+    return devices
 
 
 class _Context(NamedTuple):
@@ -166,6 +181,7 @@ class _Context(NamedTuple):
     out: Path
     grid: CellGrid
     tp: np.ndarray  # (n_cells,) int64
+    group: np.ndarray  # (n_cells,) int64: the slot group (GPU type) a cell runs on; all 0 without
     expected: np.ndarray  # (n_cells,) expected seconds per cell
     journal: Any
     executor: Executor
@@ -241,18 +257,20 @@ def run_parallel(
     try:
         resumed = begin(setup, out, journal, grid, on_event)
         offset = _clock_offset(journal.records)
-        executor, pool_n = _make_executor(campaign, out, backend, explicit_backend, offset, hooks)
-        _check_pool_holds_every_cell(campaign, grid, tp, pool_n)
+        executor, slots = _make_executor(campaign, out, backend, explicit_backend, offset, hooks)
+        group = grid.gpu_idx if slots.sizes != (slots.n,) else np.zeros(grid.n_cells, np.int64)
+        _check_pool_holds_every_cell(campaign, grid, tp, group, slots)
         ctx = _Context(
             setup=setup,
             campaign=campaign,
             out=out,
             grid=grid,
             tp=tp,
+            group=group,
             expected=np.asarray(backend.expected_duration_s, np.float64),
             journal=journal,
             executor=executor,
-            pool=GpuPool(pool_n),
+            pool=slots,
             on_event=on_event,
         )
         strategy = build_strategy(setup, grid, problem)
@@ -267,13 +285,18 @@ def run_parallel(
         journal.close()
 
 
-def _check_pool_holds_every_cell(campaign: Campaign, grid: CellGrid, tp: np.ndarray, pool_n: int) -> None:
-    if int(tp.max()) > pool_n:
-        big = int(np.argmax(tp))
-        raise InputError(
-            f"{campaign.path}: [measurement] pool_gpus: {pool_n} GPUs cannot hold cell "
-            f"{grid.describe(big)} (TP{int(tp[big])}); use at least {int(tp.max())}"
-        )
+def _check_pool_holds_every_cell(
+    campaign: Campaign, grid: CellGrid, tp: np.ndarray, group: np.ndarray, pool: GpuPool
+) -> None:
+    for j, n in enumerate(pool.sizes):
+        mine = np.flatnonzero(group == j)
+        if mine.size and int(tp[mine].max()) > n:
+            big = int(mine[np.argmax(tp[mine])])
+            key = "pool_gpus" if len(pool.sizes) == 1 else f"pool_gpus.{grid.pools[j]}"
+            raise InputError(
+                f"{campaign.path}: [measurement] {key}: {n} GPUs cannot hold cell "
+                f"{grid.describe(big)} (TP{int(tp[big])}); use at least {int(tp[mine].max())}"
+            )
 
 
 def _resume_flight(ctx: _Context, state: CampaignState, resumed: bool) -> _Flight:
@@ -371,7 +394,7 @@ def _decide(ctx: _Context, fl: _Flight, state: CampaignState, posterior: Any, t_
     status = None
     if not decision.acquire and (not fl.flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
         status = decision.status
-    elif decision.acquire and candidates.any() and ctx.pool.n_free >= int(ctx.tp[candidates].min()):
+    elif decision.acquire and candidates.any() and _free_cells(ctx, candidates) > 0:
         _acquire(ctx, fl, state, posterior, a, candidates, (t_fit, t_alloc))
     return _Step(status, a, t_fit, t_alloc)
 
@@ -390,7 +413,7 @@ def _acquire(
     from fleetsieve_bayes.decision.batch import GATE_FRACTION, BatchGate, plan_batch
 
     campaign, settings = ctx.campaign, ctx.setup.settings
-    free_cells = max(1, ctx.pool.n_free // max(1, int(ctx.tp[candidates].min())))
+    free_cells = max(1, _free_cells(ctx, candidates))
     if campaign.max_rounds is not None:
         free_cells = min(free_cells, campaign.max_rounds - fl.next_round + 1)
 
@@ -496,7 +519,7 @@ def _start(
 def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
     """Start resumed cells (on their old GPUs if free) then design cells, first fit."""
     for c, r in list(fl.restart):
-        slots = ctx.pool.take(int(ctx.tp[c]), prefer=tuple(r.get("gpus", ())))
+        slots = ctx.pool.take(int(ctx.tp[c]), prefer=tuple(r.get("gpus", ())), group=int(ctx.group[c]))
         if slots is None:
             continue
         # On the simulated clock a resumed cell keeps its start time, so the replay is exact.
@@ -505,7 +528,7 @@ def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
                resumed=True, replicate=int(r.get("replicate", 0)))
         fl.restart.remove((c, r))
     for c in list(fl.design):
-        slots = ctx.pool.take(int(ctx.tp[c]))
+        slots = ctx.pool.take(int(ctx.tp[c]), group=int(ctx.group[c]))
         if slots is None:
             continue  # waits; a smaller design cell may fill the gap
         _start(ctx, fl, c, phase="design", round_no=0, slots=slots, start_s=ctx.executor.now())
@@ -515,15 +538,16 @@ def _fill_mandatory(ctx: _Context, fl: _Flight) -> None:
 def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None, believed: tuple[int, ...]) -> bool:
     """Start ``c`` now if it fits and (with a reservation) does not delay it; its started
     record lists ``believed``, the cells its pick was conditioned on."""
-    need = int(ctx.tp[c])
-    if not ctx.pool.fits(need):
+    need, group = int(ctx.tp[c]), int(ctx.group[c])
+    if not ctx.pool.fits(need, group):
         return False
     now = ctx.executor.now()
-    if reserved is not None:
-        shadow, extra = _reservation_window(ctx, fl, now, int(ctx.tp[reserved]))
+    # A cell of another GPU type than the reservation's cannot delay it.
+    if reserved is not None and int(ctx.group[reserved]) == group:
+        shadow, extra = _reservation_window(ctx, fl, now, reserved)
         if not (now + ctx.expected[c] <= shadow + 1e-9 or need <= extra):
             return False
-    slots = ctx.pool.take(need)
+    slots = ctx.pool.take(need, group=group)
     assert slots is not None
     _start(
         ctx,
@@ -541,12 +565,26 @@ def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None, believed: t
     return True
 
 
-def _reservation_window(ctx: _Context, fl: _Flight, now: float, need_reserved: int) -> tuple[float, int]:
-    """EASY backfilling: ``(shadow, extra)`` — when the reservation can start (cells in flight
-    finishing at their expected times) and the GPUs it leaves spare then."""
-    free = ctx.pool.n_free
+def _free_cells(ctx: _Context, candidates: np.ndarray) -> int:
+    """How many candidate cells the free GPUs could start now, at the smallest TP of each
+    GPU type's candidates."""
+    cells = np.flatnonzero(candidates)  # candidates: (n_cells,) bool
+    total = 0
+    for j in np.unique(ctx.group[cells]):
+        tp_min = max(1, int(ctx.tp[cells[ctx.group[cells] == j]].min()))
+        total += ctx.pool.free_in(int(j)) // tp_min
+    return total
+
+
+def _reservation_window(ctx: _Context, fl: _Flight, now: float, reserved: int) -> tuple[float, int]:
+    """EASY backfilling: ``(shadow, extra)`` — when the reserved cell can start (cells in
+    flight on its GPU type finishing at their expected times) and the GPUs of that type it
+    leaves spare then."""
+    group, need_reserved = int(ctx.group[reserved]), int(ctx.tp[reserved])
+    free = ctx.pool.free_in(group)
     shadow = now
-    for f, k in sorted((float(r["start_s"]) + ctx.expected[k], k) for k, r in fl.flight.items()):
+    mine = ((float(r["start_s"]) + ctx.expected[k], k) for k, r in fl.flight.items() if int(ctx.group[k]) == group)
+    for f, k in sorted(mine):
         if free >= need_reserved:
             break
         free += int(ctx.tp[k])
@@ -607,6 +645,8 @@ def _finish(ctx: _Context, outcome: _Outcome, t_start: float) -> CampaignResult:
     result["timings"]["per_completion_cpu_s"] = outcome.plan_cpu
     result["pool"] = {
         "pool_gpus": ctx.pool.n,
+        **({"pool_gpus_by_gpu": dict(zip(ctx.grid.pools, ctx.pool.sizes, strict=True))}
+           if len(ctx.pool.sizes) > 1 else {}),
         "executor": ctx.campaign.pool.executor,
         "clock": "simulated" if ctx.executor.simulated else "real",
     }
