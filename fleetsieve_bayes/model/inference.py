@@ -560,7 +560,7 @@ def _fit_nuts(
         if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
             # New data moved the posterior (typically sharper): keep the mass,
             # re-tune the step size over a short warm-up from the same positions.
-            retune = objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len)
+            retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
             results = _map_chains(preset, lambda c: _retuned_chain(objs, preset, data, warm_states[c], keys[c], retune))
             if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
                 results = None
