@@ -26,11 +26,14 @@ from fleetsieve_bayes.resources import data_dir
 SHIPPED = data_dir("examples") / "h100_31b_fp8" / "campaign.toml"
 GRID = SHIPPED.parent / "grid.csv"
 ORACLE = {"chat": {"tp": 4, "load": "C96", "replicas": 2}, "code": {"tp": 4, "load": "C96", "replicas": 2}}
+POOLS = Path(__file__).resolve().parent / "fixtures" / "pools"
+H100, A100 = "h100-sxm-80gb", "a100-80gb"
 
 
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
-    ray.init(num_cpus=2, num_gpus=16, include_dashboard=False, log_to_driver=False)
+    # 16 GPUs, advertised as 8 of each of two types (for the campaign over two pools).
+    ray.init(num_cpus=2, num_gpus=16, resources={H100: 8, A100: 8}, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -115,3 +118,27 @@ def test_a_failing_task_keeps_the_others_and_resume_re_runs_it(local_ray: Any, t
     assert failed[0]["cell"] in [m["cell"] for m in recs if m["type"] == "measurement"]
     assert any(x.get("resumed") for x in recs if x["type"] == "started")
     assert in_flight_cells(recs) == []
+
+
+@pytest.mark.slow  # a third Ray campaign; the per-type slots are in the default suite (test_vllm_pools.py)
+def test_over_two_pools_each_task_asks_for_its_gpu_type(local_ray: Any, tmp_path: Path) -> None:
+    text = (POOLS / "run.toml").read_text().replace(
+        'table = "grid.csv"',
+        f'table = "{POOLS / "grid.csv"}"\npool_gpus = {{ {H100} = 8, A100-80GB = 8 }}\nexecutor = "ray"\n'
+        "time_scale = 0.002",
+    ).replace('family = "card-h100-a100.toml"', f'family = "{POOLS / "card-h100-a100.toml"}"')
+    text = text.replace("[stopping]\n", "[stopping]\nmax_rounds = 3\n", 1)
+    (tmp_path / "pools.toml").write_text(text)
+    out = tmp_path / "out"
+    r = run_campaign(load_campaign(tmp_path / "pools.toml"), out).result
+    assert r["pool"]["pool_gpus"] == 16 and r["pool"]["pool_gpus_by_gpu"] == {H100: 8, A100: 8}
+    recs = _records(out)
+    finished = [x for x in recs if x["type"] == "finished"]
+    assert {x["cell"]["gpu"] for x in finished} == {H100, A100}
+    # Ray placed each task on its type: it holds `tp` of its type's resource and `tp` devices.
+    for f in finished:
+        assert f["where"]["resources"] == {f["cell"]["gpu"]: float(f["cell"]["tp"])}
+        assert len(f["where"]["device_ids"]) == f["cell"]["tp"]
+    for gpu, n in ((H100, 8), (A100, 8)):
+        mine = [x for x in recs if x.get("cell", {}).get("gpu") == gpu]
+        assert _peak(mine)[0] <= n

@@ -166,9 +166,9 @@ def test_keys_match_the_pools_as_written_case_insensitively(tmp_path: Path) -> N
         ("pool_gpus = 4", "pool_gpus",
          f"a vLLM campaign of 2 [[fleet.pools]] needs the profiling GPUs of each type, e.g. "
          f"pool_gpus = {{ {H100} = 4, {A100} = 4 }}, got 4"),
-        ('executor = "ray"', "executor",
-         '"ray" places a cell by GPU count, not GPU type; a vLLM campaign of 2 [[fleet.pools]] runs on the local '
-         "executor (remove executor; pool_gpus = { TYPE = n, … } measures several cells at once)"),
+        ('executor = "ray"', "pool_gpus",
+         f"a vLLM campaign of 2 [[fleet.pools]] needs the profiling GPUs of each type, e.g. "
+         f"pool_gpus = {{ {H100} = 4, {A100} = 4 }}"),
         (f"pool_gpus = {{ {H100} = 2 }}", f"pool_gpus.{A100}",
          f"missing: pool '{A100}' has no profiling GPUs (one entry per [[fleet.pools]])"),
         (f"pool_gpus = {{ {H100} = 2, a100-40gb = 2 }}", "pool_gpus.a100-40gb",

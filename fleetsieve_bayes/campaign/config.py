@@ -654,24 +654,19 @@ def _pool_gpus_table(ctx: Validator, raw: dict[str, Any], fleet_pools: tuple[Fle
 
 
 def _check_parallel_pools(ctx: Validator, backend: str, pool: ProfilingPool, fleet_pools: tuple[FleetPool, ...]) -> None:
-    """A vLLM campaign of several ``[[fleet.pools]]`` measures several cells at once on the
-    local executor only, with a count per GPU type (each on its own pool's devices); Ray
-    places a cell by GPU count, not type."""
+    """A vLLM campaign of several ``[[fleet.pools]]`` measures several cells at once with a
+    count per GPU type: each cell on its own pool's devices (local), or on a Ray node
+    advertising its type (Ray)."""
     if backend != "vllm" or len(fleet_pools) < 2 or not pool.parallel:
         return
     n = len(fleet_pools)
-    if pool.executor == "ray":
-        raise ctx.fail(
-            "[measurement] executor",
-            f'"ray" places a cell by GPU count, not GPU type; a vLLM campaign of {n} [[fleet.pools]] runs on '
-            f'the local executor (remove executor; pool_gpus = {{ TYPE = n, … }} measures several cells at once)',
-        )
     if pool.per_gpu is None:
         example = ", ".join(f"{p.gpu} = {min(p.count, 4)}" for p in fleet_pools)
+        got = "" if pool.pool_gpus is None else f", got {pool.pool_gpus}"
         raise ctx.fail(
             "[measurement] pool_gpus",
             f"a vLLM campaign of {n} [[fleet.pools]] needs the profiling GPUs of each type, e.g. "
-            f"pool_gpus = {{ {example} }}, got {pool.pool_gpus}",
+            f"pool_gpus = {{ {example} }}{got}",
         )
 
 

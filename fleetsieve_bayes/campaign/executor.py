@@ -333,23 +333,44 @@ def ray_executor(
     *,
     offset_s: float = 0.0,
     pool_gpus: int | None = None,
+    per_gpu: tuple[int, ...] | None = None,
 ) -> tuple[Executor, int]:
     """Cells as Ray tasks (``num_gpus = tp``), on the cluster at ``[measurement] ray_address``.
 
     Without an address a local Ray is started for the campaign (and shut down
     by ``close``); an already initialised Ray (tests) is used as it is.
 
+    With ``per_gpu`` (a count per ``[[fleet.pools]]`` GPU type) a cell's task
+    also asks for ``tp`` units of the custom resource named by its GPU type,
+    which each node advertises for its own GPUs (``ray start --num-gpus 8
+    --resources '{"h100-sxm-80gb": 8}'``): Ray then places it on a node of
+    that type.
+
     Returns:
         ``(executor, pool_gpus)``: the pool defaults to the cluster's GPUs.
 
     Raises:
-        InputError: Ray missing, or a pool larger than the cluster's GPUs.
+        InputError: Ray missing, or a pool larger than the cluster's GPUs (of a type).
     """
     ray = _import_ray()
     started_here = _ensure_ray(ray, campaign)
     pool = _ray_pool_size(ray, campaign, grid, pool_gpus)
+    if per_gpu is not None:
+        _check_ray_types(ray, campaign, per_gpu)
     remote = _ray_cell_task(ray, cell_runner(campaign, out))
-    return _ray_task_executor(ray, remote, grid, offset_s=offset_s, started_here=started_here), pool
+    typed = per_gpu is not None
+    return _ray_task_executor(ray, remote, grid, offset_s=offset_s, started_here=started_here, typed=typed), pool
+
+
+def _check_ray_types(ray: Any, campaign: Any, per_gpu: tuple[int, ...]) -> None:
+    """Each GPU type's count against the cluster's custom resource of that name."""
+    have = ray.cluster_resources()
+    for name, n in zip(campaign.pool_names, per_gpu, strict=True):
+        if float(have.get(name, 0)) < n:
+            raise InputError(
+                f"{campaign.path}: [measurement] pool_gpus.{name}: {n} GPUs asked for, the Ray cluster advertises "
+                f"{int(have.get(name, 0))} (start each node with --resources '{{\"{name}\": <its GPUs>}}')"
+            )
 
 
 def _ensure_ray(ray: Any, campaign: Any) -> bool:
@@ -396,15 +417,22 @@ def _ray_cell_task(ray: Any, run: Callable[..., dict[str, Any]]) -> Any:
         ids = tuple(int(float(g)) for g in ray.get_gpu_ids())
         row = run(key, ids, replicate)
         ctx = ray.get_runtime_context()
-        return row, started_at, time.time(), {"node": ctx.get_node_id(), "device_ids": list(ids)}
+        info = {"node": ctx.get_node_id(), "device_ids": list(ids)}
+        typed = {k: v for k, v in ctx.get_assigned_resources().items() if k not in ("GPU", "CPU", "memory")}
+        if typed:
+            info["resources"] = typed
+        return row, started_at, time.time(), info
 
     # Application errors are not retried (a harness failure is reported); a
     # worker that dies is retried once.
     return ray.remote(max_retries=1)(remote_cell)
 
 
-def _ray_task_executor(ray: Any, remote: Any, grid: Any, *, offset_s: float, started_here: bool) -> Executor:
-    """The :class:`Executor` over ``remote`` tasks, on the real clock from ``offset_s``."""
+def _ray_task_executor(
+    ray: Any, remote: Any, grid: Any, *, offset_s: float, started_here: bool, typed: bool = False
+) -> Executor:
+    """The :class:`Executor` over ``remote`` tasks, on the real clock from ``offset_s``
+    (``typed``: each task also asks for ``tp`` of its GPU type's custom resource)."""
     t0 = time.monotonic()
     running: dict[Any, Job] = {}
 
@@ -412,7 +440,8 @@ def _ray_task_executor(ray: Any, remote: Any, grid: Any, *, offset_s: float, sta
         return float(offset_s) + (time.monotonic() - t0)
 
     def submit(job: Job) -> None:
-        ref = remote.options(num_gpus=job.tp, num_cpus=0).remote(grid.key(job.cell), job.replicate)
+        extra = {"resources": {grid.gpu_name(job.cell): job.tp}} if typed else {}
+        ref = remote.options(num_gpus=job.tp, num_cpus=0, **extra).remote(grid.key(job.cell), job.replicate)
         running[ref] = job
 
     def _done(ref: Any) -> Done:

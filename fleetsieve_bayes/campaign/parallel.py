@@ -131,8 +131,9 @@ def _make_executor(
 ) -> tuple[Executor, GpuPool]:
     pool = campaign.pool
     if pool.executor == "ray":
-        ex = ray_executor(campaign, out, backend.grid, offset_s=offset, pool_gpus=pool.pool_gpus)
-        return ex, GpuPool(int(pool.pool_gpus or 0))
+        ex, n = ray_executor(campaign, out, backend.grid, offset_s=offset, pool_gpus=pool.pool_gpus,
+                             per_gpu=pool.per_gpu)
+        return ex, GpuPool(n, pool.per_gpu)
     assert pool.pool_gpus is not None  # validated: a local pool has a size
     slots = GpuPool(pool.pool_gpus, pool.per_gpu)
     opts = campaign.measurement.options
