@@ -146,7 +146,7 @@ def published_table(res: dict[str, Any]) -> str:
     """The markdown table of a run's JSON ``res`` and the summed ratio."""
     lines = [
         "| fleet | cells | rounds | windows | fit s before | fit s carry | carry / before | "
-        "rounds with a full warm-up, before / carry | rounds re-tuned (carry) | max |log median ratio| |",
+        "rounds with a full warm-up, before / carry | rounds re-tuned (carry) | largest log ratio of posterior medians |",
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for f in res["fleets"]:
