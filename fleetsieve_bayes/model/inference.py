@@ -499,12 +499,10 @@ def _pooled_warmup(
     pooled = jnp.asarray(mass_from_draws(flat), jnp.float32)
 
     def second(c: int) -> tuple[Any, NutsTrace]:
-        start = firsts[stuck.get(c, c)][0].z
-        state = objs.init_fixed_mass(start, jax.random.fold_in(keys[c], 1), data, pooled)
-        # Resume the warm-up clock at the half, so the step size is averaged
+        # The warm-up clock resumes at the half, so the step size is averaged
         # and adaptation stops exactly at ``preset.warmup``.
-        state = state._replace(i=jnp.asarray(half, state.i.dtype))
-        return _nuts_chain(objs, state, data, preset.warmup - half + preset.samples, preset.samples)
+        start = firsts[stuck.get(c, c)][0].z
+        return _fixed_mass_chain(objs, preset, data, start, jax.random.fold_in(keys[c], 1), pooled, half)
 
     return _map_chains(preset, second)
 
@@ -514,15 +512,24 @@ def _divergence(results: list[tuple[Any, NutsTrace]]) -> float:
     return float(np.mean([r[1].diverging.mean() for r in results]))
 
 
+def _fixed_mass_chain(
+    objs: NutsKernel, preset: InferencePreset, data: ModelData, z: Any, key: jax.Array, inverse_mass: Any,
+    from_step: int,
+) -> tuple[Any, NutsTrace]:
+    """One chain from ``z`` under ``inverse_mass`` (kept), its step size tuned from warm-up
+    step ``from_step`` to ``preset.warmup``, then ``preset.samples`` draws."""
+    state = objs.init_fixed_mass(z, key, data, inverse_mass)
+    state = state._replace(i=jnp.asarray(from_step, state.i.dtype))
+    return _nuts_chain(objs, state, data, preset.warmup - from_step + preset.samples, preset.samples)
+
+
 def _retuned_chain(
     objs: NutsKernel, preset: InferencePreset, data: ModelData, last: Any, key: jax.Array, steps: int
 ) -> tuple[Any, NutsTrace]:
     """One chain from ``last``'s position under ``last``'s mass matrix, the step
     size tuned afresh over ``steps`` warm-up transitions, then ``preset.samples`` draws."""
-    state = objs.init_fixed_mass(last.z, jax.random.fold_in(key, 2), data, last.adapt_state.inverse_mass_matrix)
-    # The adaptation clock starts ``steps`` before the end of the warm-up.
-    state = state._replace(i=jnp.asarray(preset.warmup - steps, state.i.dtype))
-    return _nuts_chain(objs, state, data, steps + preset.samples, preset.samples)
+    return _fixed_mass_chain(objs, preset, data, last.z, jax.random.fold_in(key, 2),
+                             last.adapt_state.inverse_mass_matrix, preset.warmup - steps)
 
 
 def _fit_nuts(
