@@ -238,3 +238,41 @@ def test_pool_killed_along_its_journal(tiny: tuple[Path, dict, list[dict]], tmp_
     decisions = ("measured", "allocation", "status", "gpu_seconds")
     got = _summary(out)
     assert {k: got[k] for k in decisions} == {k: ref[k] for k in decisions}
+
+
+def test_a_level_campaign_killed_after_its_windows_cross_a_bucket_resumes_to_the_same_result(tmp_path: Path) -> None:
+    """A noisy suite fleet at level 0.9 fits every window; a cell's first repeat moves the fit
+    to another compiled program (the repeated cells' rows), which goes on from the previous
+    round's sampler state. Killed right after the first round that fits a repeat, a fresh
+    process resumes to the uninterrupted run's result."""
+    from fleetsieve_bayes.evaluation.noisy import noisy_suite_fleet
+    from fleetsieve_bayes.evaluation.synthetic import write_synthetic
+
+    _, table, camp = noisy_suite_fleet(0, 7)
+    write_synthetic(tmp_path / "fleet", table, camp)
+    campaign = tmp_path / "fleet" / "campaign.toml"
+    _CACHE.append(str(tmp_path / "jax-cache"))
+    ref_out = tmp_path / "reference"
+    done = _cli("run", str(campaign), "--out", str(ref_out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    records, _ = read_journal(ref_out / "journal.jsonl")
+    repeated = False
+    kill_at = None
+    for i, r in enumerate(records):
+        repeated |= r["type"] == "measurement" and int(r.get("replicate", 0)) > 0
+        if r["type"] == "round" and repeated:
+            kill_at = i + 1
+            break
+    assert kill_at is not None and kill_at < len(records), "the reference never fitted a repeat"
+    out = tmp_path / "killed"
+    killed = _cli("run", str(campaign), "--out", str(out), "--quiet", kill_after_append=str(kill_at))
+    assert killed.returncode != 0 and not (out / "result.json").exists()
+    assert _cli("run", str(campaign), "--out", str(out), "--quiet").returncode == 0
+
+    def summary(where: Path) -> dict:  # _summary's fields; a repeat is a second window of a cell here
+        result = json.loads((where / "result.json").read_text())
+        keys = ("measured", "allocation", "status", "gpu_seconds", "committed", "repeat")
+        return {**{k: result.get(k) for k in keys}, "records": len(read_journal(where / "journal.jsonl")[0])}
+
+    assert summary(out) == summary(ref_out)
+    assert any(int(m.get("replicate", 0)) > 0 for m in summary(out)["measured"])
