@@ -178,13 +178,14 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
 
 
 def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float,
-                     tp_sd: float | None = None, burst: tuple[float, float, float] | None = None) -> dict:
+                     tp_sd: tuple[float, float, float] | None = None, burst: tuple[float, float, float] | None = None) -> dict:
     """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones,
     and what the conservative table at ``level`` admits (:func:`admission_scores`).
 
-    With ``tp_sd``, every fleet is fitted a second time, side by side, with the
-    ``generic`` card's per-(class, TP) departures (``[capacity]``, ``[ttft]``
-    and ``[completion]`` ``tp_sd``) set to it; ``"tp_sd"`` then holds that
+    With ``tp_sd`` ``(capacity, ttft, completion)``, every fleet is fitted a
+    second time, side by side, with the ``generic`` card's per-(class, TP)
+    departures (``[capacity]``, ``[ttft]`` and ``[completion]`` ``tp_sd``) set
+    to it; ``"tp_sd"`` then holds that
     fit's scores in the same form. With ``burst`` ``(burst_probability,
     burst_logit_sd, burst_class_sd)``, likewise with the card's ``[window]``
     burst prior set to it (``"burst"``).
@@ -199,7 +200,7 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     generic = load_card("generic")
     cards = {"generic": generic}
     if tp_sd is not None:
-        cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd, ttft_tp_sd=tp_sd, completion_tp_sd=tp_sd)
+        cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd[0], ttft_tp_sd=tp_sd[1], completion_tp_sd=tp_sd[2])
     if burst is not None:
         cards["burst"] = dataclasses.replace(generic, window_burst_probability=burst[0], window_burst_logit_sd=burst[1],
                                              window_burst_class_sd=burst[2])
@@ -229,7 +230,8 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
                   f"coverage {r['measured_cells']['coverage']:.2f}, tails {r['tails_unmeasured']}", flush=True)
     out = _attainment_summary(runs["generic"], fleets, windows, share)
     if tp_sd is not None:
-        out["tp_sd"] = {"value": tp_sd, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
+        value: float | list[float] = tp_sd[0] if len(set(tp_sd)) == 1 else list(tp_sd)
+        out["tp_sd"] = {"value": value, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
     if burst is not None:
         out["burst"] = {"value": list(burst), **_attainment_summary(runs["burst"], fleets, windows, share)}
     return out
@@ -399,7 +401,9 @@ def published_table(res: dict) -> str:
         a = res["attainment"]
         fits = [("generic", a)]
         if "tp_sd" in a:
-            fits.append((f"generic, tp_sd {a['tp_sd']['value']:g}", a["tp_sd"]))
+            v = a["tp_sd"]["value"]
+            label = f"{v:g}" if isinstance(v, (int, float)) else "{:g} / {:g} / {:g} (capacity / TTFT / completion)".format(*v)
+            fits.append((f"generic, tp_sd {label}", a["tp_sd"]))
         if "burst" in a:
             p, sd, csd = a["burst"]["value"]
             fits.append((f"generic, burst prior {p:g} (logit sd {sd:g}, class sd {csd:g})", a["burst"]))
@@ -442,6 +446,21 @@ def _burst(text: str | None) -> tuple[float, float, float] | None:
     return parts[0], parts[1], parts[2]
 
 
+def _tp_sd(text: str | None) -> tuple[float, float, float] | None:
+    """``--tp-sd``: one sd for capacity, TTFT and completion, or three comma-separated."""
+    if text is None:
+        return None
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--tp-sd: expected a number or CAP,TTFT,COMPLETION, got {text!r}") from None
+    if len(parts) == 1:
+        parts *= 3
+    if len(parts) != 3 or min(parts) < 0:
+        raise SystemExit(f"--tp-sd: expected a number or CAP,TTFT,COMPLETION (each >= 0), got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="fast")
@@ -452,8 +471,9 @@ def main() -> None:
     ap.add_argument("--studies", default="loo-cell,loo-tp,sbc")
     ap.add_argument("--windows", type=int, default=3, help="attainment: windows of a repeated cell")
     ap.add_argument("--share", type=float, default=0.5, help="attainment: share of cells measured")
-    ap.add_argument("--tp-sd", type=float, default=None,
-                    help="attainment: also fit every fleet with the generic card's per-(class, TP) departures at this sd")
+    ap.add_argument("--tp-sd", default=None, metavar="SD | CAP,TTFT,COMPLETION",
+                    help="attainment: also fit every fleet with the generic card's per-(class, TP) departures at this "
+                    "sd (one for all three, or capacity,ttft,completion)")
     ap.add_argument("--burst", default=None, metavar="P,SD,CLASS_SD",
                     help="attainment: also fit every fleet with the generic card's [window] burst prior set to "
                     "burst_probability,burst_logit_sd,burst_class_sd (e.g. 0.05,1.0,0.5)")
@@ -476,7 +496,7 @@ def main() -> None:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
         res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share,
-                                             args.tp_sd, _burst(args.burst))
+                                             _tp_sd(args.tp_sd), _burst(args.burst))
     if "campaign" in studies:
         res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:
