@@ -128,25 +128,45 @@ def _score(grid: Any, values: np.ndarray, problem: Any, epsilon: float,
             "oracle_usd_per_hour": oracle_usd, "oracle_service": list(_service(oracle.outcome))}
 
 
-def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
-    """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
+def _fleet_setup(k: int, seed: int, work: Path) -> tuple[Any, Path, Any, Any, np.ndarray, Any]:
+    """Fleet ``k``'s ``(fleet, campaign path, campaign, grid, noise-free truth (n_cells, 4), problem)``."""
     from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
     from fleetsieve_bayes.campaign.config import load_campaign
-    from fleetsieve_bayes.evaluation.mixed_pools import (
-        mixed_fleet,
-        single_type,
-        true_values,
-        write_mixed,
-    )
-    from fleetsieve_bayes.evaluation.regret import cells_from_json
+    from fleetsieve_bayes.evaluation.mixed_pools import mixed_fleet, true_values, write_mixed
 
-    need_mix = k % 2 == 0
-    fleet = mixed_fleet(np.random.default_rng([seed, k]), need_mix=need_mix)
+    fleet = mixed_fleet(np.random.default_rng([seed, k]), need_mix=k % 2 == 0)
     path = write_mixed(work / f"f{k:03d}" / "mixed", fleet)
     campaign = load_campaign(path)
     grid = grid_from_table(fleet.table, campaign.workload_names, pools=campaign.pool_names)
-    truth = values_from_table(grid, true_values(fleet.table))
-    problem = campaign.problem()
+    return fleet, path, campaign, grid, values_from_table(grid, true_values(fleet.table)), campaign.problem()
+
+
+def rescore_fleet(old: dict[str, Any], seed: int, work: Path) -> dict[str, Any]:
+    """Score a finished fleet's record ``old`` again (its decision and campaigns as they were) on both truths."""
+    from fleetsieve_bayes.allocation.problem import values_from_table
+    from fleetsieve_bayes.evaluation.regret import cells_from_json
+
+    if "error" in old:
+        return old
+    fleet, _, campaign, grid, truth, problem = _fleet_setup(int(old["fleet"]), seed, work)
+    cr = cells_from_json(grid, old.get("allocation"))
+    scores = {name: _score(grid, values, problem, campaign.epsilon, cr, bool(old["certified"]))
+              for name, values in (("table", values_from_table(grid, fleet.table)), ("curve", truth))}
+    for sc in scores.values():
+        sc.pop("outcome")
+    c = scores["curve"]
+    return {**old, "regret": c["regret"], "eps_correct_goodput": c["eps_correct_goodput"],
+            "eps_correct_cost": c["eps_correct_cost"], "false_certificate": c["false_certificate"],
+            "oracle_usd_per_hour": c["oracle_usd_per_hour"], "by_truth": scores}
+
+
+def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
+    """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
+    from fleetsieve_bayes.allocation.problem import values_from_table
+    from fleetsieve_bayes.evaluation.mixed_pools import single_type
+    from fleetsieve_bayes.evaluation.regret import cells_from_json
+
+    fleet, path, campaign, grid, truth, problem = _fleet_setup(k, seed, work)
     single_opt = single_type_optima(grid, truth, problem)
     best = _best(single_opt)
 
@@ -258,6 +278,8 @@ def markdown(res: dict[str, Any]) -> str:
         f"{s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix; mean $/h saving where the service "
         f"is the same: {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({s['comparable_cost']} fleets).",
     ]
+    if res.get("campaigns_commit"):
+        lines += ["", f"The campaigns ran at commit `{res['campaigns_commit'][:10]}`; their decisions are scored at this one."]
     return "\n".join(lines)
 
 
@@ -271,6 +293,16 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         for line in Path(partial).read_text().splitlines():
             r = json.loads(line)
             done[int(r["fleet"])] = r
+    rescore = getattr(args, "rescore", None)
+    if rescore is not None:  # the campaigns as they ran: only their scores are computed again
+        prev = json.loads(Path(rescore).read_text())
+        seed = int(prev["seed"])
+        with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
+            done = {int(f["fleet"]): rescore_fleet(f, seed, Path(tmp)) for f in prev["fleets"]}
+        n = len(done)
+        campaigns = prev.get("campaigns_commit") or _manifest_commit("mixed_pools")
+    else:
+        campaigns = None
     work_arg = getattr(args, "work", None)
     jobs = int(getattr(args, "jobs", 1) or 1)
     with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
@@ -289,6 +321,8 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             print(f"fleet {k}: {r.get('status', r.get('error'))}", file=sys.stderr, flush=True)
     fleets = [done[k] for k in range(n)]
     res = {"study": "mixed_pools", "seed": seed, "fleets": fleets, "summary": summarise(fleets)}
+    if campaigns:
+        res["campaigns_commit"] = campaigns
     md = markdown(res)
     print(md)
     out = Path(getattr(args, "out", None) or DEFAULT_OUT)
@@ -302,6 +336,14 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     return 0
 
 
+def _manifest_commit(study: str) -> str | None:
+    """The commit benchmarks/published/MANIFEST.json records for ``study`` (None if absent)."""
+    path = REPO / "benchmarks" / "published" / "MANIFEST.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("studies", {}).get(study, {}).get("commit")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fleets", type=int, default=4, help="mixed-pool fleets (default 4)")
@@ -310,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=None, help="keep each campaign and its run here (a finished run is read back)")
     p.add_argument("--jobs", type=int, default=1, help="campaigns of a fleet run at once (default 1)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
+    p.add_argument("--rescore", type=Path, default=None,
+                   help="score the fleets of a previous run's JSON again (no campaign runs; their commit is kept)")
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/mixed_pools.json and its docs/results.md section")
     return run_study(p.parse_args(argv), argv)
 
