@@ -39,15 +39,22 @@ def _card(sd: tuple[float, float, float]) -> PriorCard:
     return dataclasses.replace(load_card("generic"), capacity_tp_sd=sd[0], ttft_tp_sd=sd[1], completion_tp_sd=sd[2])
 
 
-def test_the_shipped_cards_switch_the_departures_off() -> None:
+def test_the_generic_card_departs_in_capacity_only_and_the_architecture_cards_not_at_all() -> None:
     grid = _grid()
     data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
-    for name in ("generic", "dense-31b-fp8-h100", "dense-8b-bf16-h100"):
+    generic = load_card("generic")
+    assert (generic.capacity_tp_sd, generic.ttft_tp_sd, generic.completion_tp_sd) == (0.3, 0.0, 0.0)
+    assert tp_dev_count(data, generic) == 4
+    draws = prior_predictive(grid, "generic", 2000, seed=0)
+    dev = draws["tp_dev"].reshape(-1, 3)
+    np.testing.assert_allclose(dev[:, 0].std(), 0.3, rtol=0.03)
+    assert (dev[:, 1:] == 0.0).all()  # the tails' bases follow their slope exactly
+    for name in ("dense-31b-fp8-h100", "dense-8b-bf16-h100"):
         card = load_card(name)
         assert (card.capacity_tp_sd, card.ttft_tp_sd, card.completion_tp_sd) == (0.0, 0.0, 0.0)
         assert tp_dev_count(data, card) == 0
-    draws = prior_predictive(grid, "generic", 4, seed=0)
-    assert "tp_z" not in draws and "tp_dev" not in draws
+        draws = prior_predictive(grid, card, 4, seed=0)
+        assert "tp_z" not in draws and "tp_dev" not in draws
     # One column per TP degree of the grid, in increasing TP.
     onehot = np.asarray(data.tp_onehot)
     assert onehot.shape == (24, 4) and (onehot.sum(1) == 1).all()

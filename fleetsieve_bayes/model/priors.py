@@ -44,8 +44,8 @@ Fields (section.key — meaning):
   offered loads are chosen around each class's saturation point, whatever its
   scale). Exactly one (default ``relative_to_offered = 1.0``). ``log_sd``, ``class_sd``.
   ``tp_sd`` — sd of a class's departure from the parabola at each TP degree
-  (log scale; 0, the default, switches the departures off: capacity follows
-  the parabola exactly). ``[ttft]`` and ``[completion]`` have a ``tp_sd`` of
+  (log scale; 0, the default of a card that omits it, switches the departures
+  off: capacity follows the parabola exactly; the generic card has 0.3). ``[ttft]`` and ``[completion]`` have a ``tp_sd`` of
   their own for the tail bases.
 ``[saturation]`` — served throughput is the smooth minimum
   ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
@@ -117,7 +117,8 @@ from fleetsieve_bayes.resources import data_dir, legacy_path
 
 __all__ = ["PriorCard", "DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
 
-# Defaults = the generic card. Keys are "section.key".
+# Defaults = the generic card, but for [capacity] tp_sd (0.3 there, 0 for a card that omits it:
+# the architecture cards keep their parabola). Keys are "section.key".
 DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "card.family": "",
     "card.description": "",
