@@ -14,6 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from fleetsieve_bayes import interrupts
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError, MeasurementError
 
 # Subcommand modules, in the order `--help` lists them.
@@ -57,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         enable_compilation_cache()
     try:
-        return int(args.func(args) or 0)
+        with interrupts.recording():
+            return int(args.func(args) or 0)
     except (InputError, EnvironmentProblem, MeasurementError) as exc:
         print(f"fleetsieve-bayes {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -92,6 +92,7 @@ from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_INFEASIBLE,
 )
 from fleetsieve_bayes.errors import InputError, MeasurementError
+from fleetsieve_bayes.interrupts import check as check_interrupt
 from fleetsieve_bayes.round import (
     Assessment,
     CampaignState,
@@ -324,6 +325,7 @@ def _drive(ctx: _Context, fl: _Flight, state: CampaignState) -> _Outcome:
     plan_times: list[float] = []
     plan_cpu: list[float] = []
     while True:
+        check_interrupt()  # a Ctrl-C that a finaliser swallowed still stops here
         if not fl.failures:
             _fill_mandatory(ctx, fl)
         n_measured = int(state.measured.sum())

@@ -39,6 +39,7 @@ from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measuremen
 from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
 from fleetsieve_bayes.campaign.windows import check_window, window_limits
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.interrupts import check as check_interrupt
 from fleetsieve_bayes.round import (
     CampaignState,
     RoundOutcome,
@@ -93,6 +94,7 @@ def _drive(
 
     grid = state.grid
     while True:
+        check_interrupt()  # a Ctrl-C that a finaliser swallowed still stops here
         design = pending_design(state)
         if design:
             _measure(journal, state, measure, backend, design[0], 0, "design", on_event)
