@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_campaign import write_tiny
 
 from fleetsieve_bayes import interrupts
 from fleetsieve_bayes.campaign import load_campaign, run_campaign
 from fleetsieve_bayes.campaign.journal import read_journal
-from fleetsieve_bayes.resources import data_dir
-
-GRID = data_dir("examples") / "h100_31b_fp8" / "grid.csv"
 
 
 class _SignalledInFinaliser:
@@ -55,34 +53,7 @@ def test_recording_starts_from_a_clear_request() -> None:
     interrupts.clear()
 
 
-def _campaign(tmp: Path, measurement: str) -> Path:
-    path = tmp / "campaign.toml"
-    path.write_text(f"""
-name = "t"
-[fleet]
-gpus = 16
-[model]
-family = "dense-31b-fp8-h100"
-[measurement]
-backend = "replay"
-table = "{GRID}"
-{measurement}
-[stopping]
-epsilon = 0.05
-slo_attainment = "point"
-[[workloads]]
-name = "chat"
-demand_rps = 12.0
-slo = {{ success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }}
-[[workloads]]
-name = "code"
-demand_rps = 16.0
-slo = {{ success_min = 0.99, ttft_p99_s = 5.0 }}
-""")
-    return path
-
-
-@pytest.mark.parametrize("measurement", ["", "pool_gpus = 16"], ids=["sequential", "pool"])
+@pytest.mark.parametrize("measurement", ["", "pool_gpus = 8"], ids=["sequential", "pool"])
 def test_both_drivers_stop_at_their_next_turn_on_a_recorded_interrupt(tmp_path: Path, measurement: str) -> None:
     out = tmp_path / "run"
     seen: list[str] = []
@@ -94,7 +65,7 @@ def test_both_drivers_stop_at_their_next_turn_on_a_recorded_interrupt(tmp_path: 
 
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_campaign(load_campaign(_campaign(tmp_path, measurement)), out, on_event=on_event)
+            run_campaign(load_campaign(write_tiny(tmp_path / "c", measurement_extra=measurement)), out, on_event=on_event)
     finally:
         interrupts.clear()
     # The measurement that finished is kept; nothing after it started.
