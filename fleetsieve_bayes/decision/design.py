@@ -7,6 +7,16 @@ the per-GPU capacity curve (where the knee is) and at the tails at a
 mid-range load, without spending on the most expensive high-load cells.
 The design is ordered like the grid (class, TP), so every strategy spends the
 same GPU-seconds before its own choices start.
+
+Over several GPU pools a class's probes are spread over its GPU types: the
+class's TPs, in order, go to its types in turn, starting one type further on
+for each class (a Latin rotation), so that every (class, type) is measured and
+every type is seen at several TPs across the classes. That is what the model's
+GPU axis learns from (a per-type deviation from the roofline ratio, pooled
+over the classes). Where a class has more types than TPs, each type left
+without a probe gets one at the class's middle TP. A (class, TP) that a type
+does not offer goes to the next type in the rotation that does. A grid of one
+pool gets exactly the single-type design.
 """
 
 from __future__ import annotations
@@ -22,12 +32,35 @@ from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
 __all__ = ["initial_design", "STRATEGY_NAMES"]
 
 
+def _median_load(grid: CellGrid, where: np.ndarray) -> int:
+    """The cell at the (lower) median offered load among the cells of mask ``where`` ``(n_cells,)``."""
+    idx = np.flatnonzero(where)
+    idx = idx[np.argsort(grid.offered_rps[idx], kind="stable")]
+    return int(idx[(len(idx) - 1) // 2])
+
+
 def initial_design(grid: CellGrid) -> list[int]:
-    """Cell indices of the initial design, in measurement order."""
+    """Cell indices of the initial design, in measurement order (class, then TP)."""
     cells: list[int] = []
+    gpu = grid.gpu_idx
     for w in range(grid.n_classes):
-        for tp in np.unique(grid.tp[grid.workload_idx == w]):
-            idx = np.flatnonzero((grid.workload_idx == w) & (grid.tp == tp))
-            idx = idx[np.argsort(grid.offered_rps[idx], kind="stable")]
-            cells.append(int(idx[(len(idx) - 1) // 2]))
+        in_w = grid.workload_idx == w
+        tps = np.unique(grid.tp[in_w])
+        types = np.unique(gpu[in_w])
+        if types.size <= 1:
+            cells += [_median_load(grid, in_w & (grid.tp == tp)) for tp in tps]
+            continue
+        probed: set[int] = set()
+        for j, tp in enumerate(tps):
+            at = in_w & (grid.tp == tp)
+            for s in range(types.size):
+                g = int(types[(j + w + s) % types.size])
+                if np.any(at & (gpu == g)):
+                    cells.append(_median_load(grid, at & (gpu == g)))
+                    probed.add(g)
+                    break
+        for g in (int(t) for t in types if int(t) not in probed):
+            on = in_w & (gpu == g)
+            tps_g = np.unique(grid.tp[on])
+            cells.append(_median_load(grid, on & (grid.tp == tps_g[(len(tps_g) - 1) // 2])))
     return cells
