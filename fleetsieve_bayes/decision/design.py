@@ -46,10 +46,7 @@ def initial_design(grid: CellGrid) -> list[int]:
     for w in range(grid.n_classes):
         in_w = grid.workload_idx == w
         tps = np.unique(grid.tp[in_w])
-        types = np.unique(gpu[in_w])
-        if types.size <= 1:
-            cells += [_median_load(grid, in_w & (grid.tp == tp)) for tp in tps]
-            continue
+        types = np.unique(gpu[in_w])  # one type: every TP on it, the single-type design
         probed: set[int] = set()
         for j, tp in enumerate(tps):
             at = in_w & (grid.tp == tp)
