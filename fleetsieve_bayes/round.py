@@ -492,6 +492,7 @@ def assess(
             grid, problem, state.card, state.observed, state.measured, settings, seed=attempt_seed,
             mass_from=posterior, server_failed=state.server_failed,
             windows=window_inputs(state) if at_level(settings) else None,
+            window_limit=state.window_limit,
         )
         view = view._replace(
             bounds=attempt.bounds, conservative=attempt.conservative, optimistic=attempt.optimistic,
@@ -539,7 +540,12 @@ def _attainment_state(
     """At an attainment level: result.json's committed cells and cell to repeat, and
     whether only repeats can close the gap (both allocations commit to measured
     cells alone, and some committed cell's attainment interval straddles its level)."""
-    from fleetsieve_bayes.decision.bounds import cell_to_repeat, committed_attainment, slo_levels
+    from fleetsieve_bayes.decision.bounds import (
+        cell_to_repeat,
+        committed_attainment,
+        repeat_entry,
+        slo_levels,
+    )
 
     grid, att = state.grid, view.attainment
     levels = slo_levels(grid, settings.slo_attainment)
@@ -548,11 +554,10 @@ def _attainment_state(
     cons, opt = view.conservative, view.optimistic
     committed = cons.committed() if cons.feasible else []
     ends = committed + (opt.committed() if opt.feasible else [])
-    repeat_cell = cell_to_repeat(ends, att, levels, counts < settings.max_windows_per_cell)
+    repeat_cell = cell_to_repeat(ends, att, levels, repeatable(state, settings.max_windows_per_cell))
     repeat = None
     if repeat_cell is not None:
-        w, tp, load = grid.key(repeat_cell)
-        repeat = {"workload": w, "tp": int(tp), "load": load, "windows": int(counts[repeat_cell])}
+        repeat = repeat_entry(grid, repeat_cell, counts, settings.max_windows_per_cell, state.window_limit)
     only = bool(
         view.certificate.status == UNDECIDED and repeat_cell is not None and cons.feasible and opt.feasible
         and all(state.measured[c] for c in ends)

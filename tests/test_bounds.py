@@ -4,10 +4,13 @@ import pandas as pd
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.bounds import (
     BOUNDS_COLUMNS,
+    attainment_lines,
     bounds_frame,
     conservative_table,
     credible_bounds,
     optimistic_table,
+    repeat_advice,
+    repeat_entry,
 )
 from fleetsieve_bayes.model.inference import Posterior
 
@@ -102,3 +105,47 @@ def test_bounds_frame():
     assert tuple(df.columns) == BOUNDS_COLUMNS
     assert list(df["workload"]) == ["chat", "chat", "code"] and df["measured"].tolist() == [True, False, False]
     assert isinstance(df, pd.DataFrame) and df["tp"].dtype == np.int64
+
+
+def _grid3() -> CellGrid:
+    return CellGrid(
+        workloads=("chat", "code"),
+        workload_idx=np.array([0, 0, 1]),
+        tp=np.array([2, 4, 4]),
+        load=("C16", "C32", "C32"),
+        offered_rps=np.array([1.0, 2.0, 2.0]),
+        duration_s=np.full(3, 300.0),
+    )
+
+
+def test_the_cell_to_repeat_says_which_limit_binds():
+    grid, windows = _grid3(), np.array([3, 1, 2])
+    # No backend limit: the cap binds.
+    assert repeat_entry(grid, 1, windows, 3) == {
+        "workload": "chat", "tp": 4, "load": "C32", "windows": 1, "limit": 3, "limited_by": "max_windows_per_cell"}
+    # A replayed cell with two rows: fewer than the cap.
+    limits = np.array([np.inf, np.inf, 2.0])
+    assert repeat_entry(grid, 2, windows, 3, limits)["limit"] == 2
+    assert repeat_entry(grid, 2, windows, 3, limits)["limited_by"] == "backend"
+    # Rows equal to the cap: the cap is what the user can raise first... and no more rows: the backend.
+    assert repeat_entry(grid, 0, windows, 3, np.full(3, 3.0))["limited_by"] == "max_windows_per_cell"
+    assert repeat_entry(grid, 0, windows, 5, np.full(3, 3.0))["limited_by"] == "backend"
+
+
+def test_repeat_advice_names_what_to_raise_at_the_limit():
+    grid = _grid3()
+    free = repeat_entry(grid, 1, np.array([3, 1, 2]), 3)
+    assert repeat_advice(free) == "to settle the decision, measure chat TP4@C32 again (1 window so far)"
+    capped = repeat_entry(grid, 0, np.array([3, 1, 2]), 3)
+    assert repeat_advice(capped) == (
+        "to settle the decision, chat TP2@C16 needs another window, and it has 3 windows, the most "
+        "[stopping] max_windows_per_cell = 3 allows: raise it and start a new run with --reuse-measurements "
+        "from this one")
+    rows = repeat_entry(grid, 2, np.array([3, 1, 2]), 3, np.array([np.inf, np.inf, 2.0]))
+    assert repeat_advice(rows) == ("to settle the decision, code TP4@C32 needs another window, and the backend "
+                                   "has no more (2 windows, every replicate row the table holds of it)")
+    # An entry written before ``limit`` existed reads as one that may be repeated.
+    old = {"workload": "chat", "tp": 4, "load": "C32", "windows": 3}
+    assert repeat_advice(old).startswith("to settle the decision, measure chat TP4@C32 again")
+    joint = {"committed": [], "repeat": capped}
+    assert attainment_lines(joint) == [repeat_advice(capped)]

@@ -129,7 +129,8 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4
     result = run_campaign(load_campaign(EXAMPLE), tmp_path / "run", seed=0).result
     assert result["status"] == "undecided" and result["gpu_seconds"] == 14400.0
     assert result["slo_attainment"] == {"chat": 0.9, "code": 0.9}
-    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1}
+    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
+                                "limited_by": "backend"}
     assert [(m["workload"], m["tp"], m["load"]) for m in result["measured"]][6:] == [
         ("chat", 4, "C128"), ("code", 8, "C128"), ("code", 4, "C96"), ("chat", 4, "C96"),
     ]  # fmt: skip

@@ -89,7 +89,8 @@ def test_quickstart_campaign_from_the_installed_package(tmp_path: Path) -> None:
     # At the default level (0.9) one window per cell cannot settle chat TP4@C96: undecided,
     # naming it, with the conservative fleet (tests/test_campaign.py pins the same run in-tree).
     assert result["status"] == "undecided" and result["gpu_seconds"] == 14400.0
-    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1}
+    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
+                                "limited_by": "backend"}
     assert result["allocation"] == {
         "chat": {"tp": 4, "load": "C64", "replicas": 2},
         "code": {"tp": 4, "load": "C64", "replicas": 2},

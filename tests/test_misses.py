@@ -55,6 +55,11 @@ def test_a_class_whose_windows_meet_the_slo_is_explained_by_the_campaign_state()
         "code: no replicas — best measured cell TP1@x1 meets the SLO in its windows, but no cell of this "
         "class is shown to meet it in 95 % of windows (measure TP1@x1 again)"
     )
+    capped = {**at_level, "repeat": {**at_level["repeat"], "limit": 3, "limited_by": "max_windows_per_cell"}}
+    assert describe_unserved("code", code, capped).endswith(
+        "(TP1@x1 needs another window and has 3, its limit: raise [stopping] max_windows_per_cell)")
+    rows_out = {**at_level, "repeat": {**at_level["repeat"], "limit": 3, "limited_by": "backend"}}
+    assert describe_unserved("code", code, rows_out).endswith("its replay table has no more rows of it)")
     other = {**at_level, "repeat": {"workload": "chat", "tp": 2, "load": "x4", "windows": 1}}
     assert describe_unserved("code", code, other).endswith("in 95 % of windows")
     point = {"status": "undecided", "slo_attainment": {"chat": "point", "code": "point"}}

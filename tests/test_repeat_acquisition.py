@@ -101,6 +101,8 @@ def test_no_cell_gets_more_windows_than_the_cap_or_the_table(tmp_path: Path, cap
         assert not _repeat_rounds(out)
     if result.get("repeat"):
         assert result["repeat"]["windows"] <= min(cap, rows)
+        assert result["repeat"]["limit"] == min(cap, rows)
+        assert result["repeat"]["limited_by"] == ("backend" if rows < cap else "max_windows_per_cell")
 
 
 def test_the_pool_driver_repeats_too(tmp_path: Path) -> None:

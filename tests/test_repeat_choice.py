@@ -154,6 +154,8 @@ def test_a_cell_that_may_not_be_repeated_is_never_chosen(cap, limit, why):
     assert not a.decision.acquire and a.decision.status == EXHAUSTED
     rep = a.attainment_json["repeat"]
     assert (rep["workload"], rep["tp"], rep["load"], rep["windows"]) == ("a", 1, "L2", 1)
+    # ... and which limit it is at: the cap, or the replay table's rows of it.
+    assert (rep["limit"], rep["limited_by"]) == ((1, "max_windows_per_cell") if cap == 1 else (1, "backend"))
     if cap > 1:  # only X's rows are used up
         assert repeatable(state, cap).tolist() == [False, True, True, True]
 

@@ -31,6 +31,7 @@ from fleetsieve_bayes.decision.bounds import (
     cell_to_repeat,
     committed_attainment,
     decision_tables,
+    repeat_entry,
     slo_levels,
 )
 from fleetsieve_bayes.decision.certificate import (
@@ -121,6 +122,7 @@ def attempt_certification(
     mass_from: Any = None,
     server_failed: np.ndarray | None = None,
     windows: tuple[np.ndarray, np.ndarray] | None = None,
+    window_limit: np.ndarray | None = None,
 ) -> CertificationAttempt:
     """One certification attempt on what is measured now (see the module docstring), under
     ``settings`` (ε, credible level, repeatability, interval rules, risk, SLO attainment).
@@ -136,7 +138,8 @@ def attempt_certification(
     row_cell (n_rows,))`` every measurement window, read at an attainment level
     (``settings.slo_attainment`` not ``"point"``): the window-noise posterior,
     admissibility by attainment, and a certified-feasible verdict that also
-    needs ``P(SLO met) ≥ 1 − risk``."""
+    needs ``P(SLO met) ≥ 1 − risk``. ``window_limit (n_cells,)``: the windows the
+    backend can give of each cell (``inf``: no limit), for the cell to repeat."""
     t0 = time.perf_counter()
     levels = slo_levels(grid, settings.slo_attainment)
     rows, row_cell = windows if (levels is not None and windows is not None) else (None, None)
@@ -182,10 +185,10 @@ def attempt_certification(
         committed = cons.committed() if cons.feasible else []
         repeat = None
         if cert.status == UNDECIDED:
-            c = cell_to_repeat(committed or opt.committed(), att, levels, counts < settings.max_windows_per_cell)
+            limit = np.minimum(settings.max_windows_per_cell, np.inf if window_limit is None else window_limit)
+            c = cell_to_repeat(committed or opt.committed(), att, levels, counts < limit)
             if c is not None:
-                w, tp, load = grid.key(c)
-                repeat = {"workload": w, "tp": int(tp), "load": load, "windows": int(counts[c])}
+                repeat = repeat_entry(grid, c, counts, settings.max_windows_per_cell, window_limit)
         att_json = {
             "committed": committed_attainment(grid, committed, att, counts, levels),
             "repeat": repeat,

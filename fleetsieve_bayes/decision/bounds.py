@@ -11,7 +11,8 @@ acquisition kernel uses. Quantiles here are NumPy's linear interpolation.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,8 @@ __all__ = [
     "slo_levels",
     "committed_attainment",
     "cell_to_repeat",
+    "repeat_entry",
+    "repeat_advice",
     "class_attainment_line",
     "attainment_lines",
     "decision_tables",
@@ -387,6 +390,47 @@ def cell_to_repeat(
     return int(short[0])
 
 
+def repeat_entry(
+    grid: CellGrid, cell: int, windows: np.ndarray, max_windows_per_cell: int, window_limit: np.ndarray | None = None
+) -> dict[str, object]:
+    """What result.json's ``repeat`` says of the cell to repeat (docs/contracts.md):
+    ``{workload, tp, load, windows, limit, limited_by}``. ``limit`` is the most
+    windows the campaign may hold of it, ``[stopping] max_windows_per_cell`` or the
+    backend's windows of it (``window_limit (n_cells,)``, ``inf``: no limit; a
+    replayed cell has its table's rows), whichever is fewer; ``limited_by`` names
+    which (``"max_windows_per_cell"`` or ``"backend"``).
+
+    Args:
+        windows: int ``(n_cells,)`` windows measured per cell.
+    """
+    w, tp, load = grid.key(int(cell))
+    backend = float("inf") if window_limit is None else float(np.asarray(window_limit)[cell])
+    by_backend = backend < max_windows_per_cell
+    return {
+        "workload": w, "tp": int(tp), "load": load, "windows": int(windows[cell]),
+        "limit": int(backend) if by_backend else int(max_windows_per_cell),
+        "limited_by": "backend" if by_backend else "max_windows_per_cell",
+    }
+
+
+def repeat_advice(rep: Mapping[str, Any]) -> str:
+    """One line on the cell to repeat (a :func:`repeat_entry`): measure it again, or,
+    when it holds as many windows as it may, what to raise first. Entries written
+    before ``limit`` existed read as not at their limit."""
+    where = f"{rep['workload']} TP{rep['tp']}@{rep['load']}"
+    n = int(rep["windows"])
+    limit = rep.get("limit")
+    held = f"{n} window{'s' if n != 1 else ''}"
+    if limit is None or n < int(limit):
+        return f"to settle the decision, measure {where} again ({held} so far)"
+    if rep.get("limited_by") == "backend":
+        return (f"to settle the decision, {where} needs another window, and the backend has no more "
+                f"({held}, every replicate row the table holds of it)")
+    return (f"to settle the decision, {where} needs another window, and it has {held}, the most "
+            f"[stopping] max_windows_per_cell = {int(limit)} allows: raise it and start a new run "
+            "with --reuse-measurements from this one")
+
+
 def attainment_lines(joint: dict[str, object] | None) -> list[str]:
     """The per-class attainment lines (:func:`class_attainment_line`) of a round's
     joint-check record, and the cell to repeat; empty at ``"point"``."""
@@ -396,11 +440,8 @@ def attainment_lines(joint: dict[str, object] | None) -> list[str]:
     names = list(dict.fromkeys(str(c["workload"]) for c in cells))
     out = [class_attainment_line(n, cells) for n in names]
     rep = joint.get("repeat")
-    if rep:
-        out.append(
-            f"to settle the decision, measure {rep['workload']} TP{rep['tp']}@{rep['load']} again "  # type: ignore[index]
-            f"({rep['windows']} window(s) so far)"  # type: ignore[index]
-        )
+    if isinstance(rep, Mapping):
+        out.append(repeat_advice(rep))
     return out
 
 
