@@ -278,7 +278,7 @@ def measured_state(grid: CellGrid, records: Sequence[Any]) -> tuple[np.ndarray, 
     """Rebuild what is measured from journal records (typed).
 
     A failure that does not depend on the load (:data:`LOAD_INDEPENDENT_FAILURES`)
-    is known for every load of its class and TP: those cells count as measured
+    is known for every load of its class, GPU type and TP: those cells count as measured
     with the failed cell's values, at no cost and without a record of their own
     (the journal, ``measurements.csv`` and the GPU-seconds hold only what ran).
     Measuring them one by one would cost 26 runs over the 40-fleet suite.
@@ -310,7 +310,7 @@ def measured_state(grid: CellGrid, records: Sequence[Any]) -> tuple[np.ndarray, 
         if rec.row.get("failure") in LOAD_INDEPENDENT_FAILURES:
             cant_start.append(c)
     for c in cant_start:
-        same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & ~measured
+        same = grid.same_curve(c) & ~measured
         observed[same] = observed[c]
         measured |= same
     measured, observed = pool_production(index, records, measured, observed)

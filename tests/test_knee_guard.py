@@ -49,6 +49,32 @@ def test_ladder_orders_loads_within_class_and_tp():
     assert not load_ladder(w, tp, x, 0).near_above.any()
 
 
+def test_another_gpu_type_is_another_ladder():
+    # chat TP1 on two GPU types, loads interleaved by offered rate: an L40S cell above a
+    # measured H100 cell is not guarded by it, and H100 tails set no L40S floor.
+    w = np.array([0, 0, 0, 0])
+    tp = np.array([1, 1, 1, 1])
+    x = np.array([1.0, 2.0, 1.5, 3.0])
+    gpu = np.array([0, 0, 1, 1])
+    ladder = load_ladder(w, tp, x, 1, gpu)
+    assert ladder.below.tolist() == [[False] * 4, [True, False, False, False],
+                                     [False] * 4, [False, False, True, False]]
+    assert ladder.near_above[0].tolist() == [False, True, False, False]
+    assert ladder.near_above[2].tolist() == [False, False, False, True]
+    # H100 @1.0 fast and L40S @3.0 slow measured: the L40S cell beneath its slow one is
+    # guarded with no floor (nothing measured beneath it on the L40S), the H100 @2.0 is
+    # not guarded (nothing measured above it on the H100) and its floor is the H100's.
+    measured = np.array([True, False, False, True])
+    obs = np.array([[1.0, 0.2, 2.0, 0.99], [np.nan] * 4, [np.nan] * 4, [1.0, 9.0, 30.0, 0.99]])
+    guarded, floor = guard_state(obs, measured, ladder, 0.0)
+    assert guarded.tolist() == [False, False, True, False]
+    assert floor[:, 0].tolist() == [0.0, 0.2, 0.0, 0.0]
+    # One pool: the GPU argument changes nothing.
+    one = load_ladder(w, tp, x, 1)
+    same = load_ladder(w, tp, x, 1, np.zeros(4, np.int64))
+    assert (one.below == same.below).all() and (one.near_above == same.near_above).all()
+
+
 @st.composite
 def _guard_case(draw):
     n = draw(st.integers(2, 9))
@@ -223,6 +249,49 @@ def test_a_start_up_failure_is_known_at_every_load_of_its_class_and_tp():
     np.testing.assert_array_equal(observed[0], [0.0, 0.0, 0.0, 0.0])
     np.testing.assert_array_equal(observed[6], [0.0, 0.0, 0.0, 0.0])
     assert np.isnan(observed[3]).all()
+
+
+def _pool_record(seq: int, workload: str, tp: int, load: str, gpu: str, failure: str, values: list[float]):
+    from fleetsieve_bayes.campaign.journal import Cell
+
+    rec = _record(seq, workload, tp, load, failure, values)
+    return rec._replace(cell=Cell(workload, tp, load, gpu), row={**rec.row, "gpu": gpu})
+
+
+def test_a_start_up_failure_and_an_overload_stay_on_their_gpu_type():
+    from fleetsieve_bayes.model.joint import model_data
+    from fleetsieve_bayes.round import measured_state, server_failures
+
+    grid = CellGrid(
+        workloads=("chat",),
+        workload_idx=np.zeros(6, np.int64),
+        tp=np.ones(6, np.int64),
+        load=("C1", "C2", "C3", "C1", "C2", "C3"),
+        offered_rps=np.array([1.0, 2.0, 3.0, 0.5, 1.0, 1.5]),
+        duration_s=np.full(6, 300.0),
+        gpu=np.array([0, 0, 0, 1, 1, 1]),
+        pools=("h100-sxm-80gb", "l40s-48gb"),
+    )
+    ok = [1.0, 0.5, 5.0, 0.99]
+    records = [
+        _pool_record(0, "chat", 1, "C2", "l40s-48gb", "startup-oom", [0.0, 0.0, 0.0, 0.0]),
+        _pool_record(1, "chat", 1, "C1", "h100-sxm-80gb", "", ok),
+    ]
+    measured, observed, _ = measured_state(grid, records)
+    # the L40S OOM is known at every L40S load, never at an H100 one
+    assert measured.tolist() == [True, False, False, True, True, True]
+    server = server_failures(grid, records)
+    assert server.tolist() == [False, False, False, True, True, True]
+    # An H100 failure above a working H100 load is overload; an L40S failure whose only
+    # working load beneath it (by offered rate) is an H100 one is not.
+    records = [
+        _pool_record(0, "chat", 1, "C1", "h100-sxm-80gb", "", ok),
+        _pool_record(1, "chat", 1, "C2", "h100-sxm-80gb", "", [0.0, 0.0, 0.0, 0.0]),
+        _pool_record(2, "chat", 1, "C3", "l40s-48gb", "", [0.0, 0.0, 0.0, 0.0]),
+    ]
+    measured, observed, _ = measured_state(grid, records)
+    data = model_data(grid, observed, measured, server_failed=server_failures(grid, records))
+    assert [grid.describe(c) for c in np.flatnonzero(np.asarray(data.failed_under_load))] == [grid.describe(1)]
 
 
 def test_only_a_failure_under_load_reads_as_overload():

@@ -79,7 +79,7 @@ class _Recorder:
 
 
 def _fake_attempt_certification(grid, problem, card, observed, measured, settings, *, seed, mass_from=None,
-                                 server_failed=None, preset="certify", windows=None):  # noqa: ANN001, ANN202
+                                 server_failed=None, preset="certify", windows=None, window_limit=None):  # noqa: ANN001, ANN202
     bounds = rule_bounds(mass_from, observed, measured, settings.credible_level, settings.repeatability, grid,
                          settings.rules)
     cons = allocate_milp(grid, conservative_table(bounds), problem)

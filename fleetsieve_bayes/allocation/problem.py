@@ -124,6 +124,14 @@ class CellGrid(NamedTuple):
         """
         return self.cost_gpu_s * np.asarray(usd_per_gpu_hour, np.float64)[self.gpu_idx] / 3600.0
 
+    def same_curve(self, i: int) -> np.ndarray:
+        """bool ``(n_cells,)``: the cells of cell ``i``'s class, GPU pool and TP (its load
+        ladder; cell ``i`` among them). A failure or a tail there says something of
+        the other loads; another GPU type or TP is another engine."""
+        i = int(i)
+        return (self.workload_idx == self.workload_idx[i]) & (self.tp == self.tp[i]) & (
+            self.gpu_idx == self.gpu_idx[i])
+
     def key(self, i: int) -> tuple[Any, ...]:
         """``(workload, tp, load)`` of cell ``i``; ``(workload, tp, load, gpu)`` with several pools."""
         base = (self.workloads[int(self.workload_idx[i])], int(self.tp[i]), self.load[i])

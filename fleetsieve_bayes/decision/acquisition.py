@@ -83,11 +83,11 @@ from fleetsieve_bayes.decision.intervals import (
     bound_tables,
     collapse_measured,
     credible_quantiles,
+    grid_ladder,
     guard_after_measuring,
     guard_state,
     knee_guard,
     level_tables,
-    load_ladder,
     model_intervals,
     with_measured,
 )
@@ -645,7 +645,7 @@ def kernel_functions(
 
         obs_logpdf = obs_logpdf or _model.obs_logpdf
         sample_obs = sample_obs or _model.sample_obs
-    ladder = load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, knee_guard)
+    ladder = grid_ladder(grid, knee_guard)
     return KernelFunctions(
         allocator_solve, obs_logpdf, sample_obs, float(np.sum(problem.demand)), LoadLadder(*map(jnp.asarray, ladder))
     )

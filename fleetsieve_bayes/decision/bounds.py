@@ -27,10 +27,10 @@ from fleetsieve_bayes.decision.intervals import (
     LoadLadder,
     bound_tables,
     credible_quantiles,
+    grid_ladder,
     guard_state,
     knee_guard,
     level_tables,
-    load_ladder,
     model_intervals,
     with_measured,
 )
@@ -139,7 +139,7 @@ def rule_bounds(
         repeatability,
         model_margin=rules.tail_margin,
         success_margin=rules.success_margin,
-        ladder=load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard),
+        ladder=grid_ladder(grid, rules.knee_guard),
     )
 
 
@@ -272,7 +272,7 @@ def attainment_bounds(
     opt_lat = _shift(latent, un, rules.tail_margin, rules.success_margin, -1.0)
     obs = np.asarray(observed, np.float64)
     with np.errstate(invalid="ignore"):
-        guarded, floor = guard_state(obs, m, load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard), float(repeatability))
+        guarded, floor = guard_state(obs, m, grid_ladder(grid, rules.knee_guard), float(repeatability))
     guarded = np.asarray(guarded, bool)
     if guarded.any():
         # The guard's floors are window values: a window at the floor is the
@@ -331,7 +331,7 @@ def level_bounds(
     lo, hi = np.where(m[:, None], lo_m, lo), np.where(m[:, None], hi_m, hi)
     obs = np.asarray(observed, np.float64)
     with np.errstate(invalid="ignore"):
-        lo = knee_guard(lo, *guard_state(obs, m, load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, rules.knee_guard), float(repeatability)))
+        lo = knee_guard(lo, *guard_state(obs, m, grid_ladder(grid, rules.knee_guard), float(repeatability)))
     bounds = Bounds(lo=lo, hi=hi)
     att = attainment_bounds(posterior, grid, problem, observed, m, credible_level, repeatability, rules, seed=seed)
     cons, opt = bound_tables(bounds.lo, bounds.hi)

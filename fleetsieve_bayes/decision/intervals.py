@@ -23,7 +23,7 @@ The rules, applied in this order:
    ``1 − s`` for success (a relative band on 0.99 itself would be meaninglessly
    wide), clipped to ``[0, 1]``;
 3. :func:`knee_guard` — an unmeasured cell up to ``steps`` load steps below
-   a measured cell of its class and TP (:func:`load_ladder`) may be as fast
+   a measured cell of its class, GPU type and TP (:func:`load_ladder`) may be as fast
    as the fastest it can be *without the model*: its optimistic TTFT and
    completion are at most the largest measured ones below it at that TP (0
    when none is measured). Tails only grow with the load, so that is all a
@@ -78,6 +78,7 @@ __all__ = [
     "DEFAULT_RULES",
     "LoadLadder",
     "load_ladder",
+    "grid_ladder",
     "guard_state",
     "guard_after_measuring",
     "knee_guard",
@@ -173,31 +174,42 @@ def with_measured(
 
 
 class LoadLadder(NamedTuple):
-    """The load order of each (class, TP): bool ``(n_cells, n_cells)`` each.
+    """The load order of each (class, GPU type, TP): bool ``(n_cells, n_cells)`` each.
 
-    ``below[c, c2]``: ``c2`` is the same class and TP at a lower offered load;
-    ``near_above[c, c2]``: ``c2`` is the same class and TP, 1 to ``steps``
-    load steps above ``c``.
+    ``below[c, c2]``: ``c2`` is the same class, GPU type and TP at a lower
+    offered load; ``near_above[c, c2]``: ``c2`` is the same class, GPU type and
+    TP, 1 to ``steps`` load steps above ``c``. (Another GPU type's cells are
+    another curve: a fast GPU's tails say nothing of a slow one's floor.)
     """
 
     below: Any
     near_above: Any
 
 
-def load_ladder(workload_idx: Any, tp: Any, offered_rps: Any, steps: int = KNEE_GUARD) -> LoadLadder:
-    """:class:`LoadLadder` of a grid's cells (each argument ``(n_cells,)``; NumPy)."""
+def load_ladder(
+    workload_idx: Any, tp: Any, offered_rps: Any, steps: int = KNEE_GUARD, gpu_idx: Any = None
+) -> LoadLadder:
+    """:class:`LoadLadder` of a grid's cells (each array argument ``(n_cells,)``; NumPy).
+    ``gpu_idx``: each cell's GPU pool (None: one pool)."""
     if steps < 0:
         raise ValueError(f"knee guard steps must be >= 0, got {steps}")
     w = np.asarray(workload_idx)
     t = np.asarray(tp)
+    g = np.zeros_like(w) if gpu_idx is None else np.asarray(gpu_idx)
     x = np.asarray(offered_rps, dtype=np.float64)
-    same = (w[:, None] == w[None, :]) & (t[:, None] == t[None, :])
+    same = (w[:, None] == w[None, :]) & (t[:, None] == t[None, :]) & (g[:, None] == g[None, :])
     below = same & (x[None, :] < x[:, None])
     # rank of each cell's load within its (class, TP): the number of loads beneath it
     rank = below.sum(axis=1)
     gap = rank[None, :] - rank[:, None]
     near_above = same & (gap >= 1) & (gap <= steps)
     return LoadLadder(below=below, near_above=near_above)
+
+
+def grid_ladder(grid: Any, steps: int = KNEE_GUARD) -> LoadLadder:
+    """:func:`load_ladder` of a :class:`~fleetsieve_bayes.allocation.problem.CellGrid`
+    (its classes, TPs, loads and GPU pools)."""
+    return load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, steps, grid.gpu_idx)
 
 
 def guard_state(observed: Any, measured: Any, ladder: LoadLadder, repeatability: float) -> tuple[Any, Any]:

@@ -455,7 +455,7 @@ def load_failures(
     grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray, server_failed: np.ndarray | None = None
 ) -> np.ndarray:
     """bool ``(n_cells,)``: measured cells that failed (no metric usable) where
-    the same class and TP served a lower load and no higher one — the engine
+    the same class, GPU type and TP served a lower load and no higher one — the engine
     fell over under load, not at start-up (a start-up OOM fails every load of
     its TP; a flaky start-up at one load is ``server_failed``). A failure
     beneath a load that worked is a fluke, not overload: tails and failures
@@ -475,7 +475,7 @@ def load_failures(
         failed &= ~np.asarray(server_failed, bool)
     out = np.zeros(grid.n_cells, bool)
     for c in np.flatnonzero(failed):
-        same = (grid.workload_idx == grid.workload_idx[c]) & (grid.tp == grid.tp[c]) & working
+        same = grid.same_curve(c) & working
         below = np.any(same & (grid.offered_rps < grid.offered_rps[c]))
         above = np.any(same & (grid.offered_rps > grid.offered_rps[c]))
         out[c] = bool(below and not above)
