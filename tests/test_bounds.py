@@ -92,14 +92,7 @@ def test_repeatability_band_and_tables():
 
 
 def test_bounds_frame():
-    grid = CellGrid(
-        workloads=("chat", "code"),
-        workload_idx=np.array([0, 0, 1]),
-        tp=np.array([2, 4, 4]),
-        load=("C16", "C32", "C32"),
-        offered_rps=np.array([1.0, 2.0, 2.0]),
-        duration_s=np.full(3, 300.0),
-    )
+    grid = _grid3()
     b = credible_bounds(_posterior(), np.ones((3, 4)), np.array([True, False, False]), 0.8)
     df = bounds_frame(grid, b, np.array([True, False, False]))
     assert tuple(df.columns) == BOUNDS_COLUMNS
