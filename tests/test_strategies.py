@@ -196,3 +196,69 @@ def test_independent_arms_no_sharing():
     assert arms.mean[1, 0] - arms.mean[2, 0] == pytest.approx(np.log(6.0 / 5.0))
     np.testing.assert_allclose(arms.mean[1, 1:], arms.mean[2, 1:])
     assert np.all(arms.mean[:, 0] <= np.log(grid.offered_rps) + 1e-12)
+
+
+def _two_pool_state() -> tuple[RoundState, CellGrid, AllocationProblem]:
+    """One class on two pools; the cheap L40S TP1 cells are hopeless, the H100 TP2
+    cell and the L40S TP2 cell may each serve the demand (unmeasured)."""
+    grid = CellGrid(
+        workloads=("a",),
+        workload_idx=np.zeros(5, np.int64),
+        tp=np.array([2, 2, 1, 1, 2]),
+        load=("L1", "L2", "L1", "L2", "L1"),
+        offered_rps=np.array([2.0, 4.0, 0.5, 1.0, 1.0]),
+        duration_s=np.full(5, 300.0),
+        gpu=np.array([0, 0, 1, 1, 1]),
+        pools=("h100-sxm-80gb", "l40s-48gb"),
+    )
+    problem = AllocationProblem(
+        demand=np.array([4.0]), critical=np.array([False]), floor=np.array([1.0]), success_min=np.array([0.9]),
+        ttft_max=np.array([1.0]), completion_max=np.array([np.inf]), gpus=8, pool_gpus=np.array([2, 8]),
+        usd_per_gpu_hour=np.array([4.0, 1.0]),
+    )
+    lat = np.empty((N_DRAWS, 5, 4), np.float32)
+    rng = np.random.default_rng(0)
+    lat[..., 0] = np.array([2.0, 4.0, 0.2, 0.2, 1.0]) * np.exp(0.3 * rng.normal(size=(N_DRAWS, 5)))
+    lat[..., 1] = np.array([0.5, 0.8, 50.0, 80.0, 0.6]) * np.exp(0.3 * rng.normal(size=(N_DRAWS, 5)))
+    lat[..., 2] = 5.0
+    lat[..., 3] = 0.99
+    measured = np.array([True, False, False, False, False])
+    observed = np.where(measured[:, None], lat[0].astype(np.float64), np.nan)
+    post = FakePosterior(lat, np.full((N_DRAWS, 4), 0.05, np.float32))
+    bounds = credible_bounds(post, observed, measured, 0.9, 0.0)
+    cons = allocate_milp(grid, conservative_table(bounds), problem)
+    opt = allocate_milp(grid, optimistic_table(bounds), problem)
+    cert = certify(grid, problem, cons, opt, measured, np.nan_to_num(observed), 0.05)
+    state = RoundState(
+        grid=grid, problem=problem, campaign_epsilon=0.05, credible_level=0.9, repeatability=0.0,
+        measured=measured, observed=observed, posterior=post, bounds=bounds, conservative=cons, optimistic=opt,
+        certificate=cert, round=1, rng=np.random.default_rng([7, 1]), key=jax.random.PRNGKey(7),
+    )
+    return state, grid, problem
+
+
+def test_over_pools_nothing_helps_measures_a_hope_of_the_optimistic_allocation_not_the_cheapest_cell(monkeypatch):
+    from fleetsieve_bayes.decision.strategies import gap
+
+    state, grid, problem = _two_pool_state()
+    hoped = gap.optimistic_unmeasured(state)
+    assert hoped and all(not state.measured[c] for c in hoped)
+    assert not set(hoped) & {2, 3}  # the optimistic allocation never wants the L40S TP1 cells
+    assert not [c for c in state.certificate.unmeasured_committed if not state.measured[c]]  # A⁻: measured only
+
+    class Zero(NamedTuple):
+        score: np.ndarray
+
+    monkeypatch.setattr(gap, "run_kernel", lambda ctx, st: Zero(np.zeros(grid.n_cells)))
+    strategy = make_strategy("fleetsieve", grid, problem, DecisionSettings(credible_level=0.9), seed=7)
+    chosen = strategy.select(state)
+    costs = grid.cost_usd(problem.usd_per_gpu_hour)
+    assert chosen == min(hoped, key=lambda c: (costs[c], c))
+    # The cheapest cell of the grid (an L40S TP1) is what a score of 0 everywhere picked before.
+    assert int(np.argmin(np.where(state.measured, np.inf, costs))) in (2, 3)
+    # One pool: the rule is the single-type one (cheapest cell when nothing helps).
+    one = grid._replace(gpu=None, pools=("default",))
+    one_problem = problem._replace(pool_gpus=None, usd_per_gpu_hour=None)
+    one_state = state._replace(grid=one, problem=one_problem)
+    single = make_strategy("fleetsieve", one, one_problem, DecisionSettings(credible_level=0.9), seed=7)
+    assert single.select(one_state) in (2, 3)

@@ -8,7 +8,9 @@
   tie-breaker (``profiling_cost``: dollars over several priced pools, where a
   cell on a cheaper GPU type costs less, else GPU-seconds). If no cell can reduce the gap (all scores ≈ 0) and A⁻ still
   commits to unmeasured cells, those are measured first (the certificate
-  needs them).
+  needs them). Over several GPU pools, when no cell can reduce the gap and A⁻
+  commits only to measured cells, the cheapest cell A⁺ commits to and no one
+  has measured (:func:`optimistic_unmeasured`).
   After a certification attempt that closed the interval gap but not the
   joint check, the cell expected to reduce the decision's posterior regret
   most (:func:`regret_fallback`; :mod:`fleetsieve_bayes.decision.regret_acquisition`).
@@ -54,6 +56,7 @@ __all__ = [
     "shared_acquisition",
     "run_kernel",
     "regret_fallback",
+    "optimistic_unmeasured",
     "build_fleetsieve",
     "build_voi",
     "kernel_level",
@@ -214,9 +217,30 @@ def build_fleetsieve(ctx: StrategyContext) -> Select:
         s = np.asarray(run_kernel(ctx, state).score, np.float64)
         if pending and np.nanmax(np.where(np.isfinite(s), s, np.nan)) <= TIE_TOLERANCE:
             return cheapest(pending, ctx.grid, state.problem)
+        if ctx.grid.n_pools > 1 and not np.any(np.nan_to_num(s, nan=-np.inf) > TIE_TOLERANCE):
+            hoped = optimistic_unmeasured(state)
+            hint = state.repeat_hint
+            if hoped and (hint is None or not repeat_candidates(state)[hint]):
+                return cheapest(hoped, ctx.grid, state.problem)
         return pick_or_repeat(s, state)
 
     return select
+
+
+def optimistic_unmeasured(state: RoundState) -> list[int]:
+    """The unmeasured cells the optimistic allocation commits to (its hopes).
+
+    Over several GPU pools, when no single cell is expected to reduce the gap
+    (every kernel score 0: the optimistic side rests on several hopes, any one
+    of which, if it fails, another replaces), the ``fleetsieve`` strategy
+    measures the cheapest of these, not the cheapest cell of the grid: the
+    cheapest cell is a slow type's TP1, and measuring the grid cheapest-first
+    sweeps cells no allocation wants (docs/results.md, "Several GPU types").
+    """
+    opt = state.optimistic
+    if opt is None or not opt.feasible:
+        return []
+    return [int(c) for c in opt.committed() if not state.measured[c]]
 
 
 def build_voi(ctx: StrategyContext) -> Select:
