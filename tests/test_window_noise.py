@@ -301,6 +301,38 @@ def test_level_bounds_and_the_acquisition_read_one_rule():
     assert np.all(s0[meas] == -np.inf) and np.all(np.isfinite(s0[~meas]))
 
 
+def test_a_measured_cell_that_never_served_attains_nothing_at_a_level():
+    # A start-up OOM window (all zeros) and a cell known to OOM without a window of its
+    # own: the posterior knows nothing of either, yet neither may be admissible, in any
+    # table or draw (at "point" their measured zeros say the same).
+    from fleetsieve_bayes.decision.bounds import cell_levels, level_bounds
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+    from fleetsieve_bayes.decision.regret_acquisition import level_regret_inputs
+    from fleetsieve_bayes.model.joint import served_nothing
+
+    grid, problem, obs, meas, post = _shipped_level_state()
+    good = np.flatnonzero(meas)
+    oom, known = np.flatnonzero(~meas)[:2]
+    obs = obs.copy()
+    obs[[oom, known]] = 0.0
+    meas = meas.copy()
+    meas[[oom, known]] = True
+    cells = np.concatenate([good, [oom]])
+    post = _Post(post.latent, post.noise, post.window, window_rows(obs[cells], cells, meas))
+    assert np.flatnonzero(served_nothing(post.windows, meas)).tolist() == sorted([oom, known])
+    levels = cell_levels(grid, 0.9)
+    bounds, att, cons, opt = level_bounds(post, grid, problem, obs, meas, 0.9, 0.0, DEFAULT_RULES, levels)
+    for c in (oom, known):
+        assert att.hi[c] == 0.0 and not att.draws[:, c].any() and not att.hi_draws[:, c].any()
+        assert opt[c, 0] == 0.0 and cons[c, 0] == 0.0
+        np.testing.assert_array_equal(bounds.hi[c], obs[c])
+    # a cell that served keeps its posterior's attainment
+    assert att.hi[good].max() > 0.0
+    lr = level_regret_inputs(post, grid, problem, levels, np.zeros(grid.n_cells, bool), measured=meas)
+    assert not np.asarray(lr.attainment)[:, [oom, known]].any()
+    assert np.asarray(lr.attainment)[:, good].max() > 0.0
+
+
 def test_joint_check_at_a_level_reads_the_draws_attainment():
     from fleetsieve_bayes.allocation.milp import allocate_milp
     from fleetsieve_bayes.decision.bounds import cell_levels, level_bounds

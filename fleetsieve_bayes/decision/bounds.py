@@ -34,7 +34,12 @@ from fleetsieve_bayes.decision.intervals import (
     model_intervals,
     with_measured,
 )
-from fleetsieve_bayes.model.joint import cell_offsets, sample_obs, window_probabilities
+from fleetsieve_bayes.model.joint import (
+    cell_offsets,
+    sample_obs,
+    served_nothing,
+    window_probabilities,
+)
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [
@@ -245,7 +250,9 @@ def attainment_bounds(
     margins, :mod:`fleetsieve_bayes.decision.intervals` rule 1), its upper
     bound with the reverse and, where the knee guard holds it open, its tails
     at most the largest measured ones beneath it (rule 3). A measured cell's
-    bounds are its posterior's, given every window of it.
+    bounds are its posterior's, given every window of it; a measured cell none of
+    whose windows served (:func:`~fleetsieve_bayes.model.joint.served_nothing`)
+    has attainment 0 in every draw.
 
     Args:
         posterior: a window-noise :class:`~fleetsieve_bayes.model.inference.Posterior`
@@ -280,6 +287,10 @@ def attainment_bounds(
         fl = np.asarray(floor, np.float64)[guarded]
         opt_lat[:, guarded, 1:3] = np.minimum(opt_lat[:, guarded, 1:3], np.where(fl > 0, fl, 1e-9)[None])
     optim = probs(opt_lat).prod(axis=-1)
+    # A measured cell none of whose windows served meets its SLOs in no window (as
+    # the point rule reads its measured failure), whatever the curves say of it.
+    dead = served_nothing(posterior.windows, m)
+    draws[:, dead] = pess[:, dead] = optim[:, dead] = 0.0
     return Attainment(
         draws=draws,
         lo=np.quantile(pess, q_lo, axis=0),
@@ -309,7 +320,8 @@ def level_bounds(
     The metric intervals of EVERY cell, measured or not, are those of one new
     window of it (curve, the cell's departure given its windows, window noise;
     an unmeasured cell's widened by the model margins, the knee guard applied):
-    a measured cell's interval comes from its posterior. Admissibility is
+    a measured cell's interval comes from its posterior, except one none of whose
+    windows served, which keeps its measured failure. Admissibility is
     attainment against the level (:func:`fleetsieve_bayes.decision.intervals.level_tables`).
 
     Returns:
@@ -330,6 +342,8 @@ def level_bounds(
     m = np.asarray(measured_mask, bool)
     lo, hi = np.where(m[:, None], lo_m, lo), np.where(m[:, None], hi_m, hi)
     obs = np.asarray(observed, np.float64)
+    dead = served_nothing(posterior.windows, m)[:, None]  # its failure, as at "point"
+    lo, hi = np.where(dead, obs, lo), np.where(dead, obs, hi)
     with np.errstate(invalid="ignore"):
         lo = knee_guard(lo, *guard_state(obs, m, grid_ladder(grid, rules.knee_guard), float(repeatability)))
     bounds = Bounds(lo=lo, hi=hi)

@@ -88,6 +88,7 @@ __all__ = [
     "ModelData",
     "WindowRows",
     "window_rows",
+    "served_nothing",
     "window_scales",
     "window_attainment",
     "window_probabilities",
@@ -403,6 +404,23 @@ def tp_dev_count(data: ModelData, card: PriorCard) -> int:
     if data.tp_onehot is None or not any(s > 0 for s in tp_departure_sd(card)):
         return 0
     return int(data.tp_onehot.shape[1])
+
+
+def served_nothing(windows: WindowRows, measured: np.ndarray) -> np.ndarray:
+    """bool ``(n_cells,)``: measured cells without one usable window (:func:`usable_mask`):
+    every window of them failed — the server never served, or nothing succeeded —
+    or they are known to fail without a window of their own (a start-up failure at
+    another load of their class, GPU type and TP). The window-noise posterior knows
+    nothing of such a cell, so at an attainment level it is read as measured: it
+    meets its SLOs in no window (``decision/bounds.py``, ``attainment_bounds``).
+
+    Args:
+        windows: the fit's :class:`WindowRows`; ``measured`` bool ``(n_cells,)``.
+    """
+    measured = np.asarray(measured, bool)
+    usable = np.zeros(measured.shape[0], bool)
+    usable[np.asarray(windows.cell)[np.asarray(windows.mask).any(axis=-1)]] = True
+    return measured & ~usable
 
 
 def window_rows(
