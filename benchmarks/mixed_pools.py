@@ -269,7 +269,7 @@ def markdown(res: dict[str, Any]) -> str:
     ms = s["mean_saving_vs_best_single"]
     lines += [
         "",
-        f"{s['fleets']} fleets, {s['certified']} certified. On the windows measured (the point rule's truth): ε-correct "
+        f"{s['fleets']} fleet{'s' if s['fleets'] != 1 else ''}, {s['certified']} certified. On the windows measured (the point rule's truth): ε-correct "
         f"on goodput {s.get('eps_correct_goodput_table', 'n/a')}, on cost {s.get('eps_correct_cost_table', 'n/a')}; "
         f"false certificates {s.get('false_certificates_table', 'n/a')}. On the noise-free curves: ε-correct on goodput "
         f"{s['eps_correct_goodput']}, on cost {s['eps_correct_cost']}; false certificates {s['false_certificates']}. Profiling GPU-seconds / Σ single-type "
