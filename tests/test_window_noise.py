@@ -319,7 +319,12 @@ def test_a_measured_cell_that_never_served_attains_nothing_at_a_level():
     meas[[oom, known]] = True
     cells = np.concatenate([good, [oom]])
     post = _Post(post.latent, post.noise, post.window, window_rows(obs[cells], cells, meas))
-    assert np.flatnonzero(served_nothing(post.windows, meas)).tolist() == sorted([oom, known])
+    assert np.flatnonzero(served_nothing(post.windows, meas, obs)).tolist() == sorted([oom, known])
+    # a cell believed measured (in flight, at its believed values) without a window is not one
+    believed = meas.copy()
+    spare = np.flatnonzero(~meas)[0]
+    believed[spare] = True
+    assert not served_nothing(post.windows, believed, obs)[spare]
     levels = cell_levels(grid, 0.9)
     bounds, att, cons, opt = level_bounds(post, grid, problem, obs, meas, 0.9, 0.0, DEFAULT_RULES, levels)
     for c in (oom, known):
@@ -328,7 +333,7 @@ def test_a_measured_cell_that_never_served_attains_nothing_at_a_level():
         np.testing.assert_array_equal(bounds.hi[c], obs[c])
     # a cell that served keeps its posterior's attainment
     assert att.hi[good].max() > 0.0
-    lr = level_regret_inputs(post, grid, problem, levels, np.zeros(grid.n_cells, bool), measured=meas)
+    lr = level_regret_inputs(post, grid, problem, levels, np.zeros(grid.n_cells, bool), measured=meas, observed=obs)
     assert not np.asarray(lr.attainment)[:, [oom, known]].any()
     assert np.asarray(lr.attainment)[:, good].max() > 0.0
 

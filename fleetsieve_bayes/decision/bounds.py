@@ -289,7 +289,7 @@ def attainment_bounds(
     optim = probs(opt_lat).prod(axis=-1)
     # A measured cell none of whose windows served meets its SLOs in no window (as
     # the point rule reads its measured failure), whatever the curves say of it.
-    dead = served_nothing(posterior.windows, m)
+    dead = served_nothing(posterior.windows, m, obs)
     draws[:, dead] = pess[:, dead] = optim[:, dead] = 0.0
     return Attainment(
         draws=draws,
@@ -342,7 +342,7 @@ def level_bounds(
     m = np.asarray(measured_mask, bool)
     lo, hi = np.where(m[:, None], lo_m, lo), np.where(m[:, None], hi_m, hi)
     obs = np.asarray(observed, np.float64)
-    dead = served_nothing(posterior.windows, m)[:, None]  # its failure, as at "point"
+    dead = served_nothing(posterior.windows, m, obs)[:, None]  # its failure, as at "point"
     lo, hi = np.where(dead, obs, lo), np.where(dead, obs, hi)
     with np.errstate(invalid="ignore"):
         lo = knee_guard(lo, *guard_state(obs, m, grid_ladder(grid, rules.knee_guard), float(repeatability)))

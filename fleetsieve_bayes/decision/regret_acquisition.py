@@ -108,12 +108,12 @@ class LevelRegret(NamedTuple):
 
 def level_regret_inputs(
     posterior: Any, grid: CellGrid, problem: AllocationProblem, levels: np.ndarray, repeatable: np.ndarray,
-    *, seed: int = 0, measured: np.ndarray | None = None,
+    *, seed: int = 0, measured: np.ndarray | None = None, observed: np.ndarray | None = None,
 ) -> LevelRegret:
     """:class:`LevelRegret` of a window-noise posterior (``window`` and ``windows`` set):
     one departure per draw (key ``seed``) and the attainment it gives. ``measured (n_cells,)``
-    bool: a measured cell none of whose windows served attains 0 in every draw (as in
-    :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds`)."""
+    bool and ``observed (n_cells, 4)``: a measured cell none of whose windows served
+    attains 0 in every draw (as in :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds`)."""
     from fleetsieve_bayes.model.joint import (
         cell_offsets,
         probabilities_given_offsets,
@@ -127,8 +127,8 @@ def level_regret_inputs(
     w = grid.workload_idx
     limits = jnp.asarray(np.stack([problem.success_min[w], problem.ttft_max[w], problem.completion_max[w]]), dt)
     att = probabilities_given_offsets(latent, delta, window, limits[0], limits[1], limits[2]).prod(-1)
-    if measured is not None:
-        att = jnp.where(jnp.asarray(served_nothing(posterior.windows, measured)), 0.0, att)
+    if measured is not None and observed is not None:
+        att = jnp.where(jnp.asarray(served_nothing(posterior.windows, measured, observed)), 0.0, att)
     return LevelRegret(att, jnp.asarray(levels, dt), limits, delta, window, np.asarray(repeatable, bool))
 
 

@@ -406,21 +406,25 @@ def tp_dev_count(data: ModelData, card: PriorCard) -> int:
     return int(data.tp_onehot.shape[1])
 
 
-def served_nothing(windows: WindowRows, measured: np.ndarray) -> np.ndarray:
-    """bool ``(n_cells,)``: measured cells without one usable window (:func:`usable_mask`):
-    every window of them failed — the server never served, or nothing succeeded —
-    or they are known to fail without a window of their own (a start-up failure at
-    another load of their class, GPU type and TP). The window-noise posterior knows
-    nothing of such a cell, so at an attainment level it is read as measured: it
-    meets its SLOs in no window (``decision/bounds.py``, ``attainment_bounds``).
+def served_nothing(windows: WindowRows, measured: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """bool ``(n_cells,)``: measured cells whose value is a failure (no metric usable,
+    :func:`usable_mask`) and without one usable window: every window of them failed —
+    the server never served, or nothing succeeded — or they are known to fail
+    without a window of their own (a start-up failure at another load of their
+    class, GPU type and TP). The window-noise posterior knows nothing of such a
+    cell, so at an attainment level it is read as measured: it meets its SLOs in
+    no window (``decision/bounds.py``, ``attainment_bounds``). A cell believed
+    measured (a cell in flight, at its believed values) is not one.
 
     Args:
-        windows: the fit's :class:`WindowRows`; ``measured`` bool ``(n_cells,)``.
+        windows: the fit's :class:`WindowRows`; ``measured`` bool ``(n_cells,)``;
+            ``observed (n_cells, 4)`` the cells' values (read where measured).
     """
     measured = np.asarray(measured, bool)
+    failed = measured & ~usable_mask(observed, measured).any(axis=1)
     usable = np.zeros(measured.shape[0], bool)
     usable[np.asarray(windows.cell)[np.asarray(windows.mask).any(axis=-1)]] = True
-    return measured & ~usable
+    return failed & ~usable
 
 
 def window_rows(

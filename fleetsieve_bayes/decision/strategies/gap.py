@@ -189,7 +189,7 @@ def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
         # At a level: admissibility by each draw's attainment; repeats are candidates.
         level = level_regret_inputs(
             attempt.posterior, ctx.grid, state.problem, state.levels, repeat_candidates(state),
-            seed=round_seed(ctx.seed, state.round) + 3, measured=state.measured,
+            seed=round_seed(ctx.seed, state.round) + 3, measured=state.measured, observed=state.observed,
         )
     scores = regret_scores(
         ctx.grid,
