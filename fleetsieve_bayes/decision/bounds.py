@@ -60,6 +60,7 @@ __all__ = [
     "cell_to_repeat",
     "repeat_entry",
     "repeat_advice",
+    "repeat_at_limit",
     "class_attainment_line",
     "attainment_lines",
     "decision_tables",
@@ -427,21 +428,27 @@ def repeat_entry(
     }
 
 
+def repeat_at_limit(rep: Mapping[str, Any]) -> bool:
+    """Whether the cell to repeat (a :func:`repeat_entry`) holds as many windows as it
+    may; an entry written before ``limit`` existed reads as not at its limit."""
+    limit = rep.get("limit")
+    return limit is not None and int(rep["windows"]) >= int(limit)
+
+
 def repeat_advice(rep: Mapping[str, Any]) -> str:
     """One line on the cell to repeat (a :func:`repeat_entry`): measure it again, or,
     when it holds as many windows as it may, what to raise first. Entries written
     before ``limit`` existed read as not at their limit."""
     where = f"{rep['workload']} TP{rep['tp']}@{rep['load']}"
     n = int(rep["windows"])
-    limit = rep.get("limit")
     held = f"{n} window{'s' if n != 1 else ''}"
-    if limit is None or n < int(limit):
+    if not repeat_at_limit(rep):
         return f"to settle the decision, measure {where} again ({held} so far)"
     if rep.get("limited_by") == "backend":
         return (f"to settle the decision, {where} needs another window, and the backend has no more "
                 f"({held}, every replicate row the table holds of it)")
     return (f"to settle the decision, {where} needs another window, and it has {held}, the most "
-            f"[stopping] max_windows_per_cell = {int(limit)} allows: raise it and start a new run "
+            f"[stopping] max_windows_per_cell = {int(rep['limit'])} allows: raise it and start a new run "
             "with --reuse-measurements from this one")
 
 

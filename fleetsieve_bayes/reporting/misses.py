@@ -127,7 +127,9 @@ def describe_unserved(w: str, info: Mapping[str, Any], result: Mapping[str, Any]
         line = f"{head}, but no cell of this class is shown to meet it in {100 * float(level):.0f} % of windows"
         rep = r.get("repeat")
         if isinstance(rep, Mapping) and rep.get("workload") == w:
-            at_limit = rep.get("limit") is not None and int(rep["windows"]) >= int(rep["limit"])
+            from fleetsieve_bayes.decision.bounds import repeat_at_limit
+
+            at_limit = repeat_at_limit(rep)
             raise_ = ("its replay table has no more rows of it" if rep.get("limited_by") == "backend"
                       else "raise [stopping] max_windows_per_cell")
             line += (f" (TP{rep['tp']}@{rep['load']} needs another window and has {rep['windows']}, its limit: "
