@@ -41,7 +41,6 @@ from fleetsieve_bayes.backends.failures import MEMORY_GUARD, SERVER_FAILURES, ST
 from fleetsieve_bayes.campaign.journal import Cell, MeasurementRecord
 from fleetsieve_bayes.campaign.windows import (
     check_window,
-    repeatable_mask,
     server_failed_cells,
     window_counts,
     window_limits,
@@ -49,6 +48,7 @@ from fleetsieve_bayes.campaign.windows import (
 )
 from fleetsieve_bayes.decision.attempt import CertificationAttempt, attempt_certification, thin
 from fleetsieve_bayes.decision.batch import Belief, DecisionValues, believe
+from fleetsieve_bayes.decision.bounds import repeatable_mask
 from fleetsieve_bayes.decision.certificate import (
     CERTIFIED_FEASIBLE,
     CERTIFIED_INFEASIBLE,

@@ -32,6 +32,7 @@ import numpy as np
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.backends.failures import SERVER_FAILURES
 from fleetsieve_bayes.campaign.journal import MeasurementRecord
+from fleetsieve_bayes.decision.bounds import repeatable_mask
 from fleetsieve_bayes.deploy.production import PRODUCTION_PHASE
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS
@@ -156,18 +157,6 @@ def server_failed_cells(grid: CellGrid, records: Iterable[Any]) -> np.ndarray:
         if key in index and any(r.row.get("failure") in SERVER_FAILURES for r in recs):
             out[index[key]] = True
     return out
-
-
-def repeatable_mask(counts: np.ndarray, limits: np.ndarray, server_failed: np.ndarray,
-                    max_windows_per_cell: int) -> np.ndarray:
-    """``(n_cells,)`` bool from ``counts (n_cells,)`` windows held, ``limits (n_cells,)``
-    windows the backend can give (:func:`window_limits`) and ``server_failed (n_cells,)``
-    (see :func:`repeatable`)."""
-    if max_windows_per_cell < 1:
-        raise ValueError(f"max_windows_per_cell must be >= 1, got {max_windows_per_cell}")
-    counts = np.asarray(counts)
-    return (counts >= 1) & (counts < max_windows_per_cell) & (counts < np.asarray(limits)) & ~np.asarray(
-        server_failed, bool)
 
 
 def repeatable(

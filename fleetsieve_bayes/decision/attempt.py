@@ -32,6 +32,7 @@ from fleetsieve_bayes.decision.bounds import (
     committed_attainment,
     decision_tables,
     repeat_entry,
+    repeatable_mask,
     slo_levels,
 )
 from fleetsieve_bayes.decision.certificate import (
@@ -185,8 +186,10 @@ def attempt_certification(
         committed = cons.committed() if cons.feasible else []
         repeat = None
         if cert.status == UNDECIDED:
-            limit = np.minimum(settings.max_windows_per_cell, np.inf if window_limit is None else window_limit)
-            c = cell_to_repeat(committed or opt.committed(), att, levels, counts < limit)
+            limits = np.full(grid.n_cells, np.inf) if window_limit is None else window_limit
+            failed = np.zeros(grid.n_cells, bool) if server_failed is None else server_failed
+            rep = repeatable_mask(counts, limits, failed, settings.max_windows_per_cell)
+            c = cell_to_repeat(committed or opt.committed(), att, levels, rep)
             if c is not None:
                 repeat = repeat_entry(grid, c, counts, settings.max_windows_per_cell, window_limit)
         att_json = {

@@ -58,6 +58,7 @@ __all__ = [
     "slo_levels",
     "committed_attainment",
     "cell_to_repeat",
+    "repeatable_mask",
     "repeat_entry",
     "repeat_advice",
     "repeat_at_limit",
@@ -403,6 +404,19 @@ def cell_to_repeat(
         return None
     short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
     return int(short[0])
+
+
+def repeatable_mask(counts: np.ndarray, limits: np.ndarray, server_failed: np.ndarray,
+                    max_windows_per_cell: int) -> np.ndarray:
+    """``(n_cells,)`` bool from ``counts (n_cells,)`` windows held, ``limits (n_cells,)``
+    windows the backend can give (``inf``: no limit) and ``server_failed (n_cells,)``
+    (see :func:`fleetsieve_bayes.campaign.windows.repeatable`): a cell with a window, fewer than
+    ``max_windows_per_cell`` of them and fewer than its backend can give, whose server served."""
+    if max_windows_per_cell < 1:
+        raise ValueError(f"max_windows_per_cell must be >= 1, got {max_windows_per_cell}")
+    counts = np.asarray(counts)
+    return (counts >= 1) & (counts < max_windows_per_cell) & (counts < np.asarray(limits)) & ~np.asarray(
+        server_failed, bool)
 
 
 def repeat_entry(
