@@ -533,6 +533,7 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
     from fleetsieve_bayes.evaluation.noisy import (
         full_grid_scores,
         noisy_suite_fleet,
+        repeat_truth,
         score_campaign,
     )
     from fleetsieve_bayes.evaluation.synthetic import write_synthetic
@@ -564,7 +565,22 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         "full_grid": full_grid_scores(fleet, table, problem, task["level"], campaign.epsilon),
         "allocation": outcome.result["allocation"],
         "repeat": outcome.result.get("repeat"),
+        "repeat_truth": repeat_truth(fleet, outcome.result.get("repeat"), task["max_windows"]),
     }
+
+
+def _with_repeat_truth(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A checkpointed record written before ``repeat_truth`` existed, with it (the suite's
+    fleets are deterministic: fleet ``k`` is rebuilt to read its cell's true attainment)."""
+    if "repeat_truth" in r:
+        return r
+    from fleetsieve_bayes.evaluation.attainment import noisy_fleet
+    from fleetsieve_bayes.evaluation.noisy import noisy_suite_fleet, repeat_truth
+
+    _, table, camp = noisy_suite_fleet(args.suite_seed, r["k"], windows=args.windows, level=args.level,
+                                       max_windows=args.max_windows)
+    names = tuple(w["name"] for w in camp["workloads"])
+    return {**r, "repeat_truth": repeat_truth(noisy_fleet(table, names), r.get("repeat"), args.max_windows)}
 
 
 def _pooled(runs: list[dict[str, Any]], key: str, sub: str) -> float | None:
@@ -580,6 +596,8 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
     committed = [c for r in runs for c in r["committed"]]
     err = np.array([abs(c["median"] - c["truth"]) for c in committed])
     cov = np.array([c["lo"] - 1e-9 <= c["truth"] <= c["hi"] + 1e-9 for c in committed])
+    wrong = [r for r in runs if not r["correct"]]
+    capped = [r for r in wrong if r["status"] == "undecided" and (r.get("repeat_truth") or {}).get("at_limit")]
     statuses: dict[str, int] = {}
     for r in runs:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -605,6 +623,11 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tails_ttft_within_20": _pooled(runs, "tails_unmeasured", "ttft"),
         "tails_completion_within_20": _pooled(runs, "tails_unmeasured", "completion"),
         "tails_throughput_within_20": _pooled(runs, "tails_unmeasured", "throughput"),
+        # How the wrong decisions end: undecided with the cell to repeat at its window limit,
+        # and how many of those cells truly attain the level (more windows would admit them).
+        "wrong": len(wrong),
+        "wrong_capped": len(capped),
+        "wrong_capped_truly_admissible": sum(r["repeat_truth"]["truth"] >= r["level"] for r in capped),
     }
 
 
@@ -673,7 +696,7 @@ def bench_noisy(args: argparse.Namespace) -> dict[str, Any]:
     done = _done_noisy(args.partial, {t["scenario"] for t in tasks}) if args.resume else {}
     if done:
         print(f"[noisy] {len(done)} fleets already in {args.partial}", file=sys.stderr, flush=True)
-    runs = list(done.values()) + _run_all([t for t in tasks if t["scenario"] not in done], args.jobs, "noisy", args.partial)
+    runs = [_with_repeat_truth(r, args) for r in done.values()] + _run_all([t for t in tasks if t["scenario"] not in done], args.jobs, "noisy", args.partial)
     runs.sort(key=lambda r: r["k"])
     from fleetsieve_bayes.model.priors import load_card
 
@@ -727,6 +750,11 @@ NOISE_SHAPE = (
 )
 
 
+def _repeat_cell(rt: dict[str, Any] | None) -> str:
+    """A run's cell to repeat: ``chat TP4@C7 3/3 0.97``, or — for none."""
+    return "—" if not rt else f"{rt['cell']} {rt['windows']}/{rt['limit']} {rt['truth']:.2f}"
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:.0%}"
 
@@ -761,9 +789,20 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"{_pct(s['tails_ttft_within_20'])} | | | ≥ 75 % |",
         f"| … completion p99 within 20 % | {_pct(s['tails_completion_within_20'])} | | | ≥ 75 % |",
         f"| … throughput within 20 % | {_pct(s['tails_throughput_within_20'])} | | | |",
-        "", "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "
-        "| false cert. | full 1 / 3 correct | committed: true attainment (reported) |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|",
+        "",
+    ]
+    if s.get("wrong"):
+        lines += [
+            f"Of the {s['wrong']} decisions not correct at the level, {s['wrong_capped']} end undecided with the "
+            f"cell to repeat at its window limit (`max_windows_per_cell`), its windows straddling its SLOs; "
+            f"{s['wrong_capped_truly_admissible']} of those cells truly attain the level, so more windows of them "
+            "could settle the decision. The per-fleet table's last column names each such cell: its windows "
+            "out of its limit and its true attainment.", "",
+        ]
+    lines += [
+        "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "
+        "| false cert. | full 1 / 3 correct | committed: true attainment (reported) | cell to repeat: windows, true attainment |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|",
     ]
     for r in nz["runs"]:
         com = "; ".join(f"{c['cell']} {c['truth']:.2f} ({c['median']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}])"
@@ -774,7 +813,7 @@ def noisy_markdown(res: dict[str, Any]) -> str:
             f"| {r['gpu_seconds'] / r['floor_gpu_s']:.2f} | {r['repeats']} | {'yes' if r['correct'] else 'no'} "
             f"| {'**yes**' if r['false_certificate'] else 'no'} "
             f"| {'yes' if r['full_grid']['1']['correct'] else 'no'} / {'yes' if r['full_grid']['3']['correct'] else 'no'} "
-            f"| {com} |"
+            f"| {com} | {_repeat_cell(r.get('repeat_truth'))} |"
         )
     return "\n".join(lines)
 

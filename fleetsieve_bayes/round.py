@@ -553,8 +553,8 @@ def _attainment_state(
     counts = np.bincount(row_cell, minlength=grid.n_cells)
     cons, opt = view.conservative, view.optimistic
     committed = cons.committed() if cons.feasible else []
-    ends = committed + (opt.committed() if opt.feasible else [])
-    repeat_cell = cell_to_repeat(ends, att, levels, repeatable(state, settings.max_windows_per_cell))
+    ends = _decision_ends(view)
+    repeat_cell = cell_to_repeat(ends, att, levels, repeatable(state, settings.max_windows_per_cell), counts)
     repeat = None
     if repeat_cell is not None:
         repeat = repeat_entry(grid, repeat_cell, counts, settings.max_windows_per_cell, state.window_limit)
@@ -673,7 +673,7 @@ def repeat_options(
     doubt &= misses & (levels <= att.hi + 1e-12)
     rep = repeatable(state, settings.max_windows_per_cell) & np.asarray(view.measured, bool) & doubt
     rep[[int(c) for c in busy]] = False
-    hint = cell_to_repeat(ends, att, levels, rep)
+    hint = cell_to_repeat(ends, att, levels, rep, state.windows)
     return RepeatOptions(rep, levels, att, hint if hint is not None and rep[hint] else None)
 
 

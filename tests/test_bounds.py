@@ -4,8 +4,10 @@ import pandas as pd
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.bounds import (
     BOUNDS_COLUMNS,
+    Attainment,
     attainment_lines,
     bounds_frame,
+    cell_to_repeat,
     conservative_table,
     credible_bounds,
     optimistic_table,
@@ -142,3 +144,19 @@ def test_repeat_advice_names_what_to_raise_at_the_limit():
     assert repeat_advice(old).startswith("to settle the decision, measure chat TP4@C32 again")
     joint = {"committed": [], "repeat": capped}
     assert attainment_lines(joint) == [repeat_advice(capped)]
+
+
+def test_the_cell_to_repeat_is_one_with_a_window():
+    # Cell 0: measured, straddles its level; cell 1: straddles it further below, never
+    # measured (an optimistic hope); cell 2: measured, settled above its level.
+    lo, hi = np.array([0.8, 0.2, 0.95]), np.array([0.99, 0.99, 0.99])
+    att = Attainment(draws=np.zeros((1, 3)), lo=lo, median=(lo + hi) / 2, hi=hi, binding=np.zeros(3, int))
+    levels = np.full(3, 0.9)
+    free = np.array([True, False, True])
+    assert cell_to_repeat([0, 1, 2], att, levels, free, np.array([1, 0, 1])) == 0
+    # Cell 0 at its limit is still the one to name (result.json says what to raise) ...
+    assert cell_to_repeat([0, 1, 2], att, levels, np.zeros(3, bool), np.array([3, 0, 1])) == 0
+    # ... and with a window, the hope would have come first: the furthest below.
+    assert cell_to_repeat([0, 1, 2], att, levels, np.ones(3, bool), np.array([1, 1, 1])) == 1
+    # Nothing measured straddles: none.
+    assert cell_to_repeat([1, 2], att, levels, free, np.array([1, 0, 1])) is None

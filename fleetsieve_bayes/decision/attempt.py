@@ -91,6 +91,8 @@ class CertificationAttempt(NamedTuple):
                 "draws": d.get("draws"),
                 "converged": d.get("converged"),
                 "restarted_chains": d.get("restarted_chains"),
+                "windowed_fallback": d.get("windowed_fallback"),
+                "fresh_starts": d.get("fresh_starts"),
                 "r_hat_max_parameters": d.get("r_hat_max_parameters"),
                 "ess_bulk_min_parameters": d.get("ess_bulk_min_parameters"),
             },
@@ -189,7 +191,7 @@ def attempt_certification(
             limits = np.full(grid.n_cells, np.inf) if window_limit is None else window_limit
             failed = np.zeros(grid.n_cells, bool) if server_failed is None else server_failed
             rep = repeatable_mask(counts, limits, failed, settings.max_windows_per_cell)
-            c = cell_to_repeat(committed or opt.committed(), att, levels, rep)
+            c = cell_to_repeat(committed or opt.committed(), att, levels, rep, counts)
             if c is not None:
                 repeat = repeat_entry(grid, c, counts, settings.max_windows_per_cell, window_limit)
         att_json = {

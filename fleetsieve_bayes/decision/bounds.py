@@ -393,13 +393,20 @@ def committed_attainment(
 
 
 def cell_to_repeat(
-    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray
+    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray, windows: np.ndarray
 ) -> int | None:
     """The committed cell a repeat would help most: the one whose attainment's
     lower bound falls furthest below its level while its upper bound reaches it
     (more windows can settle it), preferring cells that may still be repeated;
-    None when every committed cell's lower bound is at its level."""
-    short = [c for c in committed if attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12]
+    None when every committed cell with a window has its lower bound at its level.
+
+    Args:
+        repeatable: bool ``(n_cells,)`` cells that may be measured again now (:func:`repeatable_mask`).
+        windows: int ``(n_cells,)`` windows held of each cell: a cell never measured
+            (or measured without running) is no cell to *repeat*.
+    """
+    short = [c for c in committed
+             if windows[c] >= 1 and attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12]
     if not short:
         return None
     short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))

@@ -115,6 +115,18 @@ def _committed_calibration(fleet: NoisyFleet, committed: list[dict[str, Any]] | 
     return out
 
 
+def repeat_truth(fleet: NoisyFleet, repeat: dict[str, Any] | None, max_windows: int) -> dict[str, Any] | None:
+    """result.json's cell to repeat beside its true attainment: ``{cell, windows, limit,
+    at_limit, truth}`` (None when the campaign named none). ``limit``: the entry's own,
+    else ``max_windows`` (an entry written before ``limit`` existed)."""
+    if not repeat:
+        return None
+    c = fleet.grid.index()[(repeat["workload"], int(repeat["tp"]), str(repeat["load"]))]
+    limit = int(repeat.get("limit") or max_windows)
+    return {"cell": fleet.grid.describe(c), "windows": int(repeat["windows"]), "limit": limit,
+            "at_limit": int(repeat["windows"]) >= limit, "truth": float(fleet.attainment[c])}
+
+
 def score_campaign(
     fleet: NoisyFleet,
     problem: Any,
