@@ -51,6 +51,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import shutil
 import signal
 import sys
 import tempfile
@@ -774,7 +775,8 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"{s['fleets']} fleets at level {nz['level']:g} ({s['truly_feasible_at_level']} feasible on the truth at "
         f"that level), at most {nz['max_windows_per_cell']} windows per cell; statuses {stat}; "
         f"{s['repeats']} repeated windows in {s['fleets_with_repeats']} fleets.", "",
-        "| measure | fleetsieve | full grid, 1 window | full grid, 3 windows | target |",
+        f"![committed cells' attainment, reported against true; each fleet's GPU-seconds](../benchmarks/published/{NOISY_FIGURE})",
+        "", "| measure | fleetsieve | full grid, 1 window | full grid, 3 windows | target |",
         "|---|---:|---:|---:|---|",
         f"| decisions correct at the level | {_pct(s['correct_frac'])} | {_pct(f1['correct_frac'])} | "
         f"{_pct(f3['correct_frac'])} | ≥ 95 % |",
@@ -819,6 +821,52 @@ def noisy_markdown(res: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------ plot
+
+
+NOISY_FIGURE = "profiling_cost_noisy.png"  # beside the study's JSON under benchmarks/published/
+
+
+def plot_noisy(res: dict[str, Any], path: Path) -> None:
+    """The noisy suite at a glance: each committed cell's reported attainment (median and
+    interval) against its true attainment, and each fleet's GPU-seconds against its
+    one-window full grid, coloured by whether its decision is correct at the level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nz = res["noisy"]
+    runs, level = nz["runs"], nz["level"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+    com = [c for r in runs for c in r["committed"]]
+    if com:
+        t = np.array([c["truth"] for c in com])
+        m = np.array([c["median"] for c in com])
+        lo, hi = np.array([c["lo"] for c in com]), np.array([c["hi"] for c in com])
+        a1.errorbar(t, m, yerr=[m - lo, hi - m], fmt="o", ms=3, lw=0.8, capsize=2, color="tab:blue")
+    edge = min([level - 0.05] + [c["truth"] for c in com] + [c["lo"] for c in com])
+    a1.plot([edge, 1.0], [edge, 1.0], color="grey", lw=0.8, ls=":")
+    a1.axvline(level, color="tab:red", lw=0.8, ls="--")
+    a1.axhline(level, color="tab:red", lw=0.8, ls="--", label=f"level {level:g}")
+    a1.set_xlabel("true attainment")
+    a1.set_ylabel("reported attainment (median, interval)")
+    a1.set_title(f"committed cells ({len(com)})")
+    a1.legend(fontsize=8, loc="lower right")
+    names = [r["scenario"] for r in runs]
+    ratio = [r["gpu_seconds"] / r["full_grid"]["1"]["gpu_seconds"] for r in runs]
+    colours = ["tab:green" if r["correct"] else "tab:red" for r in runs]
+    a2.bar(range(len(runs)), ratio, color=colours)
+    for i, r in enumerate(runs):
+        a2.text(i, ratio[i] + 0.02, {"certified-feasible": "F", "certified-infeasible": "I"}.get(r["status"], "u"),
+                ha="center", fontsize=7)
+    a2.axhline(0.6, color="grey", lw=0.8, ls="--", label="target 0.6")
+    a2.set_xticks(range(len(runs)), names, rotation=90, fontsize=7)
+    a2.set_ylabel("GPU-s × full grid (1 window)")
+    a2.set_title("per fleet: green correct, red not; F/I certified feasible/infeasible, u undecided")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot(res: dict[str, Any], path: Path) -> None:
@@ -916,12 +964,21 @@ def main(argv: list[str] | None = None) -> int:
     suite = bool(args.suite or args.noisy)
     if not suite:
         plot(res, out.with_suffix(".png"))
+    figure = None
+    if args.noisy and not args.floors_only and res["noisy"]["runs"]:
+        figure = out.with_suffix(".png")
+        plot_noisy(res, figure)
     print(md)
-    print(f"\nJSON: {out}" + ("" if suite else f"; plot: {out.with_suffix('.png')}"))
+    print(f"\nJSON: {out}" + ("" if suite and figure is None else f"; plot: {out.with_suffix('.png')}"))
     if args.publish:
-        from publish import command_line, publish
+        from publish import PUBLISHED, command_line, publish
 
-        publish(study_name(args), json.loads(json.dumps(res, default=_json_default)), md, command_line(__file__, argv))
+        files = []
+        if figure is not None and study_name(args) == "profiling_cost_noisy":
+            shutil.copyfile(figure, REPO / PUBLISHED / NOISY_FIGURE)
+            files = [NOISY_FIGURE]
+        publish(study_name(args), json.loads(json.dumps(res, default=_json_default)), md, command_line(__file__, argv),
+                files=files)
     return 0
 
 
