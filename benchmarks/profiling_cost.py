@@ -751,9 +751,13 @@ NOISE_SHAPE = (
 )
 
 
-def _repeat_cell(rt: dict[str, Any] | None) -> str:
-    """A run's cell to repeat: ``chat TP4@C7 3/3 0.97``, or — for none."""
-    return "—" if not rt else f"{rt['cell']} {rt['windows']}/{rt['limit']} {rt['truth']:.2f}"
+def _repeat_cell(r: dict[str, Any]) -> str:
+    """A run's cell to repeat: ``chat TP4@C7 3/3 0.97`` (windows / limit, true attainment),
+    ``chat TP4@C7 3`` from a record without its truth, or — for none."""
+    rt, rep = r.get("repeat_truth"), r.get("repeat")
+    if rt:
+        return f"{rt['cell']} {rt['windows']}/{rt['limit']} {rt['truth']:.2f}"
+    return "—" if not rep else f"{rep['workload']} TP{rep['tp']}@{rep['load']} {rep['windows']}"
 
 
 def _pct(x: float | None) -> str:
@@ -775,8 +779,9 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"{s['fleets']} fleets at level {nz['level']:g} ({s['truly_feasible_at_level']} feasible on the truth at "
         f"that level), at most {nz['max_windows_per_cell']} windows per cell; statuses {stat}; "
         f"{s['repeats']} repeated windows in {s['fleets_with_repeats']} fleets.", "",
-        f"![committed cells' attainment, reported against true; each fleet's GPU-seconds](../benchmarks/published/{NOISY_FIGURE})",
-        "", "| measure | fleetsieve | full grid, 1 window | full grid, 3 windows | target |",
+        *([f"![committed cells' attainment, reported against true; each fleet's GPU-seconds]"
+           f"(../benchmarks/published/{nz['figure']})", ""] if nz.get("figure") else []),
+        "| measure | fleetsieve | full grid, 1 window | full grid, 3 windows | target |",
         "|---|---:|---:|---:|---|",
         f"| decisions correct at the level | {_pct(s['correct_frac'])} | {_pct(f1['correct_frac'])} | "
         f"{_pct(f3['correct_frac'])} | ≥ 95 % |",
@@ -815,7 +820,7 @@ def noisy_markdown(res: dict[str, Any]) -> str:
             f"| {r['gpu_seconds'] / r['floor_gpu_s']:.2f} | {r['repeats']} | {'yes' if r['correct'] else 'no'} "
             f"| {'**yes**' if r['false_certificate'] else 'no'} "
             f"| {'yes' if r['full_grid']['1']['correct'] else 'no'} / {'yes' if r['full_grid']['3']['correct'] else 'no'} "
-            f"| {com} | {_repeat_cell(r.get('repeat_truth'))} |"
+            f"| {com} | {_repeat_cell(r)} |"
         )
     return "\n".join(lines)
 
@@ -947,6 +952,12 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     res = bench_noisy(args) if args.noisy else bench_suite(args) if args.suite else bench_campaign(args)
+    figure = None
+    if args.noisy and not args.floors_only and res["noisy"]["runs"]:
+        figure = out.with_suffix(".png")
+        plot_noisy(res, figure)
+        if args.publish and study_name(args) == "profiling_cost_noisy":
+            res["noisy"]["figure"] = NOISY_FIGURE  # the published section shows it
     md = published_table(res)
     res["meta"] = {
         "command": " ".join(["python", "benchmarks/profiling_cost.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -964,17 +975,13 @@ def main(argv: list[str] | None = None) -> int:
     suite = bool(args.suite or args.noisy)
     if not suite:
         plot(res, out.with_suffix(".png"))
-    figure = None
-    if args.noisy and not args.floors_only and res["noisy"]["runs"]:
-        figure = out.with_suffix(".png")
-        plot_noisy(res, figure)
     print(md)
     print(f"\nJSON: {out}" + ("" if suite and figure is None else f"; plot: {out.with_suffix('.png')}"))
     if args.publish:
         from publish import PUBLISHED, command_line, publish
 
         files = []
-        if figure is not None and study_name(args) == "profiling_cost_noisy":
+        if figure is not None and res["noisy"].get("figure"):
             shutil.copyfile(figure, REPO / PUBLISHED / NOISY_FIGURE)
             files = [NOISY_FIGURE]
         publish(study_name(args), json.loads(json.dumps(res, default=_json_default)), md, command_line(__file__, argv),

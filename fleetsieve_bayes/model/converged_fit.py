@@ -207,27 +207,35 @@ def fit_certifying(
         if ok or late:
             break
         if attempts - stretch > max_rounds or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
-            if preset.adaptation == "pooled" and not fallback:
-                # The pooled warm-up gambles on one shared mass matrix; where it
-                # lost (suite fleet c016: r_hat 1.18 after 800 draws), start
-                # again with NumPyro's per-chain windows, which adapt to each
-                # chain's own geometry — the same cap on rounds, judged afresh.
-                preset = preset._replace(adaptation="windowed")
-                fallback, stretch, fits = True, attempts, []
-            elif fresh < fresh_starts and first.adaptation == "pooled":
-                # Both warm-ups lost: the gamble again, from new dispersed starts.
-                # Whether a warm-up finds a mass matrix the chains mix under varies
-                # from start to start on a posterior this ill-conditioned (mixed
-                # fleet 1, 28 windows: ESS 39 after 800 draws from one start, 469
-                # and 761 from two others; docs/results.md, "Certification attempt
-                # time"); a campaign that gives up here measures another cell.
-                preset, fresh, stretch, fits = first, fresh + 1, attempts, []
-            else:
+            nxt = _next_stretch(preset, first, fallback, fresh, fresh_starts)
+            if nxt is None:
                 break
+            (preset, fallback, fresh), stretch, fits = nxt, attempts, []
     post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
     diag = _report(diag, samples, stats, preset, attempts=attempts, restarted=restarted, fallback=fallback,
                    fresh=fresh, wall_s=time.perf_counter() - t0, converged=ok)
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _next_stretch(preset: Any, first: Any, fallback: bool, fresh: int, fresh_starts: int) -> tuple[Any, bool, int] | None:
+    """After a stretch that cannot reach the criteria: ``(preset, fallback, fresh)`` of the
+    next one, or None to give up.
+
+    The pooled warm-up gambles on one shared mass matrix; where it lost (suite
+    fleet c016: r_hat 1.18 after 800 draws), the next stretch adapts with
+    NumPyro's per-chain windows, which follow each chain's own geometry. Where
+    both lost, the pooled gamble again from new dispersed starts, ``fresh_starts``
+    times: whether a warm-up finds a mass matrix the chains mix under varies from
+    start to start on an ill-conditioned posterior (mixed fleet 1 of
+    benchmarks/mixed_pools.py, 28 windows: the campaign's attempt gave up at
+    r_hat 1.25, ESS 12; the same data from new starts converged, ESS 469), and a
+    campaign whose attempt gives up measures another cell.
+    """
+    if preset.adaptation == "pooled" and not fallback:
+        return preset._replace(adaptation="windowed"), True, fresh
+    if fresh < fresh_starts and first.adaptation == "pooled":
+        return first, fallback, fresh + 1
+    return None
 
 
 def _report(
