@@ -92,7 +92,6 @@ class CertificationAttempt(NamedTuple):
                 "converged": d.get("converged"),
                 "restarted_chains": d.get("restarted_chains"),
                 "windowed_fallback": d.get("windowed_fallback"),
-                "fresh_starts": d.get("fresh_starts"),
                 "r_hat_max_parameters": d.get("r_hat_max_parameters"),
                 "ess_bulk_min_parameters": d.get("ess_bulk_min_parameters"),
             },

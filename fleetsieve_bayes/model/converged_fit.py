@@ -34,9 +34,8 @@ their maximum depth and the chains apart for most of the warm-up
 (``benchmarks/certification_time.py --adaptation windowed`` times the other
 warm-up; docs/results.md, "Certification attempt time").
 A pooled run that cannot reach the criteria within its rounds is redone with
-the windowed warm-up (``windowed_fallback`` in the diagnostics), and where that
-cannot either, the pooled stretch begins again from new dispersed starts
-(``fresh_starts``) before the fit gives up.
+the windowed warm-up before the fit gives up (``windowed_fallback`` in the
+diagnostics).
 If it does not pass:
 
 * a chain stuck in a minor mode (:func:`minor_mode_chains`) restarts at a draw
@@ -125,7 +124,6 @@ def fit_certifying(
     seed: int,
     criteria: Convergence = CONVERGENCE,
     max_rounds: int = 12,
-    fresh_starts: int = 1,
     time_budget_s: float | None = None,
     failed: np.ndarray | None = None,
     mass_from: Any = None,
@@ -149,9 +147,6 @@ def fit_certifying(
         mass_from: with ``adaptation = "pooled"``: a posterior of the same data (the round's cheap fit) whose
             draws' covariance is the first mass matrix of the warm-up; None:
             the identity.
-        fresh_starts: when the pooled warm-up and then the windowed one cannot
-            converge, how many times to begin the pooled stretch again from new
-            dispersed starts before giving up (each with ``max_rounds``).
         time_budget_s: no further extension starts after this many seconds
             (default None: the number of draws alone decides, so a resumed
             campaign reproduces the same posterior).
@@ -167,7 +162,6 @@ def fit_certifying(
     diag: dict[str, Any] = {}
     stats: dict[str, np.ndarray] = {}
     fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
-    first, fresh = preset, 0  # the preset asked for; stretches begun afresh after both warm-ups lost
     data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell,
                       gpu=grid_gpu_inputs(grid, card))
     same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
@@ -207,40 +201,23 @@ def fit_certifying(
         if ok or late:
             break
         if attempts - stretch > max_rounds or (len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)):
-            nxt = _next_stretch(preset, first, fallback, fresh, fresh_starts)
-            if nxt is None:
+            if preset.adaptation != "pooled":
                 break
-            (preset, fallback, fresh), stretch, fits = nxt, attempts, []
+            # The pooled warm-up gambles on one shared mass matrix; where it
+            # lost (suite fleet c016: r_hat 1.18 after 800 draws), start
+            # again with NumPyro's per-chain windows, which adapt to each
+            # chain's own geometry — the same cap on rounds, judged afresh.
+            preset = preset._replace(adaptation="windowed")
+            fallback, stretch, fits = True, attempts, []
     post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
     diag = _report(diag, samples, stats, preset, attempts=attempts, restarted=restarted, fallback=fallback,
-                   fresh=fresh, wall_s=time.perf_counter() - t0, converged=ok)
+                   wall_s=time.perf_counter() - t0, converged=ok)
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
-
-
-def _next_stretch(preset: Any, first: Any, fallback: bool, fresh: int, fresh_starts: int) -> tuple[Any, bool, int] | None:
-    """After a stretch that cannot reach the criteria: ``(preset, fallback, fresh)`` of the
-    next one, or None to give up.
-
-    The pooled warm-up gambles on one shared mass matrix; where it lost (suite
-    fleet c016: r_hat 1.18 after 800 draws), the next stretch adapts with
-    NumPyro's per-chain windows, which follow each chain's own geometry. Where
-    both lost, the pooled gamble again from new dispersed starts, ``fresh_starts``
-    times: whether a warm-up finds a mass matrix the chains mix under varies from
-    start to start on an ill-conditioned posterior (mixed fleet 1 of
-    benchmarks/mixed_pools.py, 28 windows: the campaign's attempt gave up at
-    r_hat 1.25, ESS 12; the same data from new starts converged, ESS 469), and a
-    campaign whose attempt gives up measures another cell.
-    """
-    if preset.adaptation == "pooled" and not fallback:
-        return preset._replace(adaptation="windowed"), True, fresh
-    if fresh < fresh_starts and first.adaptation == "pooled":
-        return first, fallback, fresh + 1
-    return None
 
 
 def _report(
     diag: dict[str, Any], samples: dict[str, np.ndarray], stats: dict[str, np.ndarray], preset: Any, *,
-    attempts: int, restarted: int, fallback: bool, fresh: int, wall_s: float, converged: bool,
+    attempts: int, restarted: int, fallback: bool, wall_s: float, converged: bool,
 ) -> dict[str, Any]:
     """The diagnostics a certifying fit reports: the decision's, the parameters', and how it got there."""
     params = convergence_diagnostics(
@@ -256,7 +233,6 @@ def _report(
         "restarted_chains": restarted,
         "adaptation": preset.adaptation,
         "windowed_fallback": fallback,
-        "fresh_starts": fresh,
         "target_accept": float(preset.target_accept),
         "wall_s": wall_s,
         "converged": bool(converged),
