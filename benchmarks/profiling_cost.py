@@ -53,6 +53,7 @@ import json
 import math
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -567,7 +568,36 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         "allocation": outcome.result["allocation"],
         "repeat": outcome.result.get("repeat"),
         "repeat_truth": repeat_truth(fleet, outcome.result.get("repeat"), task["max_windows"]),
+        "commit": _code_commit(),
     }
+
+
+def _code_commit() -> str | None:
+    """The commit of the fleetsieve_bayes a run imported (its checkout's ``git rev-parse
+    --short HEAD``, ``+dirty`` with uncommitted changes to the campaign code there, the
+    scoring in ``evaluation/`` aside), or None outside a checkout:
+    a checkpoint file gathers runs across commits, and the published table says which."""
+    import fleetsieve_bayes
+
+    root = Path(fleetsieve_bayes.__file__).resolve().parent.parent
+    try:
+        full = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "fleetsieve_bayes",
+                                ":!fleetsieve_bayes/evaluation"],  # the scoring, not the campaign
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return (full + ("+dirty" if dirty else "")) or None
+
+
+def _commits(runs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The fleets of each commit their campaigns ran at (``"unrecorded"``: a record from before
+    runs carried it)."""
+    out: dict[str, list[str]] = {}
+    for r in sorted(runs, key=lambda r: r["k"]):
+        out.setdefault(r.get("commit") or "unrecorded", []).append(r["scenario"])
+    return out
 
 
 def _with_repeat_truth(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -626,6 +656,7 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tails_throughput_within_20": _pooled(runs, "tails_unmeasured", "throughput"),
         # How the wrong decisions end: undecided with the cell to repeat at its window limit,
         # and how many of those cells truly attain the level (more windows would admit them).
+        "commits": _commits(runs),
         "wrong": len(wrong),
         "wrong_capped": len(capped),
         "wrong_capped_truly_admissible": sum(r["repeat_truth"]["truth"] >= r["level"] for r in capped),
@@ -798,6 +829,12 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"| … throughput within 20 % | {_pct(s['tails_throughput_within_20'])} | | | |",
         "",
     ]
+    if s.get("commits"):
+        lines += [
+            "The campaigns ran at these commits of the package (the checkpoint file gathers runs across "
+            "commits; a later rule can move a fleet run before it): "
+            + "; ".join(f"`{c}`: {', '.join(f)}" for c, f in s["commits"].items()) + ".", "",
+        ]
     if s.get("wrong"):
         lines += [
             f"Of the {s['wrong']} decisions not correct at the level, {s['wrong_capped']} end undecided with the "
