@@ -23,6 +23,7 @@ from fleetsieve_bayes.evaluation.noisy import (
     full_grid_gpu_s,
     full_grid_scores,
     noisy_suite_fleet,
+    repeat_truth,
     score_campaign,
     window_counts_of,
 )
@@ -214,3 +215,39 @@ def test_an_exhausted_campaign_at_a_level_reads_its_measured_cells_at_the_level(
     s = score_campaign(fleet, problem, {"status": "exhausted", "gpu_seconds": 0.0, "measured": [],
                                         "allocation": allocation_to_json(at_level, fleet.grid)}, 0.9, campaign.epsilon)
     assert s["correct"]
+
+
+def test_the_cell_to_repeat_is_scored_on_its_true_attainment() -> None:
+    _, table, camp = noisy_suite_fleet(0, SMALL)
+    fleet = noisy_fleet(table, tuple(w["name"] for w in camp["workloads"]))
+    c = int(np.argmax(fleet.attainment))
+    w, tp, load = fleet.grid.key(c)
+    rep = {"workload": w, "tp": tp, "load": load, "windows": 3, "limit": 3, "limited_by": "max_windows_per_cell"}
+    got = repeat_truth(fleet, rep, 5)
+    assert got == {"cell": fleet.grid.describe(c), "windows": 3, "limit": 3, "at_limit": True,
+                   "truth": pytest.approx(float(fleet.attainment[c]))}
+    # An entry from before ``limit`` reads the suite's cap; none named, None.
+    old = {k: rep[k] for k in ("workload", "tp", "load", "windows")}
+    assert repeat_truth(fleet, old, 5)["limit"] == 5 and not repeat_truth(fleet, old, 5)["at_limit"]
+    assert repeat_truth(fleet, None, 3) is None
+
+
+def test_the_noisy_benchmark_says_how_wrong_decisions_end_and_which_commit_ran_them() -> None:
+    _benchmarks()
+    import profiling_cost
+
+    capped = {**_run(0, False, False), "commit": "abc1234", "level": 0.9,
+              "repeat_truth": {"cell": "chat TP4@C7", "windows": 3, "limit": 3, "at_limit": True, "truth": 0.97}}
+    below = {**_run(1, False, False), "level": 0.9,
+             "repeat_truth": {"cell": "code TP2@C5", "windows": 3, "limit": 3, "at_limit": True, "truth": 0.83}}
+    free = {**_run(2, False, False), "level": 0.9, "commit": "abc1234",
+            "repeat_truth": {"cell": "rank TP1@C1", "windows": 1, "limit": 3, "at_limit": False, "truth": 0.95}}
+    s = profiling_cost.summarise_noisy([capped, below, free, _run(3, True, True)])
+    assert (s["wrong"], s["wrong_capped"], s["wrong_capped_truly_admissible"]) == (3, 2, 1)
+    assert s["commits"] == {"abc1234": ["n000", "n002"], "unrecorded": ["n001", "n003"]}
+    md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
+                                                   "summary": s, "runs": [capped, _run(3, True, True)]}})
+    assert "Of the 3 decisions not correct at the level, 2 end undecided" in md
+    assert "`abc1234`: n000, n002; `unrecorded`: n001, n003." in md
+    assert "| chat TP4@C7 3/3 0.97 |" in md and "| — |" in md
+    assert "![" not in md  # the figure only in a published section
