@@ -628,7 +628,7 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
     err = np.array([abs(c["median"] - c["truth"]) for c in committed])
     cov = np.array([c["lo"] - 1e-9 <= c["truth"] <= c["hi"] + 1e-9 for c in committed])
     wrong = [r for r in runs if not r["correct"]]
-    capped = [r for r in wrong if r["status"] == "undecided" and (r.get("repeat_truth") or {}).get("at_limit")]
+    capped = [r for r in wrong if r["status"] in ("undecided", "exhausted") and (r.get("repeat_truth") or {}).get("at_limit")]
     statuses: dict[str, int] = {}
     for r in runs:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -654,7 +654,7 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tails_ttft_within_20": _pooled(runs, "tails_unmeasured", "ttft"),
         "tails_completion_within_20": _pooled(runs, "tails_unmeasured", "completion"),
         "tails_throughput_within_20": _pooled(runs, "tails_unmeasured", "throughput"),
-        # How the wrong decisions end: undecided with the cell to repeat at its window limit,
+        # How the wrong decisions end: uncertified with the cell to repeat at its window limit,
         # and how many of those cells truly attain the level (more windows would admit them).
         "commits": _commits(runs),
         "wrong": len(wrong),
@@ -837,11 +837,12 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         ]
     if s.get("wrong"):
         lines += [
-            f"Of the {s['wrong']} decisions not correct at the level, {s['wrong_capped']} end undecided with the "
-            f"cell to repeat at its window limit (`max_windows_per_cell`), its windows straddling its SLOs; "
-            f"{s['wrong_capped_truly_admissible']} of those cells truly attain the level, so more windows of them "
-            "could settle the decision. The per-fleet table's last column names each such cell: its windows "
-            "out of its limit and its true attainment.", "",
+            f"Of the {s['wrong']} decisions not correct at the level, {s['wrong_capped']} end uncertified (undecided "
+            f"or exhausted) with the cell to repeat at its window limit (`max_windows_per_cell`); "
+            f"{s['wrong_capped_truly_admissible']} of those cells truly attain the level (more windows would admit "
+            "them) and the others do not (more windows would rule them out of the optimistic allocation). The "
+            "per-fleet table's last column names each fleet's cell to repeat: its windows out of its limit and its "
+            "true attainment.", "",
         ]
     lines += [
         "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "
