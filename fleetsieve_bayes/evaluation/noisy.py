@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetsieve_bayes.decision.bounds import repeat_at_limit
 from fleetsieve_bayes.evaluation.attainment import (
     NoisyFleet,
     full_grid_decision,
@@ -122,9 +123,9 @@ def repeat_truth(fleet: NoisyFleet, repeat: dict[str, Any] | None, max_windows: 
     if not repeat:
         return None
     c = fleet.grid.index()[(repeat["workload"], int(repeat["tp"]), str(repeat["load"]))]
-    limit = int(repeat.get("limit") or max_windows)
-    return {"cell": fleet.grid.describe(c), "windows": int(repeat["windows"]), "limit": limit,
-            "at_limit": int(repeat["windows"]) >= limit, "truth": float(fleet.attainment[c])}
+    entry = {**repeat, "limit": int(repeat.get("limit") or max_windows)}
+    return {"cell": fleet.grid.describe(c), "windows": int(repeat["windows"]), "limit": entry["limit"],
+            "at_limit": repeat_at_limit(entry), "truth": float(fleet.attainment[c])}
 
 
 def score_campaign(
