@@ -30,7 +30,7 @@ these functions and share nothing else but the campaign's records.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -216,6 +216,14 @@ class Assessment(NamedTuple):
     # At an SLO-attainment level: committed cells' attainment and the cell to repeat
     # (the journal's round record carries it as its ``joint``; None at "point").
     attainment_json: dict[str, Any] | None = None
+    # The view acquisition acts on (None: ``view``) and the capped hopes it settles
+    # (:func:`settled_view`).
+    acting: Belief | None = None
+    settled: tuple[int, ...] = ()
+
+    @property
+    def acting_view(self) -> Belief:
+        return self.view if self.acting is None else self.acting
 
     @property
     def certificate(self) -> Certificate:
@@ -501,27 +509,72 @@ def assess(
     # At a level, a committed cell whose attainment straddles its level and that may be
     # measured again is one more thing to measure (decide_round's "cells left"); after a
     # certification attempt, so is any committed cell some draw of which misses its level
-    # (P(SLO met) is what held the verdict back).
-    opts = repeat_options(state, settings, view)
+    # (P(SLO met) is what held the verdict back). Acquisition acts on the view whose
+    # optimistic table reads capped hopes at their lower bound (settled_view).
+    acting, settled = view, ()
+    if attempt is None and view.certificate.status == UNDECIDED:
+        acting, settled = settled_view(state, settings, posterior, view, allocate)
+    opts = repeat_options(state, settings, acting)
     can_repeat = opts.repeat_hint is not None or bool(
-        attempt is not None and opts.repeatable is not None and opts.repeatable.any()
+        (attempt is not None or settled) and opts.repeatable is not None and opts.repeatable.any()
     )
     n_open = int((~state.measured).sum()) + int(can_repeat)
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds))
     att_json = None
     if attempt is None and view.attainment is not None:
-        att_json, only_repeats = _attainment_state(state, settings, view)
-        if decision.acquire and only_repeats and not can_repeat:
-            # The gap lies in measured cells whose attainment straddles their level:
-            # no unmeasured cell can settle it, only more windows of those cells,
-            # and none may be measured again (the cap, or the backend's windows).
+        att_json = _attainment_state(state, settings, view)
+        if decision.acquire and settled and not _leads(state, acting, opts):
+            # The gap lies in hopes no window can test (capped cells whose attainment
+            # straddles their level); without them no unmeasured cell and no repeat is
+            # left to try.
             decision = RoundDecision(UNDECIDED, False, "conservative")
     final: Allocation | None = None
     if decision.final == "conservative":
         final = view.conservative
     elif decision.final == "measured-only":
         final = allocate(_measured_only(state, settings, view))
-    return Assessment(view, attempt, decision, final, allocate_s, att_json)
+    return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
+
+
+def settled_view(
+    state: CampaignState, settings: DecisionSettings, posterior: Any, view: Belief,
+    allocate: Callable[[np.ndarray], Allocation],
+) -> tuple[Belief, tuple[int, ...]]:
+    """At an SLO-attainment level: the view acquisition acts on, and the cells it settles.
+
+    A hope of the optimistic allocation that no window can test (a capped cell whose
+    attainment straddles its level, :func:`~fleetsieve_bayes.decision.bounds.capped_hopes`)
+    would hold the gap open for good and hide the next hope, which a measurement can test.
+    Such cells are read at their lower attainment bound in the optimistic table
+    (:func:`~fleetsieve_bayes.decision.bounds.settle`), and the optimistic allocation is
+    solved again until it leans on none; ``view`` itself when it leans on none (or at
+    ``"point"``)."""
+    from fleetsieve_bayes.decision.bounds import capped_hopes, slo_levels
+
+    if view.attainment is None or not at_level(settings):
+        return view, ()
+    levels = slo_levels(state.grid, settings.slo_attainment)
+    rep = repeatable(state, settings.max_windows_per_cell)
+    assert state.windows is not None  # set by new_state / observe
+    cells: list[int] = []
+    acting = view
+    while True:
+        opt = acting.optimistic.committed() if acting.optimistic.feasible else []
+        new = [c for c in capped_hopes(opt, view.attainment, levels, rep, state.windows) if c not in cells]
+        if not new:
+            return acting, tuple(sorted(cells))
+        cells += new
+        acting = believe(state.grid, state.problem, posterior, state.measured, state.observed, [], settings,
+                         allocate=allocate, settled=cells)
+
+
+def _leads(state: CampaignState, acting: Belief, opts: RepeatOptions) -> bool:
+    """Whether the settled view leaves something to measure: its certificate's gap open
+    with an unmeasured cell either allocation commits to, or a repeat to make."""
+    if acting.certificate.status != UNDECIDED:
+        return False
+    unmeasured = any(not state.measured[c] for c in _decision_ends(acting))
+    return unmeasured or bool(opts.repeatable is not None and opts.repeatable.any())
 
 
 def _measured_only(state: CampaignState, settings: DecisionSettings, view: Belief) -> np.ndarray:
@@ -534,12 +587,8 @@ def _measured_only(state: CampaignState, settings: DecisionSettings, view: Belie
     return measured_only_table(state.observed, state.measured, state.grid, state.problem, view.attainment.lo, levels)
 
 
-def _attainment_state(
-    state: CampaignState, settings: DecisionSettings, view: Belief
-) -> tuple[dict[str, Any], bool]:
-    """At an attainment level: result.json's committed cells and cell to repeat, and
-    whether only repeats can close the gap (both allocations commit to measured
-    cells alone, and some committed cell's attainment interval straddles its level)."""
+def _attainment_state(state: CampaignState, settings: DecisionSettings, view: Belief) -> dict[str, Any]:
+    """At an attainment level: result.json's committed cells and cell to repeat."""
     from fleetsieve_bayes.decision.bounds import (
         cell_to_repeat,
         committed_attainment,
@@ -551,18 +600,14 @@ def _attainment_state(
     levels = slo_levels(grid, settings.slo_attainment)
     _, row_cell = window_inputs(state)
     counts = np.bincount(row_cell, minlength=grid.n_cells)
-    cons, opt = view.conservative, view.optimistic
+    cons = view.conservative
     committed = cons.committed() if cons.feasible else []
-    ends = _decision_ends(view)
-    repeat_cell = cell_to_repeat(ends, att, levels, repeatable(state, settings.max_windows_per_cell), counts)
+    repeat_cell = cell_to_repeat(_decision_ends(view), att, levels, repeatable(state, settings.max_windows_per_cell),
+                                 counts)
     repeat = None
     if repeat_cell is not None:
         repeat = repeat_entry(grid, repeat_cell, counts, settings.max_windows_per_cell, state.window_limit)
-    only = bool(
-        view.certificate.status == UNDECIDED and repeat_cell is not None and cons.feasible and opt.feasible
-        and all(state.measured[c] for c in ends)
-    )
-    return {"committed": committed_attainment(grid, committed, att, counts, levels), "repeat": repeat}, only
+    return {"committed": committed_attainment(grid, committed, att, counts, levels), "repeat": repeat}
 
 
 def choose(
@@ -712,7 +757,7 @@ def step(
     acquire_s = 0.0
     if a.decision.acquire:
         t0 = time.perf_counter()
-        chosen = choose(state, settings, a.view, posterior, state.round, a.attempt)
+        chosen = choose(state, settings, a.acting_view, posterior, state.round, a.attempt)
         acquire_s = time.perf_counter() - t0
     timings = {
         "fit_s": fit_s,

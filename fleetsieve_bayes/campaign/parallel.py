@@ -390,7 +390,7 @@ def _decide(ctx: _Context, fl: _Flight, state: CampaignState, posterior: Any, t_
     a = assess(state, settings, posterior, attempt_seed=round_key(state.seed, fl.next_round).attempt_seed)
     t_alloc = a.allocate_s + (0.0 if a.attempt is None else float(a.attempt.wall_s))
     # Unmeasured cells and, at an SLO-attainment level, repeats; none in flight.
-    candidates = open_cells(state, settings, a.view, busy=list(fl.flight))
+    candidates = open_cells(state, settings, a.acting_view, busy=list(fl.flight))
     # The round's stopping rule on what is measured; cells in flight count as
     # unmeasured, and only a certificate stops the campaign while some fly.
     decision = a.decision
@@ -423,7 +423,7 @@ def _acquire(
     def believe_fn(believed: Any) -> Belief:
         return believe(
             state.grid, state.problem, posterior, state.measured, state.observed, believed, settings,
-            allocate=lambda values: allocate_milp(state.grid, values, state.problem),
+            allocate=lambda values: allocate_milp(state.grid, values, state.problem), settled=a.settled,
         )
 
     taken = set(fl.flight)  # in flight or picked in this batch: never repeated now
@@ -441,10 +441,10 @@ def _acquire(
         admit=lambda c, reserved, believed: _admit(ctx, fl, c, reserved, believed),
         first_round=fl.next_round,
         max_picks=min(MAX_PICKS, free_cells + 1),
-        real=a.view,
+        real=a.acting_view,
         gate=BatchGate(
             value=lambda belief, round_no: decision_values(state, settings, belief, posterior, round_no, a.attempt),
-            real=a.view,
+            real=a.acting_view,
             # Scored with the randomness of a round the measurements alone fix (a resume replays it).
             real_round=1 + sum(1 for r in state.records if r.phase == "acquire"),
             fraction=GATE_FRACTION,

@@ -158,12 +158,15 @@ def believe(
     settings: DecisionSettings,
     *,
     allocate: Callable[[np.ndarray], Allocation],
+    settled: Sequence[int] = (),
 ) -> Belief:
     """The decision state with ``believed`` cells collapsed at their posterior medians.
 
     ``measured (n_cells,)`` bool, ``observed (n_cells, 4)``; ``settings``: the campaign's
     credible level, repeatability, interval rules and ε; ``allocate(values (n_cells, 4))
-    -> Allocation`` is the exact allocator.
+    -> Allocation`` is the exact allocator; ``settled``: at a level, cells the optimistic
+    table reads at their lower attainment bound
+    (:func:`~fleetsieve_bayes.decision.bounds.settle`).
     """
     from fleetsieve_bayes.decision.bounds import decision_tables, slo_levels
 
@@ -177,7 +180,8 @@ def believe(
     if levels is not None and getattr(posterior, "window", None) is None:
         levels = None  # a posterior without windows (a point fit) decides the point way
     bounds, att, cons_t, opt_t = decision_tables(
-        posterior, grid, problem, obs, m, settings.credible_level, settings.repeatability, settings.rules, levels
+        posterior, grid, problem, obs, m, settings.credible_level, settings.repeatability, settings.rules, levels,
+        settled=settled,
     )
     cons = allocate(cons_t)
     opt = allocate(opt_t)

@@ -11,7 +11,7 @@ acquisition kernel uses. Quantiles here are NumPy's linear interpolation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -316,8 +316,11 @@ def level_bounds(
     slo_levels: np.ndarray,
     *,
     seed: int = 0,
+    settled: Sequence[int] = (),
 ) -> tuple[Bounds, Attainment, np.ndarray, np.ndarray]:
-    """Bounds and tables at SLO-attainment levels ``slo_levels (n_cells,)``.
+    """Bounds and tables at SLO-attainment levels ``slo_levels (n_cells,)``; the
+    optimistic table reads ``settled`` cells at their lower attainment bound
+    (:func:`settle`; the returned attainment is settled too).
 
     The metric intervals of EVERY cell, measured or not, are those of one new
     window of it (curve, the cell's departure given its windows, window noise;
@@ -349,7 +352,10 @@ def level_bounds(
     with np.errstate(invalid="ignore"):
         lo = knee_guard(lo, *guard_state(obs, m, grid_ladder(grid, rules.knee_guard), float(repeatability)))
     bounds = Bounds(lo=lo, hi=hi)
-    att = attainment_bounds(posterior, grid, problem, observed, m, credible_level, repeatability, rules, seed=seed)
+    att = settle(
+        attainment_bounds(posterior, grid, problem, observed, m, credible_level, repeatability, rules, seed=seed),
+        settled,
+    )
     cons, opt = bound_tables(bounds.lo, bounds.hi)
     cons, opt = level_tables(cons, opt, att.lo, att.hi, slo_levels, *_limits(grid, problem))
     return bounds, att, cons, opt
@@ -405,12 +411,42 @@ def cell_to_repeat(
         windows: int ``(n_cells,)`` windows held of each cell: a cell never measured
             (or measured without running) is no cell to *repeat*.
     """
-    short = [c for c in committed
-             if windows[c] >= 1 and attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12]
+    short = [c for c in committed if _straddles(c, attainment, levels, windows)]
     if not short:
         return None
     short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
     return int(short[0])
+
+
+def _straddles(c: int, attainment: Attainment, levels: np.ndarray, windows: np.ndarray) -> bool:
+    """Whether measured cell ``c`` (a window held) may meet its level and may miss it."""
+    return bool(windows[c] >= 1 and attainment.lo[c] < levels[c] <= attainment.hi[c] + 1e-12)
+
+
+def capped_hopes(
+    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray, windows: np.ndarray
+) -> list[int]:
+    """The committed cells whose attainment straddles their level and that may not be
+    measured again (their window limit, or the backend's windows): hopes no window can
+    test. Arguments as :func:`cell_to_repeat`'s."""
+    return [int(c) for c in committed if _straddles(c, attainment, levels, windows) and not repeatable[c]]
+
+
+def settle(attainment: Attainment, cells: Sequence[int]) -> Attainment:
+    """``attainment`` with the upper bound of ``cells`` at their lower bound: what the
+    optimistic table reads of a cell no window may be added to (:func:`capped_hopes`),
+    so that acquisition turns to the hopes a measurement can test. The certificate and
+    the cell to repeat keep reading the unsettled bounds."""
+    idx = np.asarray(list(cells), np.int64)
+    if idx.size == 0:
+        return attainment
+    hi = np.asarray(attainment.hi, np.float64).copy()
+    hi[idx] = np.asarray(attainment.lo, np.float64)[idx]
+    hi_draws = attainment.hi_draws
+    if hi_draws is not None and attainment.lo_draws is not None:
+        hi_draws = np.asarray(hi_draws).copy()
+        hi_draws[:, idx] = np.asarray(attainment.lo_draws)[:, idx]
+    return attainment._replace(hi=hi, hi_draws=hi_draws)
 
 
 def repeatable_mask(counts: np.ndarray, limits: np.ndarray, server_failed: np.ndarray,
@@ -515,12 +551,14 @@ def decision_tables(
     levels: np.ndarray | None = None,
     *,
     seed: int = 0,
+    settled: Sequence[int] = (),
 ) -> tuple[Bounds, Attainment | None, np.ndarray, np.ndarray]:
     """The bounds and the two tables a round decides on.
 
     ``levels`` None (the ``"point"`` rule): :func:`rule_bounds` and its
     conservative and optimistic tables, no attainment. ``levels (n_cells,)``:
-    :func:`level_bounds` at those levels (a window-noise posterior).
+    :func:`level_bounds` at those levels (a window-noise posterior), ``settled``
+    cells read at their lower attainment bound in the optimistic table.
 
     Returns:
         ``(bounds, attainment or None, conservative (n_cells, 4), optimistic (n_cells, 4))``;
@@ -532,5 +570,6 @@ def decision_tables(
         b = rule_bounds(posterior, observed, measured_mask, credible_level, repeatability, grid, rules)
         return b, None, conservative_table(b), optimistic_table(b)
     return level_bounds(
-        posterior, grid, problem, observed, measured_mask, credible_level, repeatability, rules, levels, seed=seed
+        posterior, grid, problem, observed, measured_mask, credible_level, repeatability, rules, levels, seed=seed,
+        settled=settled,
     )

@@ -1,0 +1,119 @@
+"""A hope no window can test does not stop the campaign (issue 29).
+
+A small noisy fleet with a hand-built posterior (no fit). Class a needs 4 rps
+on 2 GPUs (with B1 for class b, 3 in all): X (a TP1@L2, 2 rps, one window of
+TTFT 0.8 s against 1 s) straddles 0.9 and is at its window limit; U (a
+TP1@L3, 1.8 rps, unmeasured) may meet its level or miss it; Y (1 rps) is
+safe. The optimistic allocation leans on X, which no window may test: the
+round reads X at its lower bound for acquisition, turns to U, and stops only
+when U is ruled out too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.decision.bounds import Attainment, capped_hopes, settle
+from fleetsieve_bayes.decision.certificate import UNDECIDED
+from fleetsieve_bayes.decision.strategies import make_strategy
+from fleetsieve_bayes.model.joint import window_rows
+from fleetsieve_bayes.round import assess, choose, new_state, record
+from fleetsieve_bayes.settings import DecisionSettings
+
+X, U, Y, B1, W = 0, 1, 2, 3, 4
+N_DRAWS = 400
+SETTINGS = DecisionSettings(slo_attainment=0.9, max_windows_per_cell=1)
+GRID = CellGrid(
+    workloads=("a", "b"),
+    workload_idx=np.array([0, 0, 0, 1, 1]),
+    tp=np.array([1, 1, 1, 1, 1]),
+    load=("L2", "L3", "L1", "L1", "L2"),
+    offered_rps=np.array([2.0, 1.8, 1.0, 2.0, 3.0]),
+    duration_s=np.full(5, 300.0),
+)
+PROBLEM = AllocationProblem(
+    demand=np.array([4.0, 2.0]),
+    critical=np.array([False, False]),
+    floor=np.array([1.0, 1.0]),
+    success_min=np.array([0.9, 0.9]),
+    ttft_max=np.array([1.0, 5.0]),
+    completion_max=np.array([np.inf, np.inf]),
+    gpus=3,
+)
+# throughput, TTFT p99, completion p99, success: each cell's curve (and measured window)
+CURVE = np.array([
+    [2.0, 0.80, 10.0, 0.995],
+    [1.8, 0.80, 10.0, 0.995],
+    [1.0, 0.30, 5.0, 0.999],
+    [2.0, 1.00, 8.0, 0.999],
+    [3.0, 9.00, 9.0, 0.995],
+])
+
+
+class _Post:
+    """A window-noise posterior (the fields the decision reads)."""
+
+    def __init__(self, latent, noise, window, windows):
+        self.latent, self.noise, self.window, self.windows = latent, noise, window, windows
+
+
+def _state(curve: np.ndarray, measured: list[int]):
+    strategy = make_strategy("fleetsieve", GRID, PROBLEM, SETTINGS, seed=3, n_fantasies=16)
+    state = new_state(GRID, PROBLEM, None, None, strategy, seed=3)
+    keys = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
+    for c in measured:
+        row = {**dict(zip(keys, map(float, curve[c]), strict=True)), "duration_s": 300.0, "tp": 1}
+        state = record(state, c, row, phase="design")
+    rng = np.random.default_rng(0)
+    latent = curve[None] * np.exp(np.array([0.02, 0.08, 0.05, 0.0]) * rng.normal(size=(N_DRAWS, 5, 4)))
+    latent[..., 3] = curve[None, :, 3]
+    post = _Post(
+        latent,
+        np.tile([0.02, 0.08, 0.08, 0.3], (N_DRAWS, 1)),
+        np.tile([0.01, 0.1, 0.1, 0.3, 0.03, 1.5], (N_DRAWS, 5, 1)),
+        window_rows(curve[measured], np.array(measured), np.ones(5, bool)),
+    )
+    return state, post
+
+
+def test_settling_reads_a_capped_hope_at_its_lower_bound() -> None:
+    lo, hi = np.array([0.8, 0.5, 0.95]), np.array([0.99, 0.99, 0.99])
+    att = Attainment(draws=np.zeros((2, 3)), lo=lo, median=lo, hi=hi, binding=np.zeros(3, int),
+                     lo_draws=np.tile(lo, (2, 1)), hi_draws=np.tile(hi, (2, 1)))
+    levels = np.full(3, 0.9)
+    # 0 straddles and may not be repeated; 1 straddles and may; 2 is settled above its level.
+    assert capped_hopes([0, 1, 2], att, levels, np.array([False, True, False]), np.array([1, 1, 1])) == [0]
+    # a cell never measured is a hope a first window tests
+    assert capped_hopes([0, 1, 2], att, levels, np.zeros(3, bool), np.array([0, 1, 1])) == [1]
+    s = settle(att, [0])
+    assert s.hi.tolist() == [0.8, 0.99, 0.99] and s.hi_draws[:, 0].tolist() == [0.8, 0.8]
+    assert s.lo.tolist() == lo.tolist() and att.hi[0] == 0.99  # the input is left as it was
+    assert settle(att, []) is att
+
+
+def test_a_capped_hope_turns_acquisition_to_the_next_one() -> None:
+    state, post = _state(CURVE, [X, Y, B1])
+    a = assess(state, SETTINGS, post, attempt_seed=1)
+    # The real view leans on X (at its one window) and says so ...
+    assert X in a.view.optimistic.committed() and a.view.certificate.status == UNDECIDED
+    assert a.view.conservative.committed() == [Y, B1]
+    rep = a.attainment_json["repeat"]
+    assert (rep["workload"], rep["load"], rep["windows"], rep["limit"]) == ("a", "L2", 1, 1)
+    # ... while acquisition reads X settled: the next hope is U, and the campaign goes on.
+    assert a.settled == (X,)
+    assert U in a.acting_view.optimistic.committed() and X not in a.acting_view.optimistic.committed()
+    assert a.decision.acquire
+    assert choose(state, SETTINGS, a.acting_view, post, round_no=1) == U
+
+
+def test_the_campaign_stops_when_only_untestable_hopes_are_left() -> None:
+    curve = CURVE.copy()
+    curve[U, 1] = 2.0  # U's window misses its TTFT limit: no hope is left but X
+    state, post = _state(curve, [X, U, Y, B1])
+    a = assess(state, SETTINGS, post, attempt_seed=1)
+    assert a.settled == (X,) and X in a.view.optimistic.committed()
+    # W is unmeasured but no allocation wants it: the round stops undecided, naming X.
+    assert not a.decision.acquire and a.decision.status == UNDECIDED
+    assert a.final is not None and a.final.committed() == [Y, B1]
+    assert a.attainment_json["repeat"]["load"] == "L2"
