@@ -230,9 +230,13 @@ class Assessment(NamedTuple):
         return self.view.certificate
 
     def joint_json(self) -> dict[str, Any] | None:
-        """What the round record keeps of the joint check and the attainment."""
+        """What the round record keeps of the joint check and the attainment (a stopping
+        round's committed cells are its answer's)."""
         if self.attempt is not None:
-            return self.attempt.to_json()
+            out = self.attempt.to_json()
+            if self.final is not None and self.attainment_json is not None:
+                out = {**out, "committed": self.attainment_json["committed"]}
+            return out
         return self.attainment_json
 
 
@@ -520,20 +524,50 @@ def assess(
     )
     n_open = int((~state.measured).sum()) + int(can_repeat)
     decision = decide_round(RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds))
+    if decision.acquire and settled and not _leads(state, acting, opts):
+        # The gap lies in hopes no window can test (capped cells whose attainment
+        # straddles their level); without them no unmeasured cell and no repeat is
+        # left to try.
+        decision = RoundDecision(UNDECIDED, False, "conservative")
+    final = _final_allocation(state, settings, view, decision, allocate)
     att_json = None
-    if attempt is None and view.attainment is not None:
-        att_json = _attainment_state(state, settings, view)
-        if decision.acquire and settled and not _leads(state, acting, opts):
-            # The gap lies in hopes no window can test (capped cells whose attainment
-            # straddles their level); without them no unmeasured cell and no repeat is
-            # left to try.
-            decision = RoundDecision(UNDECIDED, False, "conservative")
-    final: Allocation | None = None
-    if decision.final == "conservative":
-        final = view.conservative
-    elif decision.final == "measured-only":
-        final = allocate(_measured_only(state, settings, view))
+    if view.attainment is not None:
+        att_json = _attainment_state(state, settings, view, final)
     return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
+
+
+def answer_rule(status: str, settings: DecisionSettings) -> str | None:
+    """Which table a campaign that stopped with ``status`` answers on (result.json's
+    ``answer``): ``"conservative"`` (certified-feasible, or undecided by the metric rule or
+    with ``uncertified_answer = "conservative"``), ``"measured-only"`` (exhausted, the same
+    way), ``"best-estimate"`` (at an attainment level, undecided or exhausted:
+    :func:`~fleetsieve_bayes.decision.bounds.best_estimate_table`), None (certified-infeasible)."""
+    if status == CERTIFIED_INFEASIBLE:
+        return None
+    if status == CERTIFIED_FEASIBLE:
+        return "conservative"
+    if at_level(settings) and settings.uncertified_answer == "best-estimate":
+        return "best-estimate"
+    return "measured-only" if status == EXHAUSTED else "conservative"
+
+
+def _final_allocation(
+    state: CampaignState, settings: DecisionSettings, view: Belief, decision: RoundDecision,
+    allocate: Callable[[np.ndarray], Allocation],
+) -> Allocation | None:
+    """The allocation a stopping round answers with (:func:`answer_rule`); None while it acquires."""
+    if decision.acquire or decision.final is None:
+        return None
+    rule = answer_rule(decision.status, settings)
+    if rule == "best-estimate" and view.attainment is not None:
+        from fleetsieve_bayes.decision.bounds import best_estimate_table, slo_levels
+
+        levels = slo_levels(state.grid, settings.slo_attainment)
+        return allocate(best_estimate_table(state.grid, state.problem, view.bounds, view.attainment,
+                                            state.measured, levels))
+    if rule == "measured-only" or decision.final == "measured-only":
+        return allocate(_measured_only(state, settings, view))
+    return view.conservative
 
 
 def settled_view(
@@ -587,8 +621,11 @@ def _measured_only(state: CampaignState, settings: DecisionSettings, view: Belie
     return measured_only_table(state.observed, state.measured, state.grid, state.problem, view.attainment.lo, levels)
 
 
-def _attainment_state(state: CampaignState, settings: DecisionSettings, view: Belief) -> dict[str, Any]:
-    """At an attainment level: result.json's committed cells and cell to repeat."""
+def _attainment_state(
+    state: CampaignState, settings: DecisionSettings, view: Belief, final: Allocation | None = None
+) -> dict[str, Any]:
+    """At an attainment level: result.json's committed cells (of ``final`` when the round
+    stops, else of the conservative allocation) and cell to repeat."""
     from fleetsieve_bayes.decision.bounds import (
         cell_to_repeat,
         committed_attainment,
@@ -600,8 +637,8 @@ def _attainment_state(state: CampaignState, settings: DecisionSettings, view: Be
     levels = slo_levels(grid, settings.slo_attainment)
     _, row_cell = window_inputs(state)
     counts = np.bincount(row_cell, minlength=grid.n_cells)
-    cons = view.conservative
-    committed = cons.committed() if cons.feasible else []
+    shown = view.conservative if final is None else final
+    committed = shown.committed() if shown.feasible else []
     repeat_cell = cell_to_repeat(_decision_ends(view), att, levels, repeatable(state, settings.max_windows_per_cell),
                                  counts)
     repeat = None

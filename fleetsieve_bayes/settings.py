@@ -22,6 +22,8 @@ __all__ = [
     "SLO_ATTAINMENT_POINT",
     "MAX_WINDOWS_PER_CELL",
     "CERTIFY_INFERENCE",
+    "UNCERTIFIED_ANSWERS",
+    "UNCERTIFIED_ANSWER",
     "DecisionSettings",
     "DEFAULT_SETTINGS",
 ]
@@ -88,6 +90,14 @@ SLO_ATTAINMENT_POINT = "point"
 MAX_WINDOWS_PER_CELL = 3
 # The certifying posterior's NUTS preset (fleetsieve_bayes/data/presets/certify.toml).
 CERTIFY_INFERENCE = "certify"
+# What a campaign at an attainment level answers when it ends without a certificate
+# (undecided or exhausted): "best-estimate" (measured cells admitted where their
+# posterior median attainment reaches the level; decision.bounds.best_estimate_table)
+# or "conservative" (their lower bound, as a certificate would). The default is
+# best-estimate: on the noisy suite it is correct at the level on more fleets
+# (docs/results.md, "SLO attainment under window noise").
+UNCERTIFIED_ANSWERS = ("best-estimate", "conservative")
+UNCERTIFIED_ANSWER = "best-estimate"
 
 
 class DecisionSettings(NamedTuple):
@@ -106,6 +116,9 @@ class DecisionSettings(NamedTuple):
         max_windows_per_cell: measurement windows of one cell at most.
         certify_inference: the certifying fit's NUTS preset, a shipped preset's
             name or a path (``[model] certify_inference``; default ``"certify"``).
+        uncertified_answer: at an attainment level, the allocation an undecided or
+            exhausted campaign answers with (:data:`UNCERTIFIED_ANSWERS`;
+            ``[stopping] uncertified_answer``).
     """
 
     epsilon: float = 0.05
@@ -117,6 +130,7 @@ class DecisionSettings(NamedTuple):
     slo_attainment: float | str | tuple[float, ...] = SLO_ATTAINMENT_POINT
     max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
     certify_inference: str = CERTIFY_INFERENCE
+    uncertified_answer: str = UNCERTIFIED_ANSWER
 
     @classmethod
     def from_campaign(cls, campaign: Any) -> DecisionSettings:
@@ -136,6 +150,7 @@ class DecisionSettings(NamedTuple):
             ),
             max_windows_per_cell=int(getattr(campaign, "max_windows_per_cell", MAX_WINDOWS_PER_CELL)),
             certify_inference=str(getattr(campaign, "certify_inference", CERTIFY_INFERENCE)),
+            uncertified_answer=str(getattr(campaign, "uncertified_answer", UNCERTIFIED_ANSWER)),
         )
 
 

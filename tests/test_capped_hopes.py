@@ -18,7 +18,7 @@ from fleetsieve_bayes.decision.bounds import Attainment, capped_hopes, settle
 from fleetsieve_bayes.decision.certificate import UNDECIDED
 from fleetsieve_bayes.decision.strategies import make_strategy
 from fleetsieve_bayes.model.joint import window_rows
-from fleetsieve_bayes.round import assess, choose, new_state, record
+from fleetsieve_bayes.round import answer_rule, assess, choose, new_state, record
 from fleetsieve_bayes.settings import DecisionSettings
 
 X, U, Y, B1, W = 0, 1, 2, 3, 4
@@ -115,5 +115,15 @@ def test_the_campaign_stops_when_only_untestable_hopes_are_left() -> None:
     assert a.settled == (X,) and X in a.view.optimistic.committed()
     # W is unmeasured but no allocation wants it: the round stops undecided, naming X.
     assert not a.decision.acquire and a.decision.status == UNDECIDED
-    assert a.final is not None and a.final.committed() == [Y, B1]
     assert a.attainment_json["repeat"]["load"] == "L2"
+    # Its answer is its best estimate: X more likely meets its level than not.
+    att = a.view.attainment
+    assert att.lo[X] < 0.9 <= att.median[X] and att.median[U] < 0.9
+    assert answer_rule(a.decision.status, SETTINGS) == "best-estimate"
+    assert a.final is not None and a.final.committed() == [X, B1]
+    assert [c["load"] for c in a.attainment_json["committed"]] == ["L2", "L1"]  # what result.json reports
+    # ... or, asked for, the conservative fleet.
+    conservative = SETTINGS._replace(uncertified_answer="conservative")
+    b = assess(state, conservative, post, attempt_seed=1)
+    assert answer_rule(b.decision.status, conservative) == "conservative"
+    assert b.final is not None and b.final.committed() == [Y, B1] == b.view.conservative.committed()

@@ -10,6 +10,7 @@ import pytest
 from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.decision.intervals import MODEL_MARGIN
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.settings import DecisionSettings
 
 GOOD = """
 name = "t"
@@ -65,6 +66,18 @@ def test_tail_margin_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None
     assert campaign_inputs(c)["model"]["tail_margin"] == 0.25
 
 
+def test_uncertified_answer_is_read_and_reaches_the_fingerprint_only_when_set(tmp_path: Path) -> None:
+    from fleetsieve_bayes.campaign.fingerprint import campaign_inputs
+
+    default = load_campaign(write(tmp_path, GOOD))
+    assert default.uncertified_answer == "best-estimate"
+    assert "uncertified_answer" not in campaign_inputs(default)["stopping"]  # older directories resume
+    c = load_campaign(write(tmp_path, GOOD.replace("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "conservative"')))
+    assert c.uncertified_answer == "conservative"
+    assert campaign_inputs(c)["stopping"]["uncertified_answer"] == "conservative"
+    assert DecisionSettings.from_campaign(c).uncertified_answer == "conservative"
+
+
 def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
     from fleetsieve_bayes.campaign.fingerprint import campaign_inputs
 
@@ -89,6 +102,9 @@ def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = 1.5', "[model] knee_guard: expected an integer"),
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = -1', "[model] knee_guard: must be >= 0"),
         ("credible_level = 0.9", "credible_level = 1.0", "[stopping] credible_level: must be < 1"),
+        ("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "best"',
+         "[stopping] uncertified_answer: expected one of 'best-estimate', 'conservative', got 'best'"),
+        ("epsilon = 0.05", 'epsilon = 0.05\nuncertified_anwser = "conservative"', "(did you mean 'uncertified_answer'?)"),
         ("success_min = 0.99, ttft_p99_s = 2.0", "success_min = 0.99, ttft_p99 = 2.0", "unknown key 'ttft_p99'"),
         ("critical = true", 'critical = "yes"', "critical: expected true or false"),
         ('backend = "replay"', 'backend = "rep"', None),

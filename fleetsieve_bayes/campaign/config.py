@@ -25,6 +25,8 @@ from fleetsieve_bayes.settings import (
     KNEE_GUARD,
     MODEL_MARGIN,
     SUCCESS_MARGIN,
+    UNCERTIFIED_ANSWER,
+    UNCERTIFIED_ANSWERS,
     DecisionSettings,
     IntervalRules,
 )
@@ -181,6 +183,8 @@ class Campaign:
     slo_attainment: float | str = DEFAULT_SLO_ATTAINMENT
     # Windows of one cell a campaign may measure (the first and its repeats).
     max_windows_per_cell: int = 3
+    # At a level, what an uncertified campaign answers (settings.UNCERTIFIED_ANSWERS).
+    uncertified_answer: str = UNCERTIFIED_ANSWER
 
     def slo_levels(self) -> tuple[float, ...] | str:
         """Each class's attainment level (its override, else the campaign's), in
@@ -279,7 +283,9 @@ _FLEET_POOL_KEYS = {"gpu", "count", "usd_per_gpu_hour", "nodes", "gpus_per_node"
 _MODEL_KEYS = {
     "family", "inference", "certify_inference", "repeatability", "tail_margin", "success_margin", "knee_guard",
 }
-_STOPPING_KEYS = {"epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell"}
+_STOPPING_KEYS = {
+    "epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell", "uncertified_answer",
+}
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
 # Keys of every backend: how many cells run at once, and where.
@@ -366,6 +372,10 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
     max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
+    answer = ctx.string("[stopping] uncertified_answer", stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
+    if answer not in UNCERTIFIED_ANSWERS:
+        raise ctx.fail("[stopping] uncertified_answer",
+                       f"expected one of {', '.join(map(repr, UNCERTIFIED_ANSWERS))}, got {answer!r}")
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
@@ -396,6 +406,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         raw=raw,
         slo_attainment=slo_attainment,
         max_windows_per_cell=max_windows,
+        uncertified_answer=answer,
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.campaign.config import Campaign
-from fleetsieve_bayes.settings import CERTIFY_INFERENCE
+from fleetsieve_bayes.settings import CERTIFY_INFERENCE, UNCERTIFIED_ANSWER
 
 __all__ = ["campaign_inputs", "file_digest", "object_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
 
@@ -74,6 +74,9 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             "risk": campaign.risk,
             "slo_attainment": campaign.slo_attainment,
             "max_windows_per_cell": campaign.max_windows_per_cell,
+            # Only when set: a directory started before the key existed resumes unchanged.
+            **({"uncertified_answer": campaign.uncertified_answer}
+               if campaign.uncertified_answer != UNCERTIFIED_ANSWER else {}),
         },
         "workloads": {
             w.name: w.to_json()

@@ -141,6 +141,7 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         # Every window in order: a repeat is the cell again with its replicate.
         "measured": [_window_json(r) for r in meas],
         "allocation": alloc,
+        "answer": _answer(setup.campaign, final.outcome),
         "timings": {
             "total_s": float(sum(p["total_s"] for p in per_round) + sum(r.wall_s for r in meas)),
             "rounds": len(rounds),
@@ -185,6 +186,14 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
                 e["windows"] += 1
             result["profiling_by_gpu"] = by
     return result
+
+
+def _answer(campaign: Any, status: str) -> str | None:
+    """result.json's ``answer``: the table ``allocation`` was chosen on (:func:`fleetsieve_bayes.round.answer_rule`)."""
+    from fleetsieve_bayes.round import answer_rule
+    from fleetsieve_bayes.settings import DecisionSettings
+
+    return answer_rule(status, DecisionSettings.from_campaign(campaign))
 
 
 def _attainment_json(campaign: Any, joint: dict[str, Any] | None) -> dict[str, Any]:

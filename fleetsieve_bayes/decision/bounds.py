@@ -361,6 +361,33 @@ def level_bounds(
     return bounds, att, cons, opt
 
 
+def best_estimate_table(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    bounds: Bounds,
+    attainment: Attainment,
+    measured_mask: np.ndarray,
+    levels: np.ndarray,
+) -> np.ndarray:
+    """``(n_cells, 4)``: the table an uncertified campaign answers on at an attainment level
+    (``[stopping] uncertified_answer = "best-estimate"``). A measured cell is admissible
+    where its posterior median attainment reaches its level (it more likely meets its level
+    than not); a cell never measured only as in the conservative table (its lower bound,
+    model margins included). Values as in the conservative table; a cell the conservative
+    table admits is admitted here too, so its allocation serves at least as much.
+
+    Args:
+        bounds: the round's :class:`Bounds` (``lo``/``hi (n_cells, 4)``);
+        attainment: the round's :class:`Attainment`;
+        measured_mask: bool ``(n_cells,)``; levels: ``(n_cells,)`` each cell's level.
+    """
+    cons, _ = bound_tables(bounds.lo, bounds.hi)
+    m = np.asarray(measured_mask, bool)
+    att = np.where(m, np.asarray(attainment.median, np.float64), np.asarray(attainment.lo, np.float64))
+    table, _ = level_tables(cons, cons, att, att, levels, *_limits(grid, problem))
+    return np.asarray(table, np.float64)
+
+
 def committed_attainment(
     grid: CellGrid,
     committed: list[int],
