@@ -533,6 +533,7 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
     from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.evaluation.attainment import noisy_fleet
     from fleetsieve_bayes.evaluation.noisy import (
+        conservative_answer,
         full_grid_scores,
         noisy_suite_fleet,
         repeat_truth,
@@ -554,6 +555,7 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         problem = campaign.problem()
         fleet = noisy_fleet(table, campaign.workload_names)
         outcome = run_campaign(campaign, where / "run", strategy=task["strategy"], seed=task["seed"])
+        conservative = conservative_answer(fleet, problem, where / "run", task["level"], campaign.epsilon)
         post = where / "run" / "posterior.nc"
         latent = np.asarray(load_idata(post).posterior["latent"]) if post.exists() else None
     wall = time.perf_counter() - t0
@@ -568,6 +570,8 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         "allocation": outcome.result["allocation"],
         "repeat": outcome.result.get("repeat"),
         "repeat_truth": repeat_truth(fleet, outcome.result.get("repeat"), task["max_windows"]),
+        "answer": outcome.result.get("answer"),
+        "conservative_answer": conservative,
         "commit": _code_commit(),
     }
 
@@ -660,6 +664,25 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "wrong": len(wrong),
         "wrong_capped": len(capped),
         "wrong_capped_truly_admissible": sum(r["repeat_truth"]["truth"] >= r["level"] for r in capped),
+        # The same runs answering with the final conservative allocation ([stopping]
+        # uncertified_answer = "conservative"), over the runs that recorded it.
+        **_conservative_summary(runs),
+    }
+
+
+def _conservative_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Correct decisions of the best-estimate answers against the conservative answers of the
+    same runs (the records that carry both; an older record carries neither)."""
+    both = [r for r in runs if r.get("conservative_answer") is not None and r.get("answer")]
+    if not both:
+        return {"answers_compared": 0}
+    return {
+        "answers_compared": len(both),
+        "answer_correct": int(sum(r["correct"] for r in both)),
+        "conservative_correct": int(sum(r["conservative_answer"]["correct"] for r in both)),
+        "answer_slo_ok": int(sum(r["slo_ok"] for r in both)),
+        "conservative_slo_ok": int(sum(r["conservative_answer"]["slo_ok"] for r in both)),
+        "answers_differ": int(sum(not r["conservative_answer"]["same"] for r in both)),
     }
 
 
@@ -829,6 +852,15 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"| … throughput within 20 % | {_pct(s['tails_throughput_within_20'])} | | | |",
         "",
     ]
+    if s.get("answers_compared"):
+        n = s["answers_compared"]
+        lines += [
+            f"**Uncertified answers.** On the {n} fleets whose runs recorded both, the answer "
+            f"(`[stopping] uncertified_answer`, best estimate by default) is correct at the level on "
+            f"{s['answer_correct']} and meets every committed cell's level on {s['answer_slo_ok']}; the final "
+            f"conservative allocation of the same runs is correct on {s['conservative_correct']} and meets the "
+            f"levels on {s['conservative_slo_ok']} (the two differ on {s['answers_differ']} fleets).", "",
+        ]
     if s.get("commits"):
         lines += [
             "The campaigns ran at these commits of the package (the checkpoint file gathers runs across "

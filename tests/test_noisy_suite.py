@@ -3,6 +3,7 @@ through the replay table, and a finished campaign scored at its level."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -251,3 +252,45 @@ def test_the_noisy_benchmark_says_how_wrong_decisions_end_and_which_commit_ran_t
     assert "`abc1234`: n000, n002; `unrecorded`: n001, n003." in md
     assert "| chat TP4@C7 3/3 0.97 |" in md and "| — |" in md
     assert "![" not in md  # the figure only in a published section
+
+
+def test_the_conservative_answer_is_scored_from_the_final_round_of_the_journal(tmp_path: Path) -> None:
+    from fleetsieve_bayes.evaluation.noisy import conservative_answer
+
+    _, table, camp = noisy_suite_fleet(0, SMALL)
+    campaign = write_synthetic(tmp_path, table, camp)
+    problem, fleet = campaign.problem(), noisy_fleet(table, campaign.workload_names)
+    best = allocate_milp(fleet.grid, true_level_table(fleet, problem, 0.9), problem)
+    point = allocate_milp(fleet.grid, fleet.windows[:, 0], problem)  # a cell below the level
+    side = {"allocation": allocation_to_json(best, fleet.grid), "objective": None}
+    other = {"allocation": allocation_to_json(point, fleet.grid), "objective": None}
+    run = tmp_path / "run"
+    run.mkdir()
+    journal = run / "journal.jsonl"
+    # an acquiring round, then the final one: only the final round's conservative side counts
+    rounds = [{"type": "round", "round": 1, "conservative": other, "final": None},
+              {"type": "round", "round": 2, "conservative": side, "final": other}]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    got = conservative_answer(fleet, problem, run, 0.9, campaign.epsilon)
+    assert got == {"correct": True, "slo_ok": True, "eps_correct": True, "same": False}
+    journal.write_text(json.dumps(rounds[0]) + "\n")  # still acquiring
+    assert conservative_answer(fleet, problem, run, 0.9, campaign.epsilon) is None
+
+
+def test_the_noisy_benchmark_sets_the_answers_side_by_side() -> None:
+    _benchmarks()
+    import profiling_cost
+
+    best = {**_run(0, True, False), "level": 0.9, "answer": "best-estimate", "slo_ok": True,
+            "conservative_answer": {"correct": False, "slo_ok": True, "eps_correct": False, "same": False}}
+    both_wrong = {**_run(1, False, False), "level": 0.9, "answer": "best-estimate", "slo_ok": False,
+                  "conservative_answer": {"correct": False, "slo_ok": True, "eps_correct": False, "same": False}}
+    old = {**_run(2, True, True), "level": 0.9}  # a record from before answers were recorded
+    s = profiling_cost.summarise_noisy([best, both_wrong, old])
+    assert (s["answers_compared"], s["answer_correct"], s["conservative_correct"]) == (2, 1, 0)
+    assert (s["answer_slo_ok"], s["conservative_slo_ok"], s["answers_differ"]) == (1, 2, 2)
+    md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
+                                                   "summary": s, "runs": [best]}})
+    assert ("On the 2 fleets whose runs recorded both, the answer (`[stopping] uncertified_answer`, best "
+            "estimate by default) is correct at the level on 1") in md
+    assert profiling_cost.summarise_noisy([old])["answers_compared"] == 0

@@ -20,6 +20,7 @@ posterior's medians are to the truth at cells it never measured.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ __all__ = [
     "full_grid_gpu_s",
     "full_grid_scores",
     "window_counts_of",
+    "conservative_answer",
     "score_campaign",
 ]
 
@@ -126,6 +128,32 @@ def repeat_truth(fleet: NoisyFleet, repeat: dict[str, Any] | None, max_windows: 
     entry = {**repeat, "limit": int(repeat.get("limit") or max_windows)}
     return {"cell": fleet.grid.describe(c), "windows": int(repeat["windows"]), "limit": entry["limit"],
             "at_limit": repeat_at_limit(entry), "truth": float(fleet.attainment[c])}
+
+
+def conservative_answer(
+    fleet: NoisyFleet, problem: Any, run_dir: str | Path, level: float, epsilon: float
+) -> dict[str, Any] | None:
+    """The final round's conservative allocation (the journal's round record) judged on the
+    truth at ``level``, as :func:`score_campaign` judges the answer: what the campaign would
+    have answered with ``[stopping] uncertified_answer = "conservative"`` (the same for a
+    certified campaign). None without a final round.
+
+    Returns:
+        ``{correct, slo_ok, eps_correct, same}`` (``same``: the answer is that allocation).
+    """
+    from fleetsieve_bayes.campaign.journal import read_journal
+
+    records, _ = read_journal(Path(run_dir) / "journal.jsonl")
+    final = [r for r in records if r.get("type") == "round" and r.get("final") is not None]
+    if not final:
+        return None
+    last = final[-1]
+    cons = (last.get("conservative") or {}).get("allocation")
+    cr = cells_from_json(fleet.grid, cons)
+    cell, reps = cr if cr is not None else (None, None)
+    sc = score_decision(fleet, problem, cell, reps, level, epsilon, certified=False)
+    return {"correct": sc["correct"], "slo_ok": sc["slo_ok"], "eps_correct": sc["eps_correct"],
+            "same": cons == (last["final"] or {}).get("allocation")}
 
 
 def score_campaign(
