@@ -95,7 +95,7 @@ CERTIFY_INFERENCE = "certify"
 # posterior median attainment reaches the level; decision.bounds.best_estimate_table)
 # or "conservative" (their lower bound, as a certificate would). The default is
 # best-estimate: on the noisy suite it is correct at the level on more fleets
-# (docs/results.md, "SLO attainment under window noise").
+# (docs/results.md, "Window noise": the two answers of the same runs side by side).
 UNCERTIFIED_ANSWERS = ("best-estimate", "conservative")
 UNCERTIFIED_ANSWER = "best-estimate"
 
