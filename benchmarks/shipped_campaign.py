@@ -2,8 +2,9 @@
 
 Runs ``fleetsieve-bayes run examples/h100_31b_fp8/campaign.toml`` (replay of
 the shipped, fully measured H100 grid) in a temporary directory with the
-given seed, once at the file's own level (the package default, 0.9, when the
-file names none) and once with ``[stopping] slo_attainment = "point"``, and
+given seed, at the file's own level (the package default, 0.9, when the
+file names none), again with ``[stopping] uncertified_answer = "conservative"``
+and once with ``[stopping] slo_attainment = "point"``, and
 prints what each ``result.json`` says: the status, the GPU-seconds, the
 allocation, each committed cell's attainment, the cell to repeat, the joint
 check's probabilities and the certifying posterior's diagnostics, and the
@@ -31,12 +32,16 @@ DEFAULT_CAMPAIGN = REPO / "examples" / "h100_31b_fp8" / "campaign.toml"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "shipped_campaign.json"
 
 
-def run_campaign(campaign: Path, seed: int, strategy: str | None, point: bool = False) -> dict[str, Any]:
+def run_campaign(
+    campaign: Path, seed: int, strategy: str | None, point: bool = False, stopping: str = ""
+) -> dict[str, Any]:
     """``fleetsieve-bayes run campaign --seed seed`` in a fresh directory; its result.json.
-    ``point``: a copy of the file deciding by the metric rule (``slo_attainment = "point"``)."""
+    ``point``: a copy of the file deciding by the metric rule (``slo_attainment = "point"``);
+    ``stopping``: a line added to a copy's ``[stopping]``."""
     with tempfile.TemporaryDirectory(prefix="fsb-shipped-") as tmp:
-        if point:
-            campaign = point_copy(campaign, Path(tmp) / "campaign.toml")
+        if point or stopping:
+            campaign = point_copy(campaign, Path(tmp) / "campaign.toml",
+                                  'slo_attainment = "point"' if point else stopping)
         out = str(Path(tmp) / "run")
         cmd = [sys.executable, "-m", "fleetsieve_bayes", "run", str(campaign), "--out", out,
                "--seed", str(seed), "--quiet"]
@@ -46,8 +51,9 @@ def run_campaign(campaign: Path, seed: int, strategy: str | None, point: bool = 
         return json.loads((Path(out) / "result.json").read_text())
 
 
-def point_copy(campaign: Path, dest: Path) -> Path:
-    """``campaign`` at ``"point"`` written to ``dest`` (its table by absolute path)."""
+def point_copy(campaign: Path, dest: Path, line: str = 'slo_attainment = "point"') -> Path:
+    """``campaign`` with ``line`` in its ``[stopping]`` (default: at ``"point"``) written to
+    ``dest`` (its table by absolute path)."""
     import tomllib
 
     raw = tomllib.loads(campaign.read_text())
@@ -55,7 +61,7 @@ def point_copy(campaign: Path, dest: Path) -> Path:
         raise SystemExit(f"{campaign}: names its own slo_attainment; the point run needs a file without one")
     table = (campaign.parent / raw["measurement"]["table"]).resolve()
     text = campaign.read_text().replace(f'table = "{raw["measurement"]["table"]}"', f'table = "{table}"', 1)
-    dest.write_text(text.replace("[stopping]\n", '[stopping]\nslo_attainment = "point"\n', 1))
+    dest.write_text(text.replace("[stopping]\n", f"[stopping]\n{line}\n", 1))
     return dest
 
 
@@ -63,8 +69,9 @@ def published_table(runs: dict[str, dict[str, Any]]) -> str:
     """The markdown of ``runs`` (``{level: result.json}``): decision, certificate, attainment,
     diagnostics, then the round times of each."""
     head = [
-        "| level | status | GPU-s | cells measured | allocation | P(ε-optimal) | P(SLO met) | r_hat max | bulk ESS min | divergences | draws | rounds |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | status | answer | GPU-s | cells measured | allocation | P(ε-optimal) | P(SLO met) | r_hat max "
+        "| bulk ESS min | divergences | draws | rounds |",
+        "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows, rest = [], []
     for level, res in runs.items():
@@ -88,7 +95,8 @@ def _one_run(level: str, res: dict[str, Any]) -> tuple[str, list[str]]:
         return "—" if x is None else format(x, fmt)
 
     row = (
-        f"| {level} | {res['status']} | {res['gpu_seconds']:,.0f} | {len(res['measured'])} | {fleet} | "
+        f"| {level} | {res['status']} | {res.get('answer') or '—'} | {res['gpu_seconds']:,.0f} | "
+        f"{len(res['measured'])} | {fleet} | "
         f"{num(cert.get('p_epsilon_optimal'), '.3f')} | {num(cert.get('p_slo_met'), '.3f')} | "
         f"{num(diag.get('r_hat_max'), '.3f')} | {num(diag.get('ess_bulk_min'), '.0f')} | "
         f"{num(diag.get('divergences'), 'd')} | {num(diag.get('draws'), 'd')} | {res['timings']['rounds']} |"
@@ -128,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = {
         "default": run_campaign(args.campaign, args.seed, args.strategy),
+        "conservative answer": run_campaign(args.campaign, args.seed, args.strategy,
+                                            stopping='uncertified_answer = "conservative"'),
         "point": run_campaign(args.campaign, args.seed, args.strategy, point=True),
     }
     md = published_table(res)
