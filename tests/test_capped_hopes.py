@@ -12,8 +12,9 @@ when U is ruled out too.
 from __future__ import annotations
 
 import numpy as np
+from test_repeat_choice import PROBLEM, _Post  # the same two classes' demands and SLOs
 
-from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
+from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.decision.bounds import Attainment, capped_hopes, settle
 from fleetsieve_bayes.decision.certificate import UNDECIDED
 from fleetsieve_bayes.decision.strategies import make_strategy
@@ -32,15 +33,6 @@ GRID = CellGrid(
     offered_rps=np.array([2.0, 1.8, 1.0, 2.0, 3.0]),
     duration_s=np.full(5, 300.0),
 )
-PROBLEM = AllocationProblem(
-    demand=np.array([4.0, 2.0]),
-    critical=np.array([False, False]),
-    floor=np.array([1.0, 1.0]),
-    success_min=np.array([0.9, 0.9]),
-    ttft_max=np.array([1.0, 5.0]),
-    completion_max=np.array([np.inf, np.inf]),
-    gpus=3,
-)
 # throughput, TTFT p99, completion p99, success: each cell's curve (and measured window)
 CURVE = np.array([
     [2.0, 0.80, 10.0, 0.995],
@@ -49,13 +41,6 @@ CURVE = np.array([
     [2.0, 1.00, 8.0, 0.999],
     [3.0, 9.00, 9.0, 0.995],
 ])
-
-
-class _Post:
-    """A window-noise posterior (the fields the decision reads)."""
-
-    def __init__(self, latent, noise, window, windows):
-        self.latent, self.noise, self.window, self.windows = latent, noise, window, windows
 
 
 def _state(curve: np.ndarray, measured: list[int]):
