@@ -123,7 +123,9 @@ def test_shipped_campaign_at_point_certifies_chat_and_code_tp4_c96_x2_in_10800_g
     assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-4)
 
 
-def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4_c96(tmp_path: Path) -> None:
+def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4_c96(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # One row per cell: chat TP4@C96 (the paper's flipping cell), whose attainment posterior
     # straddles 0.9, cannot be repeated. Acquisition reads it settled and tests the hopes
     # left (code TP4@C128, chat TP8@C128); once they fail, the campaign stops undecided
@@ -146,6 +148,14 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4
     assert [(c["tp"], c["load"], c["windows"]) for c in committed.values()] == [(4, "C96", 1)] * 2
     assert all(c["attainment"]["median"] >= 0.9 > c["attainment"]["lo"] for c in committed.values())
     assert committed["chat"]["attainment"]["lo"] < 0.5  # one window: chat's doubt is wide
+    # `run` on the finished directory measures nothing and says the answer is not certified.
+    from fleetsieve_bayes.cli import main
+
+    assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "undecided: 18000 GPU-seconds, 12 cells measured" in out
+    assert "not certified: its best estimate (each measured cell whose median attainment reaches its level)" in out
+    assert "chat: TP4 @ C96 x2" in out and "chat meets its SLOs in about 91 % of windows [43, 99]" in out
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(

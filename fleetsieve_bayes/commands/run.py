@@ -79,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
         slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
                          "completion_p99_s": w.slo.completion_p99_s} for w in campaign.workloads}
         why = unserved(r["allocation"], slos, rows)
+        if r.get("answer") == "best-estimate":
+            print("  not certified: its best estimate (each measured cell whose median attainment reaches its level)")
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
