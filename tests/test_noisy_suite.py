@@ -102,6 +102,10 @@ def test_a_campaign_is_scored_on_the_truth_at_its_level(tmp_path: Path) -> None:
     # medians 10 % off are within 20 %: every unmeasured cell below saturation counts
     assert s["tails_unmeasured"]["ttft"] == 1.0 and s["tails_unmeasured"]["cells"] > 0
     assert window_counts_of(fleet, measured)[c0] == 3
+    # the oracle's cells, with the windows measured of each; the oracle itself has no regret
+    assert [o["cell"] for o in s["oracle_cells"]] == [fleet.grid.describe(c) for c in best.committed()]
+    assert s["oracle_cells"][0]["windows"] == 3 and s["oracle_cells"][0]["truth"] == fleet.attainment[c0]
+    assert s["regret"] == {"critical": 0.0, "min_fulfillment": 0.0, "goodput": 0.0}
     # the point-way full grid commits to a cell below the level here: certified, it is false
     cell, reps = full_grid_decision(fleet, problem, 1)
     wrong = {**result, "allocation": allocation_to_json(allocate_milp(fleet.grid, fleet.windows[:, 0], problem), fleet.grid)}

@@ -162,14 +162,17 @@ def score_decision(
         (:func:`true_level_table`, where a cell below its level serves nothing);
         ``false_certificate``: certified and not correct; ``slo_ok``: every
         committed cell's true attainment ≥ its level;
-        ``min_true_attainment`` of the committed cells.
+        ``min_true_attainment`` of the committed cells; ``regret``: the
+        lexicographic regret against that oracle (``critical``,
+        ``min_fulfillment``, ``goodput``).
     """
     from fleetsieve_bayes.evaluation.regret import eps_correct, evaluate_cells, make_oracle, regret
 
     truth = true_level_table(fleet, problem, level)
     oracle = make_oracle(fleet.grid, truth, problem)
     outcome = evaluate_cells(fleet.grid, truth, problem, cell, replicas)
-    ok = bool(eps_correct(regret(outcome, oracle, problem), epsilon))
+    r = regret(outcome, oracle, problem)
+    ok = bool(eps_correct(r, epsilon))
     q = np.broadcast_to(np.asarray(level, np.float64), (fleet.grid.n_cells,))
     committed = [] if cell is None else [int(c) for c, n in zip(cell, replicas, strict=True) if c >= 0 and n > 0]
     att = [float(fleet.attainment[c]) for c in committed]
@@ -181,6 +184,7 @@ def score_decision(
         "slo_ok": slo_ok,
         "min_true_attainment": min(att) if att else None,
         "oracle_feasible": bool(oracle.allocation.feasible),
+        "regret": {k: float(v) for k, v in r._asdict().items()},
     }
 
 

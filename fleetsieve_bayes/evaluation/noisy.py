@@ -174,7 +174,9 @@ def score_campaign(
         ``status``, ``gpu_seconds``, ``windows`` / ``cells_measured`` / ``repeats``,
         :func:`~fleetsieve_bayes.evaluation.attainment.score_decision`'s fields,
         ``floor_gpu_s`` (the hindsight floor of the truth at the level),
-        ``committed`` (reported vs true attainment per committed cell) and
+        ``committed`` (reported vs true attainment per committed cell),
+        ``oracle_cells`` (the oracle's committed cells: ``{cell, replicas,
+        truth, windows}``, windows the campaign measured of each) and
         ``tails_unmeasured`` (:func:`~fleetsieve_bayes.evaluation.attainment.tail_accuracy`).
     """
     cr = cells_from_json(fleet.grid, result.get("allocation"))
@@ -194,5 +196,8 @@ def score_campaign(
         **sc,
         "floor_gpu_s": float(oracle.floor_gpu_s),
         "committed": _committed_calibration(fleet, result.get("committed")),
+        "oracle_cells": [{"cell": fleet.grid.describe(c), "replicas": int(oracle.allocation.replicas[i]),
+                          "truth": float(fleet.attainment[c]), "windows": int(counts[c])}
+                         for i, c in enumerate(oracle.allocation.cell) if c in oracle.allocation.committed()],
         "tails_unmeasured": tails,
     }
