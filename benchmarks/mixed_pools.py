@@ -23,6 +23,7 @@ single-type fleet where that fleet serves as much (where it serves less, the
 mixed fleet wins outright).
 
     python benchmarks/mixed_pools.py --fleets 4 [--seed 0] [--partial FILE] [--work DIR] [--jobs 2] [--out FILE] [--publish]
+    python benchmarks/mixed_pools.py --only 2,3,4 --max-rounds 30 --partial FILE   # these fleets, each campaign capped
     python benchmarks/profiling_cost.py --pools 4      # the same study
 
 Prints a markdown table and writes JSON (default benchmarks/results/mixed_pools.json).
@@ -128,13 +129,19 @@ def _score(grid: Any, values: np.ndarray, problem: Any, epsilon: float,
             "oracle_usd_per_hour": oracle_usd, "oracle_service": list(_service(oracle.outcome))}
 
 
-def _fleet_setup(k: int, seed: int, work: Path) -> tuple[Any, Path, Any, Any, np.ndarray, Any]:
-    """Fleet ``k``'s ``(fleet, campaign path, campaign, grid, noise-free truth (n_cells, 4), problem)``."""
+def _fleet_setup(k: int, seed: int, work: Path, max_rounds: int | None = None) -> tuple[Any, Path, Any, Any, np.ndarray, Any]:
+    """Fleet ``k``'s ``(fleet, campaign path, campaign, grid, noise-free truth (n_cells, 4), problem)``.
+
+    ``max_rounds``: every campaign of the fleet (the mixed one and each single
+    type's) stops undecided after that many rounds (``[stopping] max_rounds``).
+    """
     from fleetsieve_bayes.allocation.problem import grid_from_table, values_from_table
     from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.evaluation.mixed_pools import mixed_fleet, true_values, write_mixed
 
     fleet = mixed_fleet(np.random.default_rng([seed, k]), need_mix=k % 2 == 0)
+    if max_rounds is not None:
+        fleet.campaign["stopping"]["max_rounds"] = int(max_rounds)
     path = write_mixed(work / f"f{k:03d}" / "mixed", fleet)
     campaign = load_campaign(path)
     grid = grid_from_table(fleet.table, campaign.workload_names, pools=campaign.pool_names)
@@ -160,13 +167,13 @@ def rescore_fleet(old: dict[str, Any], seed: int, work: Path) -> dict[str, Any]:
             "oracle_usd_per_hour": c["oracle_usd_per_hour"], "by_truth": scores}
 
 
-def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
+def study_fleet(k: int, seed: int, work: Path, jobs: int = 1, max_rounds: int | None = None) -> dict[str, Any]:
     """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
     from fleetsieve_bayes.allocation.problem import values_from_table
     from fleetsieve_bayes.evaluation.mixed_pools import single_type
     from fleetsieve_bayes.evaluation.regret import cells_from_json
 
-    fleet, path, campaign, grid, truth, problem = _fleet_setup(k, seed, work)
+    fleet, path, campaign, grid, truth, problem = _fleet_setup(k, seed, work, max_rounds)
     single_opt = single_type_optima(grid, truth, problem)
     best = _best(single_opt)
 
@@ -205,6 +212,10 @@ def study_fleet(k: int, seed: int, work: Path, jobs: int = 1) -> dict[str, Any]:
         "singles": singles, "sum_single_gpu_seconds": sum_single,
         "gpu_seconds_ratio": mixed["gpu_seconds"] / sum_single if sum_single else None,
     }
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
@@ -273,7 +284,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"on goodput {s.get('eps_correct_goodput_table', 'n/a')}, on cost {s.get('eps_correct_cost_table', 'n/a')}; "
         f"false certificates {s.get('false_certificates_table', 'n/a')}. On the noise-free curves: ε-correct on goodput "
         f"{s['eps_correct_goodput']}, on cost {s['eps_correct_cost']}; false certificates {s['false_certificates']}. Profiling GPU-seconds / Σ single-type "
-        f"campaigns: mean {s['gpu_seconds_ratio_mean']:.2f}, max {s['gpu_seconds_ratio_max']:.2f}. Fleet cost not above the "
+        f"campaigns: mean {_ratio(s['gpu_seconds_ratio_mean'])}, max {_ratio(s['gpu_seconds_ratio_max'])}. Fleet cost not above the "
         f"best single-type fleet (or serving more) on {s['not_worse_than_best_single']}/{s['fleets']}; strictly better on "
         f"{s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix; mean $/h saving where the service "
         f"is the same: {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({s['comparable_cost']} fleets).",
@@ -286,6 +297,9 @@ def markdown(res: dict[str, Any]) -> str:
 def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run ``args.pools`` (or ``args.fleets``) fleets, checkpointing each to ``--partial``."""
     n = int(getattr(args, "pools", 0) or getattr(args, "fleets", 0))
+    only = getattr(args, "only", None)
+    ks = sorted({int(k) for k in only.split(",")}) if only else list(range(n))
+    max_rounds = getattr(args, "max_rounds", None)
     seed = int(getattr(args, "pool_seed", getattr(args, "seed", 0)) or 0)
     partial = getattr(args, "partial", None)
     done: dict[int, dict[str, Any]] = {}
@@ -299,7 +313,7 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         seed = int(prev["seed"])
         with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
             done = {int(f["fleet"]): rescore_fleet(f, seed, Path(tmp)) for f in prev["fleets"]}
-        n = len(done)
+        ks = sorted(done)
         campaigns = prev.get("campaigns_commit") or _manifest_commit("mixed_pools")
     else:
         campaigns = None
@@ -307,11 +321,11 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     jobs = int(getattr(args, "jobs", 1) or 1)
     with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
         work = Path(work_arg) if work_arg else Path(tmp)  # --work: campaigns and their runs persist (resumable)
-        for k in range(n):
+        for k in ks:
             if k in done:
                 continue
             try:
-                r = study_fleet(k, seed, work, jobs)
+                r = study_fleet(k, seed, work, jobs, max_rounds)
             except Exception as exc:  # noqa: BLE001 - reported, excluded from the summary
                 r = {"fleet": k, "error": f"{type(exc).__name__}: {exc}"}
             done[k] = r
@@ -319,7 +333,7 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 with open(partial, "a") as fh:
                     fh.write(json.dumps(r, default=float) + "\n")
             print(f"fleet {k}: {r.get('status', r.get('error'))}", file=sys.stderr, flush=True)
-    fleets = [done[k] for k in range(n)]
+    fleets = [done[k] for k in sorted(set(ks) | (set(done) if only else set()))]
     res = {"study": "mixed_pools", "seed": seed, "fleets": fleets, "summary": summarise(fleets)}
     if campaigns:
         res["campaigns_commit"] = campaigns
@@ -347,6 +361,10 @@ def _manifest_commit(study: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fleets", type=int, default=4, help="mixed-pool fleets (default 4)")
+    p.add_argument("--only", default=None, metavar="K,K,…",
+                   help="run these fleets (their numbers); the report holds them and every fleet already in --partial")
+    p.add_argument("--max-rounds", type=int, default=None,
+                   help="every campaign stops undecided after this many rounds ([stopping] max_rounds; default: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--partial", type=Path, default=None, help="append each finished fleet to this JSONL file (and resume from it)")
     p.add_argument("--work", type=Path, default=None, help="keep each campaign and its run here (a finished run is read back)")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -122,3 +125,39 @@ def test_two_a100_cells_move_the_h100_predictions_toward_truth(tmp_path: Path) -
     assert err1 < 0.7 * err0
     assert width1 < 0.6 * width0
     assert cov1 >= 0.9
+
+
+def _mixed_study() -> Any:
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import mixed_pools
+
+    return mixed_pools
+
+
+def test_the_mixed_study_caps_every_campaign_of_a_fleet_at_max_rounds(tmp_path: Path) -> None:
+    from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.evaluation.mixed_pools import single_type
+
+    study = _mixed_study()
+    fleet, path, campaign, grid, _, _ = study._fleet_setup(3, 0, tmp_path, max_rounds=7)
+    assert campaign.max_rounds == 7
+    single = load_campaign(single_type(tmp_path / "single", fleet, grid.pools[0]))
+    assert single.max_rounds == 7 and single.pool_names == (grid.pools[0],)
+    _, _, uncapped, _, _, _ = study._fleet_setup(3, 0, tmp_path / "other")
+    assert uncapped.max_rounds is None
+
+
+def test_the_mixed_study_reports_the_fleets_it_was_asked_for_and_those_already_done(tmp_path: Path) -> None:
+    import argparse
+
+    study = _mixed_study()
+    rec = {"fleet": 5, "error": "RuntimeError: stopped"}
+    partial = tmp_path / "p.jsonl"
+    partial.write_text(json.dumps({"fleet": 2, "error": "RuntimeError: earlier"}) + "\n" + json.dumps(rec) + "\n")
+    args = argparse.Namespace(fleets=0, only="5", partial=partial, out=tmp_path / "o.json", work=None, jobs=1)
+    assert study.run_study(args) == 0
+    res = json.loads((tmp_path / "o.json").read_text())
+    assert [f["fleet"] for f in res["fleets"]] == [2, 5]  # nothing rerun: both were in the checkpoint
+    assert res["summary"]["errors"] == 2
