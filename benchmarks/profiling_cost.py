@@ -561,6 +561,8 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     median = None if latent is None else np.median(latent.reshape(-1, *latent.shape[-2:]), axis=0)
     score = score_campaign(fleet, problem, outcome.result, task["level"], campaign.epsilon, median)
+    for o in score["oracle_cells"]:  # an oracle cell the campaign measured as often as it may
+        o["at_limit"] = o["windows"] >= task["max_windows"]
     return {
         "scenario": task["scenario"], "strategy": task["strategy"], "seed": task["seed"], "wall_s": wall,
         "k": task["k"], "cells": fleet.grid.n_cells, "classes": fleet.grid.n_classes,
@@ -664,6 +666,10 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "wrong": len(wrong),
         "wrong_capped": len(capped),
         "wrong_capped_truly_admissible": sum(r["repeat_truth"]["truth"] >= r["level"] for r in capped),
+        # Of the wrong runs that recorded the oracle's cells: those whose oracle commits a cell the
+        # campaign measured to its window limit (only more windows could have admitted it).
+        "wrong_with_oracle": len(with_oracle := [r for r in wrong if "oracle_cells" in r]),
+        "wrong_oracle_at_limit": sum(any(o.get("at_limit") for o in r["oracle_cells"]) for r in with_oracle),
         # The same runs answering with the final conservative allocation ([stopping]
         # uncertified_answer = "conservative"), over the runs that recorded it.
         **_conservative_summary(runs),
@@ -876,6 +882,11 @@ def noisy_markdown(res: dict[str, Any]) -> str:
             "per-fleet table's last column names each fleet's cell to repeat: its windows out of its limit and its "
             "true attainment.", "",
         ]
+        if s.get("wrong_with_oracle"):
+            lines += [
+                f"Of the {s['wrong_with_oracle']} wrong decisions whose runs recorded the oracle's cells, "
+                f"{s['wrong_oracle_at_limit']} miss an oracle cell the campaign had measured to its window limit.", "",
+            ]
     lines += [
         "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "
         "| false cert. | full 1 / 3 correct | committed: true attainment (reported) | cell to repeat: windows, true attainment |",

@@ -247,12 +247,18 @@ def test_the_noisy_benchmark_says_how_wrong_decisions_end_and_which_commit_ran_t
              "repeat_truth": {"cell": "code TP2@C5", "windows": 3, "limit": 3, "at_limit": True, "truth": 0.83}}
     free = {**_run(2, False, False), "level": 0.9, "commit": "abc1234",
             "repeat_truth": {"cell": "rank TP1@C1", "windows": 1, "limit": 3, "at_limit": False, "truth": 0.95}}
+    # the oracle's cells, where a run recorded them: capped's oracle needs a cell at its limit, free's does not
+    capped["oracle_cells"] = [{"cell": "chat TP4@C7", "replicas": 2, "truth": 0.97, "windows": 3, "at_limit": True},
+                              {"cell": "code TP4@C10", "replicas": 2, "truth": 0.99, "windows": 1, "at_limit": False}]
+    free["oracle_cells"] = [{"cell": "rank TP1@C2", "replicas": 1, "truth": 0.95, "windows": 0, "at_limit": False}]
     s = profiling_cost.summarise_noisy([capped, below, free, _run(3, True, True)])
     assert (s["wrong"], s["wrong_capped"], s["wrong_capped_truly_admissible"]) == (3, 2, 1)
+    assert (s["wrong_with_oracle"], s["wrong_oracle_at_limit"]) == (2, 1)
     assert s["commits"] == {"abc1234": ["n000", "n002"], "unrecorded": ["n001", "n003"]}
     md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
                                                    "summary": s, "runs": [capped, _run(3, True, True)]}})
     assert "Of the 3 decisions not correct at the level, 2 end uncertified" in md
+    assert "Of the 2 wrong decisions whose runs recorded the oracle's cells, 1 miss an oracle cell" in md
     assert "`abc1234`: n000, n002; `unrecorded`: n001, n003." in md
     assert "| chat TP4@C7 3/3 0.97 |" in md and "| — |" in md
     assert "![" not in md  # the figure only in a published section
