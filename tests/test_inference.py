@@ -341,3 +341,23 @@ def test_a_warm_refit_keeps_its_adaptation_when_the_window_rows_cross_a_bucket(s
         assert int(after.i) in (int(before.i) + preset.samples, preset.warmup + preset.samples)
         jax.tree.map(np.testing.assert_array_equal, after.adapt_state.inverse_mass_matrix,
                      before.adapt_state.inverse_mass_matrix)
+
+
+def test_a_fit_reports_every_transition_of_every_chain_to_a_progress_sink(shipped, design_fit):
+    from fleetsieve_bayes.model.sampling_progress import sampling_progress
+
+    grid, obs = shipped
+    m, _ = design_fit
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled")
+    seen: list[tuple[str, int, int]] = []
+    with sampling_progress(lambda name, done, total: seen.append((name, done, total))):
+        post = fit(grid, obs, m, CARD, preset, seed=1)
+    assert seen[0] == ("fast", 0, 2 * 60) and seen[-1] == ("fast", 120, 120)
+    assert all(b[1] >= a[1] for a, b in zip(seen, seen[1:], strict=False))
+    seen.clear()
+    with sampling_progress(lambda name, done, total: seen.append((name, done, total))):
+        fit(grid, obs, m, CARD, preset, seed=2, warm_start=post)  # a warm refit samples only (or re-tunes: more)
+    assert seen[0] == ("fast", 0, 2 * 20) and seen[-1][1] == seen[-1][2] >= 40
+    n = len(seen)
+    fit(grid, obs, m, CARD, preset, seed=3, warm_start=post)
+    assert len(seen) == n  # no sink: nothing reported

@@ -73,3 +73,19 @@ def test_both_drivers_stop_at_their_next_turn_on_a_recorded_interrupt(tmp_path: 
     assert good == (out / "journal.jsonl").stat().st_size
     assert seen.count("measure-done") == sum(r["type"] == "measurement" for r in records) >= 1
     assert "round" not in seen and not (out / "result.json").exists()
+
+
+@pytest.mark.parametrize("measurement", ["", "pool_gpus = 8"], ids=["sequential", "pool"])
+def test_both_drivers_report_how_far_each_fit_has_got(tmp_path: Path, measurement: str) -> None:
+    events: list[tuple[str, Any]] = []
+    run_campaign(load_campaign(write_tiny(tmp_path / "c", measurement_extra=measurement)), tmp_path / "run",
+                 on_event=lambda kind, info: events.append((kind, info)))
+    sampling = [info for kind, info in events if kind == "sampling"]
+    assert sampling, [k for k, _ in events]
+    first_round = next(i for i, (kind, _) in enumerate(events) if kind == "round")
+    assert any(kind == "sampling" for kind, _ in events[:first_round])  # the first fit, before its round
+    assert all(0 <= s["done"] <= s["total"] for s in sampling)
+    starts = [i for i, s in enumerate(sampling) if s["done"] == 0]
+    # every fit runs to its end: the report before the next fit's start has done == total
+    for i in starts[1:]:
+        assert sampling[i - 1]["done"] == sampling[i - 1]["total"] > 0

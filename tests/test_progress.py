@@ -118,3 +118,24 @@ def test_live_elapsed_ticks_between_events() -> None:
     assert out.count("round 2: undecided") == 1
     assert "measured chat TP4@C96 in 65 s" in out
     assert "done: certified-feasible, 10800 GPU-seconds, 8 cells measured" in out
+
+
+def test_a_running_fit_shows_its_transitions_under_deciding_until_the_round_ends() -> None:
+    s = ProgressState(total_cells=22)
+    update_state(s, "round", ROUND, 0.0)
+    update_state(s, "measure-start", START, 1.0)
+    update_state(s, "measure-done", DONE_MEAS, 301.0)
+    assert update_state(s, "sampling", {"preset": "certify", "done": 1200, "total": 3200}, 302.0) is None
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render_progress(s, now=400.0))
+    out = buf.getvalue()
+    assert "deciding" in out and re.search(r"certifying .* 1,200 / 3,200 iterations", out)
+    update_state(s, "sampling", {"preset": "fast", "done": 100, "total": 800}, 401.0)
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render_progress(s, now=402.0))
+    assert "fitting (fast)" in buf.getvalue() and "100 / 800 iterations" in buf.getvalue()
+    update_state(s, "round", ROUND, 403.0)
+    assert s.sampling is None
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render_progress(s, now=404.0))
+    assert "iterations" not in buf.getvalue()

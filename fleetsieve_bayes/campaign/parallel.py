@@ -83,7 +83,13 @@ from fleetsieve_bayes.campaign.outputs import (
     write_result,
     write_round_files,
 )
-from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measurement, round_record
+from fleetsieve_bayes.campaign.records import (
+    Event,
+    cell_of,
+    journal_measurement,
+    round_record,
+    sampling_events,
+)
 from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
 from fleetsieve_bayes.campaign.windows import next_replicate, window_limits
 from fleetsieve_bayes.decision.batch import Belief, believe
@@ -93,6 +99,7 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.errors import InputError, MeasurementError
 from fleetsieve_bayes.interrupts import check as check_interrupt
+from fleetsieve_bayes.model.sampling_progress import sampling_progress
 from fleetsieve_bayes.round import (
     Assessment,
     CampaignState,
@@ -279,7 +286,8 @@ def run_parallel(
         state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records,
                           window_limit=window_limits(backend.windows_available, grid.n_cells))
         fl = _resume_flight(ctx, state, resumed)
-        outcome = _drive(ctx, fl, state)
+        with sampling_progress(sampling_events(ctx.on_event)):
+            outcome = _drive(ctx, fl, state)
         return _finish(ctx, outcome, t_start)
     finally:
         if executor is not None:

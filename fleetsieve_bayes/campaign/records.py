@@ -18,16 +18,27 @@ from fleetsieve_bayes.campaign.journal import Cell, Journal, MeasurementRecord, 
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import COLUMNS
 
-__all__ = ["Event", "cell_of", "side_of", "plain_row", "journal_measurement", "round_record", "no_events"]
+__all__ = ["Event", "cell_of", "side_of", "plain_row", "journal_measurement", "round_record", "no_events",
+           "sampling_events"]
 
 # Callback for progress displays: ``on_event(kind, info)``. Kinds: "resume",
-# "round", "measure-start", "measure-done", "done".
+# "round", "measure-start", "measure-done", "sampling", "done".
 Event = Callable[[str, dict[str, Any]], None]
 
 
 def no_events(kind: str, info: dict[str, Any]) -> None:
     """An :data:`Event` callback that shows nothing."""
     return None
+
+
+def sampling_events(on_event: Event) -> Callable[[str, int, int], None]:
+    """A :func:`fleetsieve_bayes.model.sampling_progress.sampling_progress` sink that sends
+    ``on_event("sampling", {preset, done, total})``: how far the running fit has got."""
+
+    def sink(preset: str, done: int, total: int) -> None:
+        on_event("sampling", {"preset": preset, "done": done, "total": total})
+
+    return sink
 
 
 def cell_of(grid: CellGrid, c: int) -> Cell:

@@ -35,11 +35,18 @@ from fleetsieve_bayes.campaign.outputs import (
     write_result,
     write_round_files,
 )
-from fleetsieve_bayes.campaign.records import Event, cell_of, journal_measurement, round_record
+from fleetsieve_bayes.campaign.records import (
+    Event,
+    cell_of,
+    journal_measurement,
+    round_record,
+    sampling_events,
+)
 from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
 from fleetsieve_bayes.campaign.windows import check_window, window_limits
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.interrupts import check as check_interrupt
+from fleetsieve_bayes.model.sampling_progress import sampling_progress
 from fleetsieve_bayes.round import (
     CampaignState,
     RoundOutcome,
@@ -68,7 +75,8 @@ def run_sequential(setup: CampaignSetup, out: Path, backend: Backend, on_event: 
         state = new_state(grid, problem, setup.card, setup.preset, strategy, setup.seed, journal.records,
                           window_limit=window_limits(backend.windows_available, grid.n_cells))
         measure = hooks.wrap(_measure_fn(backend))
-        final = _drive(setup, out, journal, state, measure, backend, on_event)
+        with sampling_progress(sampling_events(on_event)):
+            final = _drive(setup, out, journal, state, measure, backend, on_event)
         result = finite_or_none(result_json(setup, grid, journal, final, time.perf_counter() - t_start))
         write_result(out, result)
         on_event("done", result)

@@ -51,6 +51,7 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.arviz_import import import_arviz
+from fleetsieve_bayes.model import sampling_progress as _progress
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import (
@@ -406,6 +407,7 @@ def _nuts_chain(
     for _ in range(n_iter // objs.chunk_len):
         state, out = objs.chunk(state, data)
         outs.append(out)
+        _progress.advance(objs.chunk_len)
     kept = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[-keep:], *outs)
     return state, kept
 
@@ -559,6 +561,8 @@ def _fit_nuts(
             pe, grad = objs.energy(last.z, data)
             states.append(last._replace(potential_energy=pe, z_grad=grad, rng_key=keys[c]))
     results = None
+    cold_total = preset.chains * (preset.warmup + preset.samples)
+    _progress.begin(preset.name, preset.chains * preset.samples if states is not None else cold_total)
     if states is not None:
         warm_states = states
         results = _map_chains(
@@ -568,9 +572,11 @@ def _fit_nuts(
             # New data moved the posterior (typically sharper): keep the mass,
             # re-tune the step size over a short warm-up from the same positions.
             retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
+            _progress.expect_more(preset.chains * (retune + preset.samples))
             results = _map_chains(preset, lambda c: _retuned_chain(objs, preset, data, warm_states[c], keys[c], retune))
             if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
                 results = None
+                _progress.expect_more(cold_total)
     if results is None:
         inits: list[Any] = []
         if states is not None:
@@ -723,8 +729,10 @@ def _fit_svi(
     svi_state = objs.init(rng_init, data, prev)
     n_chunks = 1 if prev is not None else preset.steps // preset.warm_steps
     losses = []
+    _progress.begin(preset.name, n_chunks * preset.warm_steps)
     for _ in range(n_chunks):
         svi_state, loss = objs.chunk(svi_state, data)
+        _progress.advance(preset.warm_steps)
         losses.append(loss)
     params = objs.svi.get_params(svi_state)
     draws = objs.draw(rng_draw, params, data)

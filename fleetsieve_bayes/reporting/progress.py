@@ -10,7 +10,9 @@ the terminal keeps a scroll-back history of the campaign.
 
 Events (see ``campaign.py``): ``resume`` ``{measured}``; ``round`` (the journal's
 round record); ``measure-start`` ``{cell, label, expected_s, round}``;
-``measure-done`` ``{cell, label, row, gpu_seconds}``; ``done`` (result.json).
+``measure-done`` ``{cell, label, row, gpu_seconds}``; ``sampling`` ``{preset, done,
+total}`` (iterations of the running fit, NUTS transitions over its chains or SVI steps: the bar under
+"deciding", labelled "certifying" for the ``certify`` preset); ``done`` (result.json).
 A ``candidates``/``total_cells`` key in any event, or ``make_progress``'s
 ``total_cells``, sets the denominator of "cells measured".
 """
@@ -58,6 +60,7 @@ class ProgressState:
     deciding_since: float | None = None  # between measurements: fit → allocate → acquire
     history: list[str] = field(default_factory=list)
     in_flight: list[str] = field(default_factory=list)  # labels of cells being measured (parallel runs)
+    sampling: tuple[str, int, int] | None = None  # (preset, iterations done, total) of the running fit
 
 
 def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: float) -> str | None:
@@ -69,6 +72,11 @@ def update_state(state: ProgressState, kind: str, info: dict[str, Any], now: flo
     for key in ("candidates", "total_cells"):
         if isinstance(info.get(key), int):
             state.total_cells = int(info[key])
+    if kind == "sampling":
+        state.sampling = (str(info.get("preset", "")), int(info.get("done", 0)), int(info.get("total", 0)))
+        return None
+    if kind in ("round", "measure-start", "done"):
+        state.sampling = None
     if kind == "resume":
         state.measured = int(info.get("measured", state.measured))
         state.deciding_since = now
@@ -174,7 +182,21 @@ def render_progress(state: ProgressState, now: float) -> RenderableType:
         parts.append(Text(f"in flight ({len(state.in_flight)}): {', '.join(state.in_flight)}", style="bold"))
     elif state.deciding_since is not None and state.current_label is None:
         parts.append(Text(f"deciding: fit → bounds → allocate → next cell  {_duration(now - state.deciding_since)}", style="dim"))
+        if state.sampling is not None:
+            parts.append(_sampling_line(*state.sampling))
     return Group(*parts)
+
+
+def _sampling_line(preset: str, done: int, total: int) -> RenderableType:
+    """The running fit: a bar of its iterations (NUTS: over every chain)."""
+    line = Table.grid(padding=(0, 1))
+    line.add_column(style="bold")
+    line.add_column(width=30)
+    line.add_column()
+    what = "certifying" if preset == "certify" else f"fitting ({preset})"
+    total = max(total, done, 1)
+    line.add_row(what, ProgressBar(total=total, completed=done, width=30), f"{done:,} / {total:,} iterations")
+    return line
 
 
 class _LiveView:
