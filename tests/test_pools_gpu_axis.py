@@ -120,6 +120,8 @@ def test_priors_derive_writes_one_card_covering_several_gpus(tmp_path: Path) -> 
     import tomllib
 
     with_axis, without = tomllib.loads(out.read_text()), tomllib.loads(plain.read_text())
+    # ... but for the departures a mixed-GPU fit converges with (model/joint.py::tp_departure)
+    assert with_axis["capacity"].pop("tp_departures") == "orthogonal" and "tp_departures" not in without["capacity"]
     assert with_axis.pop("gpu_axis") and with_axis == without
 
 

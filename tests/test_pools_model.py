@@ -161,3 +161,16 @@ def test_the_mixed_study_reports_the_fleets_it_was_asked_for_and_those_already_d
     res = json.loads((tmp_path / "o.json").read_text())
     assert [f["fleet"] for f in res["fleets"]] == [2, 5]  # nothing rerun: both were in the checkpoint
     assert res["summary"]["errors"] == 2
+
+
+def test_a_card_written_with_a_gpu_axis_has_orthogonal_departures(tmp_path: Path) -> None:
+    fleet = mixed_fleet(np.random.default_rng(0), need_mix=True)
+    generic = (data_dir("priors") / "generic.toml").read_text(encoding="utf-8")
+    p = tmp_path / "card.toml"
+    p.write_text(card_with_axis(generic, fleet.card_axis), encoding="utf-8")
+    card = load_card(p)
+    assert card.capacity_tp_departures == "orthogonal" and card.capacity_tp_sd == 0.3  # the rest of [capacity] kept
+    assert card.gpu_axis_reference is not None
+    # a card that says otherwise keeps its word
+    p.write_text(card_with_axis(generic.replace("[capacity]", '[capacity]\ntp_departures = "free"', 1), fleet.card_axis))
+    assert load_card(p).capacity_tp_departures == "free"

@@ -103,3 +103,37 @@ def test_a_negative_tp_sd_is_refused_naming_the_key(tmp_path: Path) -> None:
         load_card(p)
     p.write_text("[ttft]\ntp_sd = 0.2\n")
     assert load_card(p).ttft_tp_sd == 0.2
+
+
+def test_orthogonal_departures_carry_no_level_and_no_trend_in_log2_tp() -> None:
+    grid = _grid()
+    sd = (0.3, 0.2, 0.1)
+    card = dataclasses.replace(_card(sd), capacity_tp_departures="orthogonal")
+    dev = prior_predictive(grid, card, 2000, seed=3)["tp_dev"]  # (draws, classes, TP 1/2/4/8, 3)
+    u = np.log2([1.0, 2.0, 4.0, 8.0])
+    np.testing.assert_allclose(dev.sum(axis=2), 0.0, atol=1e-5)  # no level
+    np.testing.assert_allclose(np.einsum("dctk,t->dck", dev, u - u.mean()), 0.0, atol=1e-5)  # no slope
+    # What is left has the card's spread over n_tp - 2 = 2 of the 4 directions: variance sd²·2/4.
+    np.testing.assert_allclose(dev.reshape(-1, 3).std(0), np.asarray(sd) * np.sqrt(0.5), rtol=0.03)
+    free = prior_predictive(grid, _card(sd), 4, seed=3)["tp_dev"]
+    assert np.abs(free.sum(axis=2)).max() > 0.05  # the default keeps every direction
+
+
+def test_a_grid_of_two_tp_degrees_has_no_orthogonal_departure() -> None:
+    from fleetsieve_bayes.model.joint import trend_free
+
+    assert np.asarray(trend_free(jnp.log2(jnp.array([2.0, 8.0])))).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    p = np.asarray(trend_free(jnp.log2(jnp.array([1.0, 4.0, 8.0]))), np.float64)
+    np.testing.assert_allclose(p @ p, p, atol=1e-6)  # a projection, of rank 1 here
+    assert np.linalg.matrix_rank(p, tol=1e-5) == 1
+
+
+def test_tp_departures_takes_free_or_orthogonal_and_names_the_key_otherwise(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('[capacity]\ntp_departures = "orthogonal"\n')
+    assert load_card(p).capacity_tp_departures == "orthogonal"
+    assert load_card("generic").capacity_tp_departures == "free"
+    p.write_text('[capacity]\ntp_departures = "orthogonl"\n')
+    with pytest.raises(InputError, match=r"c\.toml: 'capacity\.tp_departures' must be one of 'free', 'orthogonal', "
+                                         r"got 'orthogonl'"):
+        load_card(p)

@@ -172,7 +172,8 @@ def _with_gpu_axis(d: Any, args: argparse.Namespace, arch: Any, gpu: Any) -> Any
         gpu_memory_utilization=args.gpu_memory_utilization,
         min_concurrency=args.min_concurrency,
     )
-    sections = {**d.sections, "gpu_axis": card_section(axis)}
+    capacity = {**d.sections.get("capacity", {}), "tp_departures": "orthogonal"}  # model/joint.py::tp_departure
+    sections = {**d.sections, "capacity": capacity, "gpu_axis": card_section(axis)}
     comments = {
         **d.comments,
         "gpu_axis": (

@@ -23,6 +23,8 @@ per-type deviation (:func:`fleetsieve_bayes.model.joint.gpu_deviation`), and
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -248,6 +250,14 @@ def _toml(v: object) -> str:
 
 
 def card_with_axis(card_text: str, axis: GpuAxis) -> str:
-    """A prior card's TOML text with ``axis`` as its ``[gpu_axis]`` section (appended; the text must have none)."""
+    """A prior card's TOML text with ``axis`` as its ``[gpu_axis]`` section (appended; the text must have none)
+    and, where its ``[capacity]`` does not say, ``tp_departures = "orthogonal"`` (the departures a
+    mixed-GPU certifying fit converges with: :func:`fleetsieve_bayes.model.joint.tp_departure`)."""
     lines = ["", "[gpu_axis]"] + [f"{k} = {_toml(v)}" for k, v in card_section(axis).items()]
-    return card_text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+    text = card_text
+    if "tp_departures" not in tomllib.loads(card_text).get("capacity", {}):
+        text = re.sub(r"(?m)^(\[capacity\][^\n]*)$", lambda m: m.group(1) + '\ntp_departures = "orthogonal"', text,
+                      count=1)
+        if text == card_text:  # no [capacity] section
+            text = text.rstrip("\n") + '\n\n[capacity]\ntp_departures = "orthogonal"\n'
+    return text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"

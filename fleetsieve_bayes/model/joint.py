@@ -252,6 +252,7 @@ class ModelData(NamedTuple):
     # (columns in increasing TP): the per-(class, TP) departures from the
     # smooth curves in TP (:func:`tp_departure`) read it.
     tp_onehot: jnp.ndarray | None = None
+    tp_log2: jnp.ndarray | None = None  # (n_tp,) log2 of the grid's TP degrees (tp_onehot's columns)
 
 
 class WindowRows(NamedTuple):
@@ -385,6 +386,7 @@ def model_data(
         tp_onehot=jnp.asarray(
             (grid.tp[:, None] == np.unique(grid.tp)[None, :]).astype(np.float64).reshape(n, -1)
         ),
+        tp_log2=jnp.asarray(np.log2(np.unique(grid.tp).astype(np.float64))),
     )
 
 
@@ -1006,12 +1008,31 @@ def tp_departure(data: ModelData, card: PriorCard, n_classes: int) -> jnp.ndarra
     at the same TP (their utilisation and their tails) without bending the
     curve at every other TP.
 
+    With the card's ``[capacity] tp_departures = "orthogonal"``, the departures
+    are projected off a constant and a linear trend in log2 TP over the grid's
+    TP degrees (:func:`trend_free`): those are the parabola's level and knee
+    (the tails' base and slope), and a departure that can carry them too
+    leaves a ridge between the two that NUTS crosses slowly.
+
     Returns:
         the deterministic site ``tp_dev (n_classes, n_tp, 3)``.
     """
     n_tp = tp_dev_count(data, card)
     z = numpyro.sample("tp_z", dist.Normal(jnp.zeros((n_classes, n_tp, 3)), 1.0).to_event(3))
+    if card.capacity_tp_departures == "orthogonal":
+        assert data.tp_log2 is not None
+        z = jnp.einsum("ij,cjk->cik", trend_free(data.tp_log2), z)
     return numpyro.deterministic("tp_dev", z * jnp.asarray(tp_departure_sd(card)))
+
+
+def trend_free(u: jnp.ndarray) -> jnp.ndarray:
+    """``(n, n)`` projection off ``span{1, u}`` (``u (n,)``: log2 of the TP degrees);
+    zero for ``n <= 2``, where a constant and a slope fit every point."""
+    n = u.shape[0]
+    if n <= 2:
+        return jnp.zeros((n, n))
+    q, _ = jnp.linalg.qr(jnp.stack([jnp.ones(n), u - jnp.mean(u)], axis=1))
+    return jnp.eye(n) - q @ q.T
 
 
 def class_param_count(card: PriorCard) -> int:

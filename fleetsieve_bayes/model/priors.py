@@ -46,7 +46,13 @@ Fields (section.key — meaning):
   ``tp_sd`` — sd of a class's departure from the parabola at each TP degree
   (log scale; 0, the default of a card that omits it, switches the departures
   off: capacity follows the parabola exactly; the generic card has 0.3). ``[ttft]`` and ``[completion]`` have a ``tp_sd`` of
-  their own for the tail bases.
+  their own for the tail bases. ``tp_departures`` — ``"free"`` (default) or
+  ``"orthogonal"``: every departure (capacity and tails) is projected off a
+  constant and a linear trend in log2 TP over the grid's TP degrees, which
+  the parabola's level and knee (and the tails' base and slope) already
+  carry; without that ridge between them the certifying fit of a mixed-GPU
+  campaign converges (docs/results.md, "Several GPU types"). Cards written
+  with a ``[gpu_axis]`` set it.
 ``[saturation]`` — served throughput is the smooth minimum
   ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
   ``sharpness_log_sd`` give the log-normal prior of ``k``.
@@ -136,6 +142,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "capacity.log_sd": 1.0,
     "capacity.class_sd": 0.5,
     "capacity.tp_sd": 0.0,
+    "capacity.tp_departures": "free",
     "saturation.sharpness_median": 15.0,
     "saturation.sharpness_log_sd": 0.6,
     "saturation.class_sd": 0.0,
@@ -235,6 +242,8 @@ _STRINGS = {
     "derivation.kv_dtype",
     "gpu_axis.reference",
 }
+# String fields with a fixed set of values.
+_CHOICES = {"capacity.tp_departures": ("free", "orthogonal")}
 # Lists of TP degrees (positive integers), stored as sorted tuples.
 _TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
 # Fields that may be 0 (0 switches the per-class spread off).
@@ -276,6 +285,7 @@ class PriorCard:
     capacity_log_sd: float
     capacity_class_sd: float
     capacity_tp_sd: float
+    capacity_tp_departures: str
     saturation_sharpness_median: float
     saturation_sharpness_log_sd: float
     saturation_class_sd: float
@@ -521,6 +531,10 @@ def _check(path: Path, key: str, value: Any) -> Any:
         ):
             raise InputError(f"{path}: {key!r} must be a list of positive integers (TP degrees), got {value!r}")
         return tuple(sorted(set(value)))
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise InputError(f"{path}: {key!r} must be one of {', '.join(map(repr, _CHOICES[key]))}, got {value!r}")
+        return value
     if key in _STRINGS:
         if not isinstance(value, str):
             raise InputError(f"{path}: {key!r} must be a string, got {value!r}")
