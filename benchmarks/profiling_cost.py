@@ -884,8 +884,8 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         ]
         if s.get("wrong_with_oracle"):
             lines += [
-                f"Of the {s['wrong_with_oracle']} wrong decisions whose runs recorded the oracle's cells, "
-                f"{s['wrong_oracle_at_limit']} miss an oracle cell the campaign had measured to its window limit.", "",
+                f"Wrong decisions whose runs recorded the oracle's cells: {s['wrong_with_oracle']}; of those, "
+                f"{s['wrong_oracle_at_limit']} leave out an oracle cell the campaign had measured to its window limit.", "",
             ]
     lines += [
         "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "

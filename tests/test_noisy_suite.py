@@ -258,7 +258,7 @@ def test_the_noisy_benchmark_says_how_wrong_decisions_end_and_which_commit_ran_t
     md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
                                                    "summary": s, "runs": [capped, _run(3, True, True)]}})
     assert "Of the 3 decisions not correct at the level, 2 end uncertified" in md
-    assert "Of the 2 wrong decisions whose runs recorded the oracle's cells, 1 miss an oracle cell" in md
+    assert "Wrong decisions whose runs recorded the oracle's cells: 2; of those, 1 leave out an oracle cell" in md
     assert "`abc1234`: n000, n002; `unrecorded`: n001, n003." in md
     assert "| chat TP4@C7 3/3 0.97 |" in md and "| — |" in md
     assert "![" not in md  # the figure only in a published section
