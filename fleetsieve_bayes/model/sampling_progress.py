@@ -60,17 +60,17 @@ def begin(preset: str, total: int) -> None:
 
 def expect_more(n: int) -> None:
     """The running fit runs ``n`` iterations more than it planned."""
-    if not _SINKS:
-        return
-    with _LOCK:
-        _COUNT["total"] += int(n)
-        _emit()
+    _bump("total", n)
 
 
 def advance(n: int) -> None:
     """``n`` more iterations (of one chain) are done."""
+    _bump("done", n)
+
+
+def _bump(which: str, n: int) -> None:
     if not _SINKS:
         return
     with _LOCK:
-        _COUNT["done"] += int(n)
+        _COUNT[which] += int(n)
         _emit()
