@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -123,7 +124,7 @@ def test_shipped_campaign_at_point_certifies_chat_and_code_tp4_c96_x2_in_10800_g
     assert d["r_hat_max_parameters"] == pytest.approx(on_file["r_hat_max"], rel=1e-4)
 
 
-def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4_c96(
+def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_a_tp4_c96_cell(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # One row per cell: chat TP4@C96 (the paper's flipping cell), whose attainment posterior
@@ -133,21 +134,25 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4
     result = run_campaign(load_campaign(EXAMPLE), tmp_path / "run", seed=0).result
     assert result["status"] == "undecided" and result["gpu_seconds"] == 18000.0
     assert result["slo_attainment"] == {"chat": 0.9, "code": 0.9}
-    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
-                                "limited_by": "backend"}
-    assert [(m["workload"], m["tp"], m["load"]) for m in result["measured"]][6:] == [
-        ("chat", 4, "C128"), ("code", 8, "C128"), ("code", 4, "C96"), ("chat", 4, "C96"),
-        ("code", 4, "C128"), ("chat", 8, "C128"),
-    ]  # fmt: skip
+    # Which of the two one-window C96 cells is named, and whether code's answer is C96 or
+    # C64, turns on the third decimal of posterior medians near 0.9: MCMC on another CPU
+    # moves them (chat 0.914 [0.434, 0.986] on one machine, 0.928 [0.517, 0.991] on another).
+    rep = result["repeat"]
+    assert rep["workload"] in ("chat", "code")
+    assert {**rep, "workload": "?"} == {"workload": "?", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
+                                        "limited_by": "backend"}
+    measured = [(m["workload"], m["tp"], m["load"]) for m in result["measured"]]
+    assert len(measured) == 12 and {("chat", 4, "C96"), ("code", 4, "C96")} <= set(measured)
     # Uncertified, it answers with its best estimate: measured cells whose median attainment
-    # reaches 0.9, C96 for both classes, the doubt in each interval's lower end.
+    # reaches 0.9; chat at C96, the doubt in its interval's lower end.
     assert result["answer"] == "best-estimate"
-    assert result["allocation"] == {"chat": {"tp": 4, "load": "C96", "replicas": 2},
-                                    "code": {"tp": 4, "load": "C96", "replicas": 2}}
+    assert result["allocation"]["chat"] == {"tp": 4, "load": "C96", "replicas": 2}
+    assert result["allocation"]["code"] in ({"tp": 4, "load": "C96", "replicas": 2}, {"tp": 4, "load": "C64", "replicas": 2})
     committed = {c["workload"]: c for c in result["committed"]}
-    assert [(c["tp"], c["load"], c["windows"]) for c in committed.values()] == [(4, "C96", 1)] * 2
-    assert all(c["attainment"]["median"] >= 0.9 > c["attainment"]["lo"] for c in committed.values())
-    assert committed["chat"]["attainment"]["lo"] < 0.5  # one window: chat's doubt is wide
+    assert (committed["chat"]["tp"], committed["chat"]["load"], committed["chat"]["windows"]) == (4, "C96", 1)
+    assert all(c["attainment"]["median"] >= 0.9 for c in committed.values())
+    assert committed["chat"]["attainment"]["median"] >= 0.9 > committed["chat"]["attainment"]["lo"]
+    assert committed["chat"]["attainment"]["lo"] < 0.6  # one window: chat's doubt is wide
     # `run` on the finished directory measures nothing and says the answer is not certified.
     from fleetsieve_bayes.cli import main
 
@@ -155,7 +160,8 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_chat_tp4
     out = capsys.readouterr().out
     assert "undecided: 18000 GPU-seconds, 12 cells measured" in out
     assert "not certified: its best estimate (each measured cell whose median attainment reaches its level)" in out
-    assert "chat: TP4 @ C96 x2" in out and "chat meets its SLOs in about 91 % of windows [43, 99]" in out
+    assert "chat: TP4 @ C96 x2" in out
+    assert re.search(r"chat meets its SLOs in about 9\d % of windows \[[45]\d, 99\]", out), out
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(

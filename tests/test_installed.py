@@ -89,10 +89,10 @@ def test_quickstart_campaign_from_the_installed_package(tmp_path: Path) -> None:
     # At the default level (0.9) one window per cell cannot settle chat TP4@C96: undecided,
     # naming it, with its best estimate (tests/test_campaign.py pins the same run in-tree).
     assert result["status"] == "undecided" and result["gpu_seconds"] == 18000.0
-    assert result["repeat"] == {"workload": "chat", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
-                                "limited_by": "backend"}
-    assert result["answer"] == "best-estimate" and result["allocation"] == {
-        "chat": {"tp": 4, "load": "C96", "replicas": 2},
-        "code": {"tp": 4, "load": "C96", "replicas": 2},
-    }
+    # (which C96 cell is named, and code's C96 or C64, move with the CPU: tests/test_campaign.py)
+    assert {**result["repeat"], "workload": "?"} == {"workload": "?", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
+                                                     "limited_by": "backend"}
+    assert result["answer"] == "best-estimate"
+    assert result["allocation"]["chat"] == {"tp": 4, "load": "C96", "replicas": 2}
+    assert result["allocation"]["code"]["load"] in ("C96", "C64")
     assert len(result["measured"]) == 12
