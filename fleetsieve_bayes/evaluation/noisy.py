@@ -198,6 +198,6 @@ def score_campaign(
         "committed": _committed_calibration(fleet, result.get("committed")),
         "oracle_cells": [{"cell": fleet.grid.describe(c), "replicas": int(oracle.allocation.replicas[i]),
                           "truth": float(fleet.attainment[c]), "windows": int(counts[c])}
-                         for i, c in enumerate(oracle.allocation.cell) if c in oracle.allocation.committed()],
+                         for i, c in enumerate(oracle.allocation.cell) if c >= 0 and oracle.allocation.replicas[i] > 0],
         "tails_unmeasured": tails,
     }
