@@ -481,6 +481,7 @@ def fit_round(state: CampaignState, seed: int, settings: DecisionSettings | None
     return fit(
         state.grid, state.observed, state.measured, state.card, state.preset, seed=seed,
         warm_start=state.warm_start, server_failed=state.server_failed, rows=rows, row_cell=row_cell,
+        prime_warm_refit=True,
     )
 
 

@@ -361,3 +361,27 @@ def test_a_fit_reports_every_transition_of_every_chain_to_a_progress_sink(shippe
     n = len(seen)
     fit(grid, obs, m, CARD, preset, seed=3, warm_start=post)
     assert len(seen) == n  # no sink: nothing reported
+
+
+def test_a_cold_round_fit_compiles_its_warm_refit_ahead(shipped, design_fit, monkeypatch, caplog):
+    """``prime_warm_refit``: the programs a warm refit runs (``energy``, and
+    ``init_fixed_mass`` when it re-tunes) are compiled after the cold fit, with
+    the exact signatures the refit calls them with, so the next round compiles
+    neither."""
+    import fleetsieve_bayes.model.inference as inference
+
+    grid, obs = shipped
+    m, _ = design_fit
+    cold = fit(grid, obs, m, CARD, "fast", seed=7, prime_warm_refit=True)
+    assert cold.state["key"] in inference._WARM_PRIMED
+    for thread in inference._PRIMING:
+        thread.join()
+    # every warm refit re-tunes (the divergence limit is negative)
+    monkeypatch.setattr(inference, "_WARM_DIVERGENCE_LIMIT", -1.0)
+    m2 = m.copy()
+    m2[np.flatnonzero(~m)[0]] = True
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        warm = fit(grid, obs, m2, CARD, "fast", seed=8, warm_start=cold)
+    assert warm.state["key"] == cold.state["key"]
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not [c for c in compiled if "energy" in c or "init_fixed_mass" in c], compiled

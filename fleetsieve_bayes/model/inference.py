@@ -32,8 +32,10 @@ posterior arrays keep their shapes across rounds.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -212,6 +214,10 @@ class SviKernel(NamedTuple):
 _CACHE: dict[tuple, Any] = {}
 # NUTS kernels whose init has been traced in this process (see _fit_nuts).
 _KERNEL_READY: set[tuple] = set()
+# Kernels whose warm-refit programs (``energy``, ``init_fixed_mass``) were compiled
+# ahead of the first warm refit (:func:`_prime_warm_refit`).
+_WARM_PRIMED: set[tuple] = set()
+_PRIMING: list[threading.Thread] = []
 
 
 def _resolve(
@@ -236,6 +242,7 @@ def fit(
     server_failed: np.ndarray | None = None,
     rows: np.ndarray | None = None,
     row_cell: np.ndarray | None = None,
+    prime_warm_refit: bool = False,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -262,6 +269,9 @@ def fit(
             ``(n_rows,)``: fit the window-noise likelihood (several windows
             per cell; :func:`fleetsieve_bayes.model.joint.model_data`). None:
             one value per cell (``observed``), the Student-t likelihood.
+        prime_warm_refit: NUTS, cold start: also compile, on a background
+            thread, the programs a warm refit of this fit will run (a
+            campaign's next round; see :func:`_prime_warm_refit`).
     """
     card, preset = _resolve(card, preset)
     data = model_data(
@@ -270,7 +280,7 @@ def fit(
     )
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
-    return _fit_nuts(data, card, preset, seed, warm_start, mass_from)
+    return _fit_nuts(data, card, preset, seed, warm_start, mass_from, prime_warm_refit)
 
 
 def _init_point(key: jax.Array, card: PriorCard, data: ModelData) -> dict[str, jnp.ndarray]:
@@ -525,6 +535,43 @@ def _fixed_mass_chain(
     return _nuts_chain(objs, state, data, preset.warmup - from_step + preset.samples, preset.samples)
 
 
+def _prime_warm_refit(objs: NutsKernel, data: ModelData, last: Any, key: jax.Array) -> None:
+    """Compile the programs the next round's warm refit runs, on a background thread.
+
+    A cold fit is followed by warm refits (:func:`_fit_nuts` with ``warm``),
+    whose first call compiles ``energy`` and, when the refit re-tunes,
+    ``init_fixed_mass``: seconds of compile that would land in the second
+    round's planning. Compiled here, after the cold fit, they overlap the
+    first round's allocation and acquisition instead (docs/results.md,
+    "Speed"). Results are discarded, so the fit's numbers do not depend on it.
+    Once per compiled kernel (``objs.key``, which includes the data's shapes).
+    """
+    if objs.key in _WARM_PRIMED:
+        return
+    _WARM_PRIMED.add(objs.key)
+    z, mass = last.z, last.adapt_state.inverse_mass_matrix
+
+    def compile_both() -> None:
+        try:
+            jax.block_until_ready(objs.energy(z, data))
+            jax.block_until_ready(objs.init_fixed_mass(z, key, data, mass))
+        except Exception:  # noqa: BLE001 - a failed warm-up compile is retried by the refit itself
+            _WARM_PRIMED.discard(objs.key)
+
+    thread = threading.Thread(target=compile_both, name="fsb-prime-warm-refit", daemon=True)
+    thread.start()
+    _PRIMING.append(thread)
+
+
+def _join_priming() -> None:
+    """At exit, let a compile in flight finish (the interpreter must not tear down under XLA)."""
+    for thread in _PRIMING:
+        thread.join(timeout=120)
+
+
+atexit.register(_join_priming)
+
+
 def _retuned_chain(
     objs: NutsKernel, preset: InferencePreset, data: ModelData, last: Any, key: jax.Array, steps: int
 ) -> tuple[Any, NutsTrace]:
@@ -541,6 +588,7 @@ def _fit_nuts(
     seed: int,
     warm: Posterior | None,
     mass_from: Posterior | None = None,
+    prime_warm_refit: bool = False,
 ) -> Posterior:
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
@@ -618,6 +666,8 @@ def _fit_nuts(
         "lp": -trace.potential_energy,
     }
     last_states = [jax.device_get(r[0]) for r in results]
+    if prime_warm_refit and states is None:
+        _prime_warm_refit(objs, data, last_states[0], keys[0])
     return assemble(
         samples, stats, data, seed, method="nuts", state={"key": objs.key, "sampler": sampler, "states": last_states}
     )
