@@ -358,8 +358,11 @@ def pool_instances(draw: st.DrawFn) -> tuple[CellGrid, np.ndarray, AllocationPro
     return grid, values, problem
 
 
-def _padded_jax(grid: CellGrid, values: np.ndarray, problem: AllocationProblem):
-    """The JAX allocator at one padded shape (3 pools, 3 classes, 24 cells, 5 GPUs per pool axis)."""
+def _padded_jax(
+    grid: CellGrid, values: np.ndarray, problem: AllocationProblem, axes: int | tuple[int, ...] = MAX_POOL_GPUS
+):
+    """The JAX allocator at one padded shape (3 pools, 3 classes, 24 cells; ``axes``: 5 GPUs
+    on every pool's axis, or each pool's own)."""
     n_p = grid.n_pools
     if n_p < MAX_POOLS:  # pad with empty pools: no cells, no GPUs
         extra = MAX_POOLS - n_p
@@ -371,7 +374,7 @@ def _padded_jax(grid: CellGrid, values: np.ndarray, problem: AllocationProblem):
     spec = jax_problem(grid, problem, n_cells=MAX_CELLS, n_classes=MAX_CLASSES, tp_levels=LEVELS)
     padded = np.zeros((MAX_CELLS, 4))
     padded[: grid.n_cells] = values
-    out = _padded_solve(spec, jnp.asarray(padded), max_gpus=MAX_POOL_GPUS, tol=DEFAULT_TOL)
+    out = _padded_solve(spec, jnp.asarray(padded), max_gpus=axes, tol=DEFAULT_TOL)
     k = grid.n_classes
     alloc = allocation_from_choice(
         grid, values, problem, np.asarray(out.cell)[:k], np.asarray(out.replicas)[:k], feasible=bool(out.feasible)
@@ -396,6 +399,21 @@ def test_jax_matches_brute_force_on_pools(inst) -> None:
     _check(_padded_jax(*inst), *inst)
 
 
+# Each pool's own axis (pool p uses 0 … OWN_AXES[p] GPUs): fewer states than 6^3.
+OWN_AXES = (3, 5, 2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pool_instances())
+def test_jax_on_each_pools_own_axis_matches_brute_force(inst) -> None:
+    """Pools of different sizes on axes of their own sizes (the states ∏ (G_p + 1), as
+    make_jax_allocator and allocate_jax build them) give the brute-force optimum."""
+    grid, values, problem = inst
+    own = np.minimum(problem.pool_gpus, OWN_AXES[: grid.n_pools])
+    problem = problem._replace(pool_gpus=own, gpus=min(int(problem.gpus), int(own.sum())))
+    _check(_padded_jax(grid, values, problem, OWN_AXES), grid, values, problem)
+
+
 @pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pool_instances())
@@ -409,7 +427,7 @@ def test_jax_refuses_a_pool_state_space_too_large() -> None:
     big = PROBLEM._replace(pool_gpus=np.array([128, 128]), gpus=256)
     grid3 = GRID._replace(pools=(*POOLS, "l40s-48gb"))
     big3 = big._replace(pool_gpus=np.array([128, 128, 128]), usd_per_gpu_hour=np.array([4.0, 2.0, 1.0]), gpus=384)
-    with pytest.raises(InputError, match=r"3-pool state space \(129\^3 states × 129\) is over 6.71e\+07; solve it with the MILP"):
+    with pytest.raises(InputError, match=r"3-pool state space \(129 × 129 × 129 states × 129\) is over 6.71e\+07; solve it with the MILP"):
         allocate_jax(grid3, VALUES, big3)
     a = allocate_milp(grid3, VALUES, big3)
     assert a.feasible and a.min_fulfillment == 1.0 and a.usd_per_hour == 28.0

@@ -31,7 +31,7 @@ budget G; W = G + 1 budget levels ``w = 0..G``):
   best; its replicas are ``floor(w_i / tp_q)``.
 
 GPU pools (a grid with several): the budget axis becomes one axis per pool,
-``(M + 1)^P`` states ``b`` (GPUs used on each pool, ``M`` the largest pool);
+``∏_p (G_p + 1)`` states ``b`` (GPUs used on each pool, ``G_p`` its count);
 a state is allowed when every ``b_p ≤ G_p``, ``Σ b_p ≤ G`` and its dollars
 ``Σ price_p·b_p ≤ cap·(1 + tol)``. Each class takes one pool and ``w`` GPUs
 on it, so ``cap_i``, ``r_i`` and ``need_i`` get a pool axis. Stages 1–2: t is
@@ -87,9 +87,9 @@ __all__ = [
     "allocation_from_choice",
 ]
 
-# Largest (max_gpus + 1)^(P + 1) (states × one pool axis: the knapsack's gather per
-# class) the pool allocator accepts: 2^26 float32 = 256 MB per array (3 pools of 64
-# GPUs: 65^4 ≈ 1.8e7). Larger pools are the MILP's (allocation/milp_pools.py).
+# Largest ∏_p (G_p + 1) × (max_p G_p + 1) (states × one pool axis: the knapsack's
+# gather per class) the pool allocator accepts: 2^26 float32 = 256 MB per array (3
+# pools of 64 GPUs: 65^4 ≈ 1.8e7). Larger pools are the MILP's (allocation/milp_pools.py).
 POOL_STATES_MAX = 1 << 26
 # Largest (K·W)² for which the per-class GPU needs are counted by broadcast
 # compares rather than a searchsorted loop (trace-time switch).
@@ -149,7 +149,7 @@ class JaxAllocator(NamedTuple):
 
     solve: Callable[[jax.Array], JaxAllocation]
     spec: JaxProblem
-    max_gpus: int
+    max_gpus: int | tuple[int, ...]  # the budget axis; with several pools, each pool's (P,)
     tol: float
 
 
@@ -223,10 +223,13 @@ def jax_problem(
     )
 
 
-def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -> JaxAllocation:
+def _solve_one(spec: JaxProblem, values: jax.Array, max_gpus: int | tuple[int, ...], tol: float) -> JaxAllocation:
     """One table: ``values (C, 4)`` → scalar/``(K,)`` :class:`JaxAllocation`."""
-    if spec.pool_gpus.shape[0] > 1:
-        return _solve_pools(spec, values, max_gpus, tol)
+    n_p = spec.pool_gpus.shape[0]
+    if n_p > 1:
+        axes = tuple(int(g) + 1 for g in max_gpus) if isinstance(max_gpus, tuple) else (int(max_gpus) + 1,) * n_p
+        return _solve_pools(spec, values, axes, tol)
+    assert isinstance(max_gpus, int), "one pool: max_gpus is the budget axis"
     dt = jnp.result_type(values.dtype, jnp.float32)
     values = values.astype(dt)
     thr = values[:, 0]
@@ -331,14 +334,15 @@ def _pool_service(
     return w, served, r
 
 
-def _pool_states(spec: JaxProblem, n_w: int, n_p: int, dt: Any) -> tuple[Any, ...]:
-    """The states of the several-pool DP (GPUs used per pool, flattened row-major): strides
-    ``(P,)``, coordinates ``(P, S)``, flat index ``(S,)``, prices ``(P,)``, dollars per hour
-    ``(S,)``, GPUs ``(S,)`` and which states fit every count and cap ``(S,)``."""
-    shape = (n_w,) * n_p
-    n_s = n_w**n_p
-    strides = np.array([n_w ** (n_p - 1 - p) for p in range(n_p)], np.int32)
-    coords = jnp.asarray(np.stack(np.unravel_index(np.arange(n_s), shape)).astype(np.int32))  # (P, S)
+def _pool_states(spec: JaxProblem, axes: tuple[int, ...], dt: Any) -> tuple[Any, ...]:
+    """The states of the several-pool DP (GPUs used per pool, flattened row-major over
+    ``axes``, pool ``p`` taking 0 … ``axes[p] - 1`` GPUs): strides ``(P,)``, coordinates
+    ``(P, S)``, flat index ``(S,)``, prices ``(P,)``, dollars per hour ``(S,)``, GPUs
+    ``(S,)`` and which states fit every count and cap ``(S,)``."""
+    n_p = len(axes)
+    n_s = int(np.prod(axes))
+    strides = np.array([int(np.prod(axes[p + 1:])) for p in range(n_p)], np.int32)
+    coords = jnp.asarray(np.stack(np.unravel_index(np.arange(n_s), axes)).astype(np.int32))  # (P, S)
     flat = jnp.arange(n_s, dtype=jnp.int32)
     price = spec.usd_per_gpu_hour.astype(dt)
     cost_s = jnp.sum(price[:, None] * coords.astype(dt), axis=0)  # (S,)
@@ -377,10 +381,12 @@ def _pools_result(
     )
 
 
-def _solve_pools(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float) -> JaxAllocation:
+def _solve_pools(spec: JaxProblem, values: jax.Array, axes: tuple[int, ...], tol: float) -> JaxAllocation:
     """One table on several GPU pools (module docstring): ``values (C, 4)`` → :class:`JaxAllocation`.
 
-    ``max_gpus`` (static) bounds every pool's axis: states are ``(max_gpus + 1)^P``.
+    ``axes`` (static, ``(P,)``): pool ``p`` uses 0 … ``axes[p] - 1`` GPUs, so the
+    states are ``∏ axes``; pools of different sizes keep only their own counts
+    (3 pools of 15, 14 and 32 GPUs: 7,920 states, not 33^3 = 35,937).
     """
     dt = jnp.result_type(values.dtype, jnp.float32)
     values = values.astype(dt)
@@ -396,13 +402,12 @@ def _solve_pools(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float)
     lam = spec.demand.astype(dt)
     valid_k = spec.class_valid
 
-    n_w = max_gpus + 1
+    n_w = max(axes)
     w, served, r = _pool_service(spec, adm, thr, lam, n_w, (n_k, n_p, n_t), dt)
 
     # The states: GPUs used per pool, flattened row-major.
-    shape = (n_w,) * n_p
-    n_s = n_w**n_p
-    strides, coords, flat, price, cost_s, tot_s, valid_s = _pool_states(spec, n_w, n_p, dt)
+    n_s = int(np.prod(axes))
+    strides, coords, flat, price, cost_s, tot_s, valid_s = _pool_states(spec, axes, dt)
 
     lo = jnp.where(valid_k, spec.floor_req.astype(dt), 0.0)  # (K,)
 
@@ -414,7 +419,7 @@ def _solve_pools(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float)
             new = jnp.zeros_like(reach)
             for p in range(n_p):
                 n = need_k[p]
-                ok = (coords[p] >= n) & (n < n_w)
+                ok = (coords[p] >= n) & (n < axes[p])
                 new = new | (ok & reach[jnp.maximum(flat - n * strides[p], 0)])
             return new, None
 
@@ -439,17 +444,18 @@ def _solve_pools(spec: JaxProblem, values: jax.Array, max_gpus: int, tol: float)
     # Stage 3: (max, +) knapsack over the states; each class moves along one pool axis.
     allowed = r >= within(jnp.maximum(t_star, lo), tol)[:, None, None]
     val = jnp.where(allowed, served, -jnp.inf)  # (K, P, W)
-    diff = w[:, None] - w[None, :]
-    fits = diff >= 0
-    diff = jnp.maximum(diff, 0)
+    # Per pool: the GPUs a class takes (``diff``, W_p × W_p) from each budget on its axis.
+    diffs = [np.maximum(np.arange(a)[:, None] - np.arange(a)[None, :], 0) for a in axes]
+    fits = [np.arange(a)[:, None] >= np.arange(a)[None, :] for a in axes]
 
     def dp_step(f_prev: jax.Array, v_k: jax.Array) -> tuple[jax.Array, jax.Array]:
-        f = f_prev.reshape(shape)
+        f = f_prev.reshape(axes)
         best = jnp.full((n_s,), -jnp.inf, dt)
         arg = jnp.zeros((n_s,), jnp.int32)
         for p in range(n_p):
-            x = jnp.moveaxis(f, p, -1)  # (..., W budgets)
-            m = jnp.where(fits, x[..., diff] + v_k[p][None, :], -jnp.inf)  # (..., W, W choices)
+            x = jnp.moveaxis(f, p, -1)  # (..., W_p budgets)
+            v = v_k[p][: axes[p]]
+            m = jnp.where(fits[p], x[..., diffs[p]] + v[None, :], -jnp.inf)  # (..., W_p, W_p choices)
             mp = jnp.moveaxis(jnp.max(m, axis=-1), -1, p).reshape(n_s)
             ap = jnp.moveaxis(jnp.argmax(m, axis=-1).astype(jnp.int32), -1, p).reshape(n_s)
             take = mp > best  # ties keep the lower pool
@@ -507,12 +513,14 @@ def _choose_cells(
 
 
 def solve_jax_problem(
-    spec: JaxProblem, values: jax.Array, *, max_gpus: int, tol: float = DEFAULT_TOL
+    spec: JaxProblem, values: jax.Array, *, max_gpus: int | tuple[int, ...], tol: float = DEFAULT_TOL
 ) -> JaxAllocation:
     """Solve every table of ``values (..., C, 4)`` for the (possibly padded) ``spec``.
 
-    Pure and traceable; ``max_gpus`` (static) must be ≥ ``spec.gpus``. Returns
-    a :class:`JaxAllocation` with batch shape ``(...)``.
+    Pure and traceable; ``max_gpus`` (static) must be ≥ ``spec.gpus`` with one
+    pool. With several: one number bounds every pool's axis, or a tuple ``(P,)``
+    bounds each pool's own (each ≥ that pool's ``spec.pool_gpus``). Returns a
+    :class:`JaxAllocation` with batch shape ``(...)``.
     """
     batch = values.shape[:-2]
     flat = values.reshape((-1,) + values.shape[-2:])
@@ -542,22 +550,23 @@ def make_jax_allocator(
     return JaxAllocator(solve=solve, spec=spec, max_gpus=max_gpus, tol=tol)
 
 
-def _axis_gpus(grid: CellGrid, spec: JaxProblem) -> int:
-    """The static budget axis: the budget with one pool, the largest pool's GPUs with several.
+def _axis_gpus(grid: CellGrid, spec: JaxProblem) -> int | tuple[int, ...]:
+    """The static budget axis: the budget with one pool; with several, each pool's own GPUs ``(P,)``.
 
     Raises:
         InputError: several pools whose state space exceeds :data:`POOL_STATES_MAX`.
     """
     if grid.n_pools == 1:
         return int(spec.gpus)
-    m = max(int(np.max(np.asarray(spec.pool_gpus))), 0)
-    size = (m + 1) ** (grid.n_pools + 1)
+    axes = tuple(max(int(g), 0) for g in np.asarray(spec.pool_gpus))
+    size = int(np.prod([a + 1 for a in axes])) * (max(axes) + 1)
     if size > POOL_STATES_MAX:
         raise InputError(
-            f"the JAX allocator's {grid.n_pools}-pool state space ({m + 1}^{grid.n_pools} states × {m + 1}) "
+            f"the JAX allocator's {grid.n_pools}-pool state space "
+            f"({' × '.join(str(a + 1) for a in axes)} states × {max(axes) + 1}) "
             f"is over {POOL_STATES_MAX:.3g}; solve it with the MILP (--solver milp)"
         )
-    return m
+    return axes
 
 
 def allocate_jax(
@@ -579,7 +588,7 @@ def allocate_jax(
     spec = jax_problem(grid, problem, n_cells=n_cells, tp_levels=levels, tol=tol)
     if grid.n_pools == 1:
         max_gpus = 1 << max(4, int(problem.gpus - 1).bit_length())
-    else:  # (max_gpus + 1)^P states: no padding of the budget axes
+    else:  # ∏ (pool GPUs + 1) states: no padding of the budget axes
         max_gpus = _axis_gpus(grid, spec)
     padded = np.zeros((n_cells, 4), np.float64)
     padded[: grid.n_cells] = values
