@@ -81,7 +81,12 @@ def _run_all(paths: list[Path], seed: int, jobs: int) -> list[dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as ex:
+    from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal
+
+    # Each worker dies with this process, however it dies (a killed study leaves no
+    # campaign running on, orphaned, holding cores).
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                             initializer=arm_parent_death_signal) as ex:
         return list(ex.map(_run, paths, [seed] * len(paths)))
 
 

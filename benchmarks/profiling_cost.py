@@ -187,12 +187,15 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         # on Python 3.11 that pool stopped once its workers retired, with tasks
         # still queued. The persistent compilation cache keeps a fresh worker's
         # start cheap.
+        from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal
+
         ctx = get_context("spawn")
         pending = list(tasks)
         running: dict[Any, ProcessPoolExecutor] = {}
 
         # A SIGTERM to this process stops the workers too (they would
-        # otherwise run on, orphaned, holding cores and gigabytes).
+        # otherwise run on, orphaned, holding cores and gigabytes); a SIGKILL
+        # does through each worker's parent-death signal.
         def stop(signum: int, frame: Any) -> None:
             for ex in running.values():
                 for proc in list(getattr(ex, "_processes", {}).values()):
@@ -202,7 +205,7 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         signal.signal(signal.SIGTERM, stop)
         while pending or running:
             while pending and len(running) < jobs:
-                ex = ProcessPoolExecutor(1, mp_context=ctx)
+                ex = ProcessPoolExecutor(1, mp_context=ctx, initializer=arm_parent_death_signal)
                 running[ex.submit(_safe_run, pending.pop(0))] = ex
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in finished:
