@@ -560,7 +560,7 @@ def _prime_warm_refit(objs: NutsKernel, data: ModelData, last: Any, key: jax.Arr
 
     thread = threading.Thread(target=compile_both, name="fsb-prime-warm-refit", daemon=True)
     thread.start()
-    _PRIMING.append(thread)
+    _PRIMING[:] = [t for t in _PRIMING if t.is_alive()] + [thread]
 
 
 def _join_priming() -> None:

@@ -197,10 +197,11 @@ _OVER_SHARPNESS = 40.0
 # scale, per type and column (capacity, ttft, completion): a family level
 # shared by the classes (95 % within ×/÷ 1.8 of the roofline) plus a class's
 # departure from it (95 % within ×/÷ 1.2: what a class's own prompt and output
-# lengths move its roofline ratio by, up to 0.13 in log capacity on the mixed
-# fleets). At 0.2 a class's dip at a TP measured on one type only was read as
-# that type's deviation, and the campaign certified a fleet 9 % over the cheapest
-# (docs/results.md, "Several GPU types"). Model constants, like OVERLOAD_CLASS_SD.
+# lengths move its roofline ratio by). Narrower than a class's departure at one
+# TP ([capacity] tp_sd), so a dip measured at a TP on one type alone is read
+# mostly as the class's at that TP, not as a deviation of the type that would
+# move every other TP on it (docs/results.md, "Several GPU types"). Model
+# constants, like OVERLOAD_CLASS_SD.
 GPU_DEVIATION_LOG_SD = 0.3
 GPU_DEVIATION_CLASS_SD = 0.1
 # Failure under load (see :func:`load_failures`): P(fail | ρ) ∝ sigmoid(k log ρ)
