@@ -163,6 +163,25 @@ def test_the_mixed_study_reports_the_fleets_it_was_asked_for_and_those_already_d
     assert res["summary"]["errors"] == 2
 
 
+def test_the_mixed_study_compares_dollars_when_the_service_is_within_epsilon_of_the_best_single() -> None:
+    study = _mixed_study()
+    best = {"min_fulfillment": 1.0, "goodput_rps": 20.789, "usd_per_hour": 56.52}
+    # 0.5 % less fulfilment and 0.07 rps less of 40 demanded: within ε = 0.01 at both stages
+    near = study.versus_best_single((0.994805, 20.716514), best, 40.0, 0.01)
+    assert near == {"same_service": False, "serves_more": False, "within_epsilon": True}
+    assert not study.versus_best_single((0.985, 20.716514), best, 40.0, 0.01)["within_epsilon"]
+    assert not study.versus_best_single((0.994805, 20.0), best, 40.0, 0.01)["within_epsilon"]  # 2 % of demand short
+    more = study.versus_best_single((1.0, 21.0), best, 40.0, 0.01)
+    assert more["serves_more"] and not more["within_epsilon"]
+    fleets = [{"fleet": 0, "info": {"need_mix": True}, "certified": True, "eps_correct_goodput": True,
+               "eps_correct_cost": True, "false_certificate": False, "gpu_seconds_ratio": 0.5,
+               "usd_per_hour": 53.52, "best_single_usd_per_hour": 56.52, "serves_more_than_best_single": False,
+               "same_service_as_best_single": False, "within_epsilon_of_best_single": True}]
+    s = study.summarise(fleets)
+    assert (s["not_worse_than_best_single"], s["not_worse_than_best_single_exact_service"]) == (1, 0)
+    assert s["strictly_better_on_need_mix"] == 1 and abs(s["mean_saving_vs_best_single"] - 3.0 / 56.52) < 1e-9
+
+
 def test_a_card_written_with_a_gpu_axis_has_orthogonal_departures(tmp_path: Path) -> None:
     fleet = mixed_fleet(np.random.default_rng(0), need_mix=True)
     generic = (data_dir("priors") / "generic.toml").read_text(encoding="utf-8")
