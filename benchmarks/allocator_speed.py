@@ -19,11 +19,14 @@ speed and price (:data:`POOL_TYPES`), each class's cells spread over the
 pools, a pool count each and a dollar cap; it times the MILP and the JAX
 allocator (first call, steady state) and checks that they agree on status,
 min fulfillment, goodput, dollars per hour and GPUs. ``POOLSxCLASSESxCELLSxGPUS``
-(cells per class over all pools, GPUs per pool).
+(cells per class over all pools, GPUs per pool; ``16-8-32`` gives each pool its
+own count). Beside the JAX allocator, whose DP runs over each pool's own axis
+(∏ (G_p + 1) states), it times the same DP on one shared axis ((max G + 1)^P
+states), which gives the same answer.
 
     python benchmarks/allocator_speed.py            # quick default (a few minutes)
     python benchmarks/allocator_speed.py --sizes 2x20x16,8x200x512 --batch 4096 --out FILE
-    python benchmarks/allocator_speed.py --pools-only --pools 3x8x200x16,3x8x200x32
+    python benchmarks/allocator_speed.py --pools-only --pools 3x8x200x16,3x8x200x32,3x8x200x32-16-8
 
 Prints a markdown table and writes JSON (default benchmarks/results/allocator_speed.json).
 """
@@ -35,6 +38,7 @@ import json
 import platform
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +46,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fleetsieve_bayes.allocation.batched import make_jax_allocator
+from fleetsieve_bayes.allocation.batched import make_jax_allocator, solve_jax_problem
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 
 DEFAULT_SIZES = "2x20x16,4x50x64,8x100x256,8x200x512"
-DEFAULT_POOL_SIZES = "2x4x50x16,3x8x200x16,3x8x200x32"
+DEFAULT_POOL_SIZES = "2x4x50x16,3x8x200x16,3x8x200x32,3x8x200x32-16-8"
 # GPU types of the pool instances: (name, capacity factor vs the first, $/GPU-hour).
 POOL_TYPES = (("fast", 1.0, 4.0), ("mid", 0.55, 1.8), ("slow", 0.3, 0.9))
 TP_CHOICES = np.array([1, 2, 4, 8])
@@ -101,7 +105,7 @@ def synthetic_instance(
 
 
 def pool_instance(
-    rng: np.random.Generator, n_pools: int, n_classes: int, cells_per_class: int, gpus_per_pool: int
+    rng: np.random.Generator, n_pools: int, n_classes: int, cells_per_class: int, gpus_per_pool: int | tuple[int, ...]
 ) -> tuple[CellGrid, np.ndarray, AllocationProblem]:
     """A random mixed-pool instance: :func:`synthetic_instance`'s cells spread over ``n_pools`` GPU types.
 
@@ -109,8 +113,11 @@ def pool_instance(
     affinity (so the best type differs by class); demand fills about the
     fast pool's worth of GPUs, and the dollar cap sits at 70 % of the
     all-pools cost, so the cap, the pools and the prices all bind.
+
+    ``gpus_per_pool``: every pool's count, or each pool's ``(n_pools,)``.
     """
-    grid, values, problem = synthetic_instance(rng, n_classes, cells_per_class, gpus_per_pool * n_pools)
+    counts = np.broadcast_to(np.asarray(gpus_per_pool, np.int64), (n_pools,))
+    grid, values, problem = synthetic_instance(rng, n_classes, cells_per_class, int(counts.sum()))
     types = POOL_TYPES[:n_pools]
     pool = rng.integers(0, n_pools, grid.n_cells)
     affinity = rng.uniform(0.7, 1.4, (n_classes, n_pools))
@@ -130,18 +137,20 @@ def pool_instance(
     values = values[order]
     price = np.array([t[2] for t in types])
     problem = problem._replace(
-        pool_gpus=np.full(n_pools, gpus_per_pool, np.int64),
+        pool_gpus=counts.copy(),
         usd_per_gpu_hour=price,
-        usd_per_hour_max=float(0.7 * gpus_per_pool * price.sum()),
+        usd_per_hour_max=float(0.7 * (counts * price).sum()),
         demand=problem.demand * 0.6,
     )
     return grid, values, problem
 
 
-def bench_pools(rng: np.random.Generator, n_p: int, k: int, per: int, g: int, *, repeats: int) -> dict[str, Any]:
-    """MILP and JAX on one mixed-pool instance: times and agreement."""
+def bench_pools(rng: np.random.Generator, n_p: int, k: int, per: int, g: int | tuple[int, ...], *,
+                repeats: int) -> dict[str, Any]:
+    """MILP and JAX on one mixed-pool instance: times and agreement; the JAX DP on one shared axis beside it."""
     grid, values, problem = pool_instance(rng, n_p, k, per, g)
-    row: dict[str, Any] = {"pools": n_p, "classes": k, "cells_per_class": per, "gpus_per_pool": g}
+    row: dict[str, Any] = {"pools": n_p, "classes": k, "cells_per_class": per,
+                           "gpus_per_pool": g if isinstance(g, int) else list(g)}
     row["milp_s"], milp = _time(lambda: allocate_milp(grid, values, problem), repeats)
     allocator = make_jax_allocator(grid, problem)
     v = jnp.asarray(values)
@@ -149,6 +158,11 @@ def bench_pools(rng: np.random.Generator, n_p: int, k: int, per: int, g: int, *,
     jax.block_until_ready(allocator.solve(v))
     row["jax_first_call_s"] = time.perf_counter() - t0
     row["jax_steady_s"], out = _time(lambda: jax.block_until_ready(allocator.solve(v)), repeats)
+    shared = jax.jit(partial(solve_jax_problem, allocator.spec, max_gpus=max(allocator.max_gpus), tol=allocator.tol))
+    jax.block_until_ready(shared(v))
+    row["jax_shared_axis_steady_s"], one = _time(lambda: jax.block_until_ready(shared(v)), repeats)
+    row["shared_axis_agrees"] = bool(np.array_equal(np.asarray(one.cell), np.asarray(out.cell))
+                                     and np.array_equal(np.asarray(one.replicas), np.asarray(out.replicas)))
     row.update(
         status=milp.status,
         min_fulfillment=milp.min_fulfillment,
@@ -288,15 +302,19 @@ def published_table(res: dict[str, Any]) -> str:
         lines += [
             "",
             "| pools × classes × cells/class × GPUs/pool | MILP ms | JAX first call ms | JAX steady ms "
-            "| status | min r | goodput | $/h | GPUs per pool | agree |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| one shared axis: steady ms (× own axes) | status | min r | goodput | $/h | GPUs per pool | agree |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in res["pools"]:
             usd = "—" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}"
+            g = r["gpus_per_pool"]
+            shared = r.get("jax_shared_axis_steady_s")
+            vs = "—" if shared is None else f"{fmt(shared)} ({shared / r['jax_steady_s']:.1f}×)"
+            agree = r["jax_agrees"] and r.get("shared_axis_agrees", True)
             lines.append(
-                f"| {r['pools']}×{r['classes']}×{r['cells_per_class']}×{r['gpus_per_pool']} | {fmt(r['milp_s'])} | "
-                f"{fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | {r['status']} | "
-                f"{r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {usd} | {r['pool_gpus_used']} | {r['jax_agrees']} |"
+                f"| {r['pools']}×{r['classes']}×{r['cells_per_class']}×{g if isinstance(g, int) else '/'.join(map(str, g))} "
+                f"| {fmt(r['milp_s'])} | {fmt(r['jax_first_call_s'])} | {fmt(r['jax_steady_s'])} | {vs} | {r['status']} | "
+                f"{r['min_fulfillment']:.4f} | {r['goodput_rps']:.2f} | {usd} | {r['pool_gpus_used']} | {agree} |"
             )
     return "\n".join(lines)
 
@@ -352,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     pool_rows = []
     prng = np.random.default_rng(args.seed + 1)
     for spec in filter(None, args.pools.split(",")):
-        n_p, k, per, g = (int(x) for x in spec.split("x"))
-        pool_rows.append(bench_pools(prng, n_p, k, per, g, repeats=args.repeats))
+        n_p, k, per, gs = spec.split("x")
+        counts = tuple(int(x) for x in gs.split("-"))
+        pool_rows.append(bench_pools(prng, int(n_p), int(k), int(per), counts[0] if len(counts) == 1 else counts,
+                                     repeats=args.repeats))
         print(f"done pools {spec}", flush=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
