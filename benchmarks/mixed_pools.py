@@ -244,6 +244,18 @@ def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
+def truth_needs_mix(f: dict[str, Any]) -> bool:
+    """Whether a fleet record's optimum on the noise-free curves beats its best single-type optimum:
+    serves more, or the same service for fewer dollars per hour."""
+    curve = f.get("by_truth", {}).get("curve", {})
+    if "oracle_service" not in curve:
+        return bool(f["info"]["need_mix"])
+    b = f["single_optima"][f["best_single"]]
+    theirs = (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
+    ours = tuple(curve["oracle_service"])
+    return ours > theirs or (ours == theirs and curve["oracle_usd_per_hour"] < b["usd_per_hour"] - TOL)
+
+
 def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [f for f in fleets if "error" not in f]
     ratio = [f["gpu_seconds_ratio"] for f in ok if f["gpu_seconds_ratio"] is not None]
@@ -257,8 +269,12 @@ def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
     exact_not_worse = [f for f in ok if f["serves_more_than_best_single"]
                        or (f["same_service_as_best_single"] and f["usd_per_hour"] <= f["best_single_usd_per_hour"] + TOL)]
     mix = [f for f in ok if f["info"]["need_mix"]]
-    strictly = [f for f in mix if f["serves_more_than_best_single"]
-                or (f in comparable and f["usd_per_hour"] < f["best_single_usd_per_hour"] - TOL)]
+    truth_mix = [f for f in ok if truth_needs_mix(f)]
+
+    def strictly_better(f: dict[str, Any]) -> bool:
+        return f["serves_more_than_best_single"] or (f in comparable and f["usd_per_hour"] < f["best_single_usd_per_hour"] - TOL)
+
+    strictly = [f for f in mix if strictly_better(f)]
     return {
         "fleets": len(ok), "errors": len(fleets) - len(ok), "certified": len(cert),
         "eps_correct_goodput": sum(f["eps_correct_goodput"] for f in cert),
@@ -273,9 +289,21 @@ def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
         "not_worse_than_best_single": len(not_worse),
         "not_worse_than_best_single_exact_service": len(exact_not_worse),
         "need_mix": len(mix), "strictly_better_on_need_mix": len(strictly),
+        # Built to need a mix or not, a fleet needs one when the optimum on its curves beats
+        # every single-type optimum (serves more, or the same for fewer dollars).
+        "truth_needs_mix": len(truth_mix), "strictly_better_on_truth_needs_mix": sum(map(strictly_better, truth_mix)),
+        "built_to_need_mix_truth_does_not": [f["fleet"] for f in mix if f not in truth_mix],
         "comparable_cost": len(comparable),
         "mean_saving_vs_best_single": float(np.mean(savings)) if savings else None,
     }
+
+
+def _not_needed(s: dict[str, Any]) -> str:
+    """The fleets built to need a mix whose optimum on the curves is a single type's (empty when none)."""
+    ks = s.get("built_to_need_mix_truth_does_not") or []
+    if not ks:
+        return ""
+    return f" (built to need one, fleet{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))} {'are' if len(ks) > 1 else 'is'} best served by one type)"
 
 
 def _versus(f: dict[str, Any]) -> str:
@@ -327,11 +355,17 @@ def markdown(res: dict[str, Any]) -> str:
         f"campaigns: mean {_ratio(s['gpu_seconds_ratio_mean'])}, max {_ratio(s['gpu_seconds_ratio_max'])}. Fleet cost not above the "
         f"best single-type fleet's (or serving more) on {s['not_worse_than_best_single']}/{s['fleets']}, the service compared "
         f"within ε as the regret is ({s.get('not_worse_than_best_single_exact_service', 'n/a')}/{s['fleets']} compared exactly); "
-        f"strictly better on {s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix; mean $/h saving "
+        f"strictly better on {s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix "
+        f"and on {s.get('strictly_better_on_truth_needs_mix', 'n/a')}/{s.get('truth_needs_mix', 'n/a')} whose curves need one"
+        f"{_not_needed(s)}; mean $/h saving "
         f"where the service is the same within ε: {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({s['comparable_cost']} fleets).",
     ]
     if res.get("campaigns_commit"):
-        lines += ["", f"The campaigns ran at commit `{res['campaigns_commit'][:10]}`; their decisions are scored at this one."]
+        # One commit, or "COMMIT (fleets …); COMMIT (fleets …)" where the runs were gathered across commits.
+        at = res["campaigns_commit"]
+        at = f"commit `{at[:10]}`" if ";" not in at else "commits " + "; ".join(
+            f"`{part.split()[0][:10]}` {' '.join(part.split()[1:])}" for part in at.split(";"))
+        lines += ["", f"The campaigns ran at {at}; their decisions are scored at this one."]
     return "\n".join(lines)
 
 
@@ -355,7 +389,7 @@ def run_study(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="fsb-mixed-") as tmp:
             done = {int(f["fleet"]): rescore_fleet(f, seed, Path(tmp)) for f in prev["fleets"]}
         ks = sorted(done)
-        campaigns = prev.get("campaigns_commit") or _manifest_commit("mixed_pools")
+        campaigns = getattr(args, "campaigns_commit", None) or prev.get("campaigns_commit") or _manifest_commit("mixed_pools")
     else:
         campaigns = None
     work_arg = getattr(args, "work", None)
@@ -413,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {DEFAULT_OUT.relative_to(REPO)})")
     p.add_argument("--rescore", type=Path, default=None,
                    help="score the fleets of a previous run's JSON again (no campaign runs; their commit is kept)")
+    p.add_argument("--campaigns-commit", default=None, metavar="TEXT",
+                   help="with --rescore: the commit(s) the campaigns ran at, e.g. 'abc123 (fleets 0-8); def456 (fleets 9-20)'")
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/mixed_pools.json and its docs/results.md section")
     return run_study(p.parse_args(argv), argv)
 

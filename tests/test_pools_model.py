@@ -182,6 +182,19 @@ def test_the_mixed_study_compares_dollars_when_the_service_is_within_epsilon_of_
     assert s["strictly_better_on_need_mix"] == 1 and abs(s["mean_saving_vs_best_single"] - 3.0 / 56.52) < 1e-9
 
 
+def test_a_fleet_needs_a_mix_when_its_curves_optimum_beats_every_single_type() -> None:
+    study = _mixed_study()
+    single = {"h100": {"min_fulfillment": 1.0, "goodput_rps": 19.903, "usd_per_hour": 49.75},
+              "h200": {"min_fulfillment": 1.0, "goodput_rps": 19.903, "usd_per_hour": 40.86}}
+    rec = {"info": {"need_mix": True}, "single_optima": single, "best_single": "h200",
+           "by_truth": {"curve": {"oracle_service": [1.0, 19.903], "oracle_usd_per_hour": 40.86}}}
+    assert not study.truth_needs_mix(rec)  # built to need one, yet one type serves it all as cheaply
+    rec["by_truth"]["curve"]["oracle_usd_per_hour"] = 38.0
+    assert study.truth_needs_mix(rec)
+    rec["by_truth"]["curve"] = {"oracle_service": [1.0, 20.5], "oracle_usd_per_hour": 60.0}
+    assert study.truth_needs_mix(rec)  # serves more
+
+
 def test_a_card_written_with_a_gpu_axis_has_orthogonal_departures(tmp_path: Path) -> None:
     fleet = mixed_fleet(np.random.default_rng(0), need_mix=True)
     generic = (data_dir("priors") / "generic.toml").read_text(encoding="utf-8")
