@@ -169,52 +169,83 @@ def _fleet_setup(k: int, seed: int, work: Path, max_rounds: int | None = None) -
     return fleet, path, campaign, grid, values_from_table(grid, true_values(fleet.table)), campaign.problem()
 
 
+def against_singles(grid: Any, values: np.ndarray, problem: Any, outcome: Any, usd: float, epsilon: float,
+                    oracle: dict[str, Any]) -> dict[str, Any]:
+    """The decision (its ``outcome`` on the truth ``values (n_cells, 4)`` and its ``usd`` per hour) against
+    the best single-type fleet on the same truth: the optimum of each pool alone, the best of them
+    (:func:`_best`), :func:`versus_best_single`'s flags, and whether that truth needs a mix (its optimum,
+    ``oracle`` ``{oracle_service, oracle_usd_per_hour}``, beats every single-type optimum)."""
+    single = single_type_optima(grid, values, problem)
+    best = _best(single)
+    b = single[best]
+    vs = versus_best_single(_service(outcome), b, float(np.sum(problem.demand)), epsilon)
+    ours, theirs = tuple(oracle["oracle_service"]), (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
+    return {
+        "single_optima": single, "best_single": best, "best_single_usd_per_hour": b["usd_per_hour"],
+        "usd_per_hour": usd, "decision_service": list(_service(outcome)),
+        "same_service_as_best_single": vs["same_service"], "serves_more_than_best_single": vs["serves_more"],
+        "within_epsilon_of_best_single": vs["within_epsilon"],
+        "needs_mix": bool(ours > theirs or (ours == theirs and oracle["oracle_usd_per_hour"] < b["usd_per_hour"] - TOL)),
+    }
+
+
+def _scored(grid: Any, fleet: Any, truth: np.ndarray, problem: Any, epsilon: float,
+            cr: tuple[np.ndarray, np.ndarray] | None, certified: bool) -> tuple[dict[str, Any], Any]:
+    """A decision scored on both truths, as the point suite: the windows the campaign replays (what
+    the point rule reads, ``table``) and the noise-free curves (``curve``); each with its comparison
+    against the best single-type fleet on that truth (:func:`against_singles`). Also the decision's
+    outcome on the curves."""
+    from fleetsieve_bayes.allocation.problem import values_from_table
+
+    usd = _usd_per_hour(grid, problem, *(cr if cr else (None, None)))
+    scores = {}
+    for name, values in (("table", values_from_table(grid, fleet.table)), ("curve", truth)):
+        sc = _score(grid, values, problem, epsilon, cr, certified)
+        sc["vs_single"] = against_singles(grid, values, problem, sc["outcome"], usd, epsilon, sc)
+        scores[name] = sc
+    out = scores["curve"].pop("outcome")
+    scores["table"].pop("outcome")
+    return scores, out
+
+
+def _top_level(scores: dict[str, Any]) -> dict[str, Any]:
+    """A fleet record's headline fields: the curves' score and comparison (the fields older records hold)."""
+    c, vs = scores["curve"], scores["curve"]["vs_single"]
+    return {
+        "regret": c["regret"], "eps_correct_goodput": c["eps_correct_goodput"], "eps_correct_cost": c["eps_correct_cost"],
+        "false_certificate": c["false_certificate"], "oracle_usd_per_hour": c["oracle_usd_per_hour"], "by_truth": scores,
+        "usd_per_hour": vs["usd_per_hour"], "decision_service": vs["decision_service"],
+        "single_optima": vs["single_optima"], "best_single": vs["best_single"],
+        "best_single_usd_per_hour": vs["best_single_usd_per_hour"],
+        "same_service_as_best_single": vs["same_service_as_best_single"],
+        "serves_more_than_best_single": vs["serves_more_than_best_single"],
+        "within_epsilon_of_best_single": vs["within_epsilon_of_best_single"],
+    }
+
+
 def rescore_fleet(old: dict[str, Any], seed: int, work: Path) -> dict[str, Any]:
     """Score a finished fleet's record ``old`` again (its decision and campaigns as they were) on both truths."""
-    from fleetsieve_bayes.allocation.problem import values_from_table
     from fleetsieve_bayes.evaluation.regret import cells_from_json
 
     if "error" in old:
         return old
     fleet, _, campaign, grid, truth, problem = _fleet_setup(int(old["fleet"]), seed, work)
     cr = cells_from_json(grid, old.get("allocation"))
-    scores = {name: _score(grid, values, problem, campaign.epsilon, cr, bool(old["certified"]))
-              for name, values in (("table", values_from_table(grid, fleet.table)), ("curve", truth))}
-    for sc in scores.values():
-        sc.pop("outcome")
-    c = scores["curve"]
-    vs = versus_best_single(tuple(old["decision_service"]), old["single_optima"][old["best_single"]],
-                            float(np.sum(problem.demand)), campaign.epsilon)
-    return {**old, "same_service_as_best_single": vs["same_service"], "serves_more_than_best_single": vs["serves_more"],
-            "within_epsilon_of_best_single": vs["within_epsilon"],
-            "regret": c["regret"], "eps_correct_goodput": c["eps_correct_goodput"],
-            "eps_correct_cost": c["eps_correct_cost"], "false_certificate": c["false_certificate"],
-            "oracle_usd_per_hour": c["oracle_usd_per_hour"], "by_truth": scores}
+    scores, _ = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, bool(old["certified"]))
+    return {**old, **_top_level(scores)}
 
 
 def study_fleet(k: int, seed: int, work: Path, jobs: int = 1, max_rounds: int | None = None) -> dict[str, Any]:
     """Run fleet ``k``'s mixed campaign and its single-type campaigns; evaluate all on the truth."""
-    from fleetsieve_bayes.allocation.problem import values_from_table
     from fleetsieve_bayes.evaluation.mixed_pools import single_type
     from fleetsieve_bayes.evaluation.regret import cells_from_json
 
     fleet, path, campaign, grid, truth, problem = _fleet_setup(k, seed, work, max_rounds)
-    single_opt = single_type_optima(grid, truth, problem)
-    best = _best(single_opt)
-
     single_paths = [single_type(work / f"f{k:03d}" / g, fleet, g) for g in grid.pools]
     mixed, *single_results = _run_all([path, *single_paths], seed, jobs)
     cr = cells_from_json(grid, mixed.get("allocation"))
     certified = mixed["status"] in ("certified-feasible", "certified-infeasible")
-    # Scored on two truths, as the point suite: the windows the campaign replays
-    # (what the point rule reads) and the noise-free curves.
-    scores = {name: _score(grid, values, problem, campaign.epsilon, cr, certified)
-              for name, values in (("table", values_from_table(grid, fleet.table)), ("curve", truth))}
-    out = scores["curve"].pop("outcome")
-    scores["table"].pop("outcome")
-    usd = _usd_per_hour(grid, problem, *(cr if cr else (None, None)))
-    b = single_opt[best]
-    vs = versus_best_single(_service(out), b, float(np.sum(problem.demand)), campaign.epsilon)
+    scores, _ = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, certified)
     singles = {}
     for g, r in zip(grid.pools, single_results, strict=True):
         singles[g] = {"status": r["status"], "gpu_seconds": r["gpu_seconds"], "usd": r.get("profiling_usd"),
@@ -224,17 +255,7 @@ def study_fleet(k: int, seed: int, work: Path, jobs: int = 1, max_rounds: int | 
         "fleet": k, "info": fleet.info, "status": mixed["status"], "certified": certified,
         "gpu_seconds": mixed["gpu_seconds"], "profiling_usd": mixed.get("profiling_usd"),
         "profiling_by_gpu": mixed.get("profiling_by_gpu"), "wall_s": mixed.get("wall_s"),
-        "allocation": mixed.get("allocation"),
-        "regret": scores["curve"]["regret"], "eps_correct_goodput": scores["curve"]["eps_correct_goodput"],
-        "eps_correct_cost": scores["curve"]["eps_correct_cost"],
-        "false_certificate": scores["curve"]["false_certificate"], "by_truth": scores,
-        "usd_per_hour": usd, "oracle_usd_per_hour": scores["curve"]["oracle_usd_per_hour"],
-        "decision_service": list(_service(out)),
-        "single_optima": single_opt, "best_single": best, "best_single_usd_per_hour": b["usd_per_hour"],
-        # The decision serves what the best single-type fleet serves (exactly, or within ε): compare dollars.
-        "same_service_as_best_single": vs["same_service"],
-        "serves_more_than_best_single": vs["serves_more"],
-        "within_epsilon_of_best_single": vs["within_epsilon"],
+        "allocation": mixed.get("allocation"), **_top_level(scores),
         "singles": singles, "sum_single_gpu_seconds": sum_single,
         "gpu_seconds_ratio": mixed["gpu_seconds"] / sum_single if sum_single else None,
     }
@@ -244,37 +265,64 @@ def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def truth_needs_mix(f: dict[str, Any]) -> bool:
-    """Whether a fleet record's optimum on the noise-free curves beats its best single-type optimum:
-    serves more, or the same service for fewer dollars per hour."""
+_VS_KEYS = ("usd_per_hour", "best_single", "best_single_usd_per_hour", "same_service_as_best_single",
+            "serves_more_than_best_single", "within_epsilon_of_best_single", "single_optima")
+
+
+def vs_single(f: dict[str, Any], truth: str) -> dict[str, Any] | None:
+    """A fleet record's comparison with the best single-type fleet on ``truth`` (``table`` or ``curve``,
+    :func:`against_singles`); a record scored before the windows had one holds the curves' at its top level."""
+    block = f.get("by_truth", {}).get(truth, {}).get("vs_single")
+    if block is not None or truth != "curve":
+        return block
     curve = f.get("by_truth", {}).get("curve", {})
-    if "oracle_service" not in curve:
-        return bool(f["info"]["need_mix"])
     b = f["single_optima"][f["best_single"]]
     theirs = (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
-    ours = tuple(curve["oracle_service"])
-    return ours > theirs or (ours == theirs and curve["oracle_usd_per_hour"] < b["usd_per_hour"] - TOL)
+    ours = tuple(curve.get("oracle_service", theirs))
+    needs = (ours > theirs or (ours == theirs and curve.get("oracle_usd_per_hour", np.inf) < b["usd_per_hour"] - TOL)
+             if "oracle_service" in curve else bool(f["info"]["need_mix"]))
+    return {**{k: f[k] for k in _VS_KEYS if k in f}, "needs_mix": needs}
+
+
+def cost_summary(fleets: list[dict[str, Any]], truth: str) -> dict[str, Any]:
+    """Dollars per hour against the best single-type fleet on one truth, over ``fleets`` (records).
+
+    Where the decision serves what that fleet serves within ε (as ε-correctness allows against the
+    optimum), dollars decide; a decision serving more is not worse. A fleet needs a mix when the
+    optimum on that truth beats every single-type optimum (serves more, or the same for fewer
+    dollars); one built to need a mix (``info.need_mix``: the H100 pool too small for an all-H100
+    answer) may still be best served by another type alone.
+    """
+    rows = [(f, b) for f in fleets if (b := vs_single(f, truth)) is not None]
+
+    def comparable(b: dict[str, Any]) -> bool:
+        return bool(b.get("within_epsilon_of_best_single", b["same_service_as_best_single"]))
+
+    def better(b: dict[str, Any], strict: bool, exact: bool = False) -> bool:
+        same = b["same_service_as_best_single"] if exact else comparable(b)
+        gap = b["best_single_usd_per_hour"] - b["usd_per_hour"]
+        return b["serves_more_than_best_single"] or (same and (gap > TOL if strict else gap >= -TOL))
+
+    savings = [1 - b["usd_per_hour"] / b["best_single_usd_per_hour"] for _, b in rows
+               if comparable(b) and b["best_single_usd_per_hour"] > 0]
+    built = [(f, b) for f, b in rows if f["info"]["need_mix"]]
+    needs = [(f, b) for f, b in rows if b["needs_mix"]]
+    return {
+        "fleets": len(rows),
+        "not_worse": sum(better(b, False) for _, b in rows),
+        "not_worse_exact_service": sum(better(b, False, exact=True) for _, b in rows),
+        "built_to_need_mix": len(built), "strictly_better_built": sum(better(b, True) for _, b in built),
+        "needs_mix": len(needs), "strictly_better_needs_mix": sum(better(b, True) for _, b in needs),
+        "built_not_needed": [f["fleet"] for f, b in built if not b["needs_mix"]],
+        "comparable": sum(comparable(b) for _, b in rows),
+        "mean_saving": float(np.mean(savings)) if savings else None,
+    }
 
 
 def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [f for f in fleets if "error" not in f]
     ratio = [f["gpu_seconds_ratio"] for f in ok if f["gpu_seconds_ratio"] is not None]
     cert = [f for f in ok if f["certified"]]
-    # Service the same as the best single-type fleet's within ε (as ε-correctness allows
-    # against the optimum): dollars decide. A record without the field compares exactly.
-    comparable = [f for f in ok if f.get("within_epsilon_of_best_single", f["same_service_as_best_single"])]
-    savings = [1 - f["usd_per_hour"] / f["best_single_usd_per_hour"] for f in comparable if f["best_single_usd_per_hour"] > 0]
-    not_worse = [f for f in ok if f["serves_more_than_best_single"]
-                 or (f in comparable and f["usd_per_hour"] <= f["best_single_usd_per_hour"] + TOL)]
-    exact_not_worse = [f for f in ok if f["serves_more_than_best_single"]
-                       or (f["same_service_as_best_single"] and f["usd_per_hour"] <= f["best_single_usd_per_hour"] + TOL)]
-    mix = [f for f in ok if f["info"]["need_mix"]]
-    truth_mix = [f for f in ok if truth_needs_mix(f)]
-
-    def strictly_better(f: dict[str, Any]) -> bool:
-        return f["serves_more_than_best_single"] or (f in comparable and f["usd_per_hour"] < f["best_single_usd_per_hour"] - TOL)
-
-    strictly = [f for f in mix if strictly_better(f)]
     return {
         "fleets": len(ok), "errors": len(fleets) - len(ok), "certified": len(cert),
         "eps_correct_goodput": sum(f["eps_correct_goodput"] for f in cert),
@@ -286,33 +334,36 @@ def summarise(fleets: list[dict[str, Any]]) -> dict[str, Any]:
         "false_certificates_table": sum(f["by_truth"]["table"]["false_certificate"] for f in ok if "by_truth" in f),
         "gpu_seconds_ratio_mean": float(np.mean(ratio)) if ratio else None,
         "gpu_seconds_ratio_max": float(np.max(ratio)) if ratio else None,
-        "not_worse_than_best_single": len(not_worse),
-        "not_worse_than_best_single_exact_service": len(exact_not_worse),
-        "need_mix": len(mix), "strictly_better_on_need_mix": len(strictly),
-        # Built to need a mix or not, a fleet needs one when the optimum on its curves beats
-        # every single-type optimum (serves more, or the same for fewer dollars).
-        "truth_needs_mix": len(truth_mix), "strictly_better_on_truth_needs_mix": sum(map(strictly_better, truth_mix)),
-        "built_to_need_mix_truth_does_not": [f["fleet"] for f in mix if f not in truth_mix],
-        "comparable_cost": len(comparable),
-        "mean_saving_vs_best_single": float(np.mean(savings)) if savings else None,
+        "need_mix": sum(bool(f["info"]["need_mix"]) for f in ok),
+        # Each truth's own best single-type fleet (the windows: what the point rule decides on).
+        "cost_vs_single": {truth: cost_summary(ok, truth) for truth in ("table", "curve")},
     }
 
 
-def _not_needed(s: dict[str, Any]) -> str:
-    """The fleets built to need a mix whose optimum on the curves is a single type's (empty when none)."""
-    ks = s.get("built_to_need_mix_truth_does_not") or []
-    if not ks:
-        return ""
-    return f" (built to need one, fleet{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))} {'are' if len(ks) > 1 else 'is'} best served by one type)"
+def _versus(b: dict[str, Any] | None) -> str:
+    """``TYPE $/h`` of the best single-type fleet on one truth, and how its service compares with the decision's."""
+    if b is None:
+        return "n/a"
+    if b["serves_more_than_best_single"]:
+        how = " (serves less)"
+    elif b["same_service_as_best_single"]:
+        how = ""
+    else:
+        how = " (serves more, within ε)" if b.get("within_epsilon_of_best_single") else " (serves more)"
+    return f"{b['best_single']} {b['best_single_usd_per_hour']:.2f}{how}"
 
 
-def _versus(f: dict[str, Any]) -> str:
-    """How the best single-type fleet's service compares with the decision's (nothing when the same)."""
-    if f["serves_more_than_best_single"]:
-        return " (serves less)"
-    if f["same_service_as_best_single"]:
-        return ""
-    return " (serves more, within ε)" if f.get("within_epsilon_of_best_single") else " (serves more)"
+def _cost_sentence(name: str, c: dict[str, Any]) -> str:
+    """One truth's :func:`cost_summary` in words."""
+    ms = c["mean_saving"]
+    not_needed = c["built_not_needed"]
+    aside = (f"; fleet{'s' if len(not_needed) > 1 else ''} {', '.join(map(str, not_needed))}, built to need one, "
+             f"{'are' if len(not_needed) > 1 else 'is'} best served by one type") if not_needed else ""
+    return (f"on the {name}, not above it (or serving more) on {c['not_worse']}/{c['fleets']} "
+            f"({c['not_worse_exact_service']}/{c['fleets']} with the service compared exactly), strictly below it on "
+            f"{c['strictly_better_needs_mix']}/{c['needs_mix']} fleets that need a mix there and on "
+            f"{c['strictly_better_built']}/{c['built_to_need_mix']} built to need one{aside}; mean saving where the service "
+            f"is the same within ε {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({c['comparable']} fleets)")
 
 
 def _yes_no(score: dict[str, Any] | None) -> str:
@@ -331,34 +382,30 @@ def markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = [
         "| fleet | types | need mix | status | mixed GPU-s | Σ single GPU-s | ratio | ε-correct on the windows (goodput / cost) "
-        "| on the curves | $/h | best single | its $/h |",
-        "|---|---|---|---|---:|---:|---:|---|---|---:|---|---:|",
+        "| on the curves | $/h | best single type on the windows ($/h) | on the curves ($/h) |",
+        "|---|---|---|---|---:|---:|---:|---|---|---:|---|---|",
     ]
     for f in res["fleets"]:
         if "error" in f:
-            lines.append(f"| {f['fleet']} | error: {f['error'][:60]} ||||||||||")
+            lines.append(f"| {f['fleet']} | error: {f['error'][:60]} |||||||||||")
             continue
         lines.append(
             f"| {f['fleet']} | {', '.join(f['info']['types'])} | {'yes' if f['info']['need_mix'] else 'no'} | {f['status']} "
             f"| {f['gpu_seconds']:,.0f} | {f['sum_single_gpu_seconds']:,.0f} | {f['gpu_seconds_ratio']:.2f} "
             f"| {_yes_no(f.get('by_truth', {}).get('table'))} | {_yes_no(f)} "
-            f"| {f['usd_per_hour']:.2f} | {f['best_single']}{_versus(f)} "
-            f"| {f['best_single_usd_per_hour']:.2f} |"
+            f"| {f['usd_per_hour']:.2f} | {_versus(vs_single(f, 'table'))} | {_versus(vs_single(f, 'curve'))} |"
         )
-    ms = s["mean_saving_vs_best_single"]
+    cv = s["cost_vs_single"]
     lines += [
         "",
         f"{s['fleets']} fleet{'s' if s['fleets'] != 1 else ''}, {s['certified']} certified. On the windows measured (the point rule's truth): ε-correct "
         f"on goodput {s.get('eps_correct_goodput_table', 'n/a')}, on cost {s.get('eps_correct_cost_table', 'n/a')}; "
         f"false certificates {s.get('false_certificates_table', 'n/a')}. On the noise-free curves: ε-correct on goodput "
         f"{s['eps_correct_goodput']}, on cost {s['eps_correct_cost']}; false certificates {s['false_certificates']}. Profiling GPU-seconds / Σ single-type "
-        f"campaigns: mean {_ratio(s['gpu_seconds_ratio_mean'])}, max {_ratio(s['gpu_seconds_ratio_max'])}. Fleet cost not above the "
-        f"best single-type fleet's (or serving more) on {s['not_worse_than_best_single']}/{s['fleets']}, the service compared "
-        f"within ε as the regret is ({s.get('not_worse_than_best_single_exact_service', 'n/a')}/{s['fleets']} compared exactly); "
-        f"strictly better on {s['strictly_better_on_need_mix']}/{s['need_mix']} fleets built to need a mix "
-        f"and on {s.get('strictly_better_on_truth_needs_mix', 'n/a')}/{s.get('truth_needs_mix', 'n/a')} whose curves need one"
-        f"{_not_needed(s)}; mean $/h saving "
-        f"where the service is the same within ε: {'n/a' if ms is None else f'{100 * ms:.1f} %'} ({s['comparable_cost']} fleets).",
+        f"campaigns: mean {_ratio(s['gpu_seconds_ratio_mean'])}, max {_ratio(s['gpu_seconds_ratio_max'])}.",
+        "",
+        "Fleet cost against the best single-type fleet on the same truth, the service compared within ε as the regret "
+        f"is: {_cost_sentence('windows', cv['table'])}; {_cost_sentence('curves', cv['curve'])}.",
     ]
     if res.get("campaigns_commit"):
         # One commit, or "COMMIT (fleets …); COMMIT (fleets …)" where the runs were gathered across commits.

@@ -173,26 +173,39 @@ def test_the_mixed_study_compares_dollars_when_the_service_is_within_epsilon_of_
     assert not study.versus_best_single((0.994805, 20.0), best, 40.0, 0.01)["within_epsilon"]  # 2 % of demand short
     more = study.versus_best_single((1.0, 21.0), best, 40.0, 0.01)
     assert more["serves_more"] and not more["within_epsilon"]
-    fleets = [{"fleet": 0, "info": {"need_mix": True}, "certified": True, "eps_correct_goodput": True,
-               "eps_correct_cost": True, "false_certificate": False, "gpu_seconds_ratio": 0.5,
-               "usd_per_hour": 53.52, "best_single_usd_per_hour": 56.52, "serves_more_than_best_single": False,
-               "same_service_as_best_single": False, "within_epsilon_of_best_single": True}]
-    s = study.summarise(fleets)
-    assert (s["not_worse_than_best_single"], s["not_worse_than_best_single_exact_service"]) == (1, 0)
-    assert s["strictly_better_on_need_mix"] == 1 and abs(s["mean_saving_vs_best_single"] - 3.0 / 56.52) < 1e-9
 
 
-def test_a_fleet_needs_a_mix_when_its_curves_optimum_beats_every_single_type() -> None:
+def _vs(usd: float, best_usd: float, *, within: bool, same: bool = False, more: bool = False, needs: bool) -> dict:
+    return {"usd_per_hour": usd, "best_single": "h200", "best_single_usd_per_hour": best_usd,
+            "same_service_as_best_single": same, "serves_more_than_best_single": more,
+            "within_epsilon_of_best_single": within, "needs_mix": needs}
+
+
+def test_the_mixed_study_compares_cost_with_the_best_single_type_on_each_truth() -> None:
     study = _mixed_study()
-    single = {"h100": {"min_fulfillment": 1.0, "goodput_rps": 19.903, "usd_per_hour": 49.75},
-              "h200": {"min_fulfillment": 1.0, "goodput_rps": 19.903, "usd_per_hour": 40.86}}
-    rec = {"info": {"need_mix": True}, "single_optima": single, "best_single": "h200",
-           "by_truth": {"curve": {"oracle_service": [1.0, 19.903], "oracle_usd_per_hour": 40.86}}}
-    assert not study.truth_needs_mix(rec)  # built to need one, yet one type serves it all as cheaply
-    rec["by_truth"]["curve"]["oracle_usd_per_hour"] = 38.0
-    assert study.truth_needs_mix(rec)
-    rec["by_truth"]["curve"] = {"oracle_service": [1.0, 20.5], "oracle_usd_per_hour": 60.0}
-    assert study.truth_needs_mix(rec)  # serves more
+    fleets = [
+        # within ε of the best single and cheaper: not worse, strictly better, a saving of 3/56.52
+        {"fleet": 5, "info": {"need_mix": True},
+         "by_truth": {"table": {"vs_single": _vs(53.52, 56.52, within=True, needs=True)},
+                      "curve": {"vs_single": _vs(53.52, 56.52, within=True, needs=True)}}},
+        # built to need a mix, yet one type serves it all as cheaply on the curves; dearer on them
+        {"fleet": 10, "info": {"need_mix": True},
+         "by_truth": {"table": {"vs_single": _vs(40.86, 40.86, within=True, same=True, needs=False)},
+                      "curve": {"vs_single": _vs(66.49, 55.08, within=True, same=True, needs=False)}}},
+    ]
+    table, curve = (study.cost_summary(fleets, t) for t in ("table", "curve"))
+    assert (table["not_worse"], table["not_worse_exact_service"], table["strictly_better_built"]) == (2, 1, 1)
+    assert (curve["not_worse"], curve["needs_mix"], curve["strictly_better_needs_mix"]) == (1, 1, 1)
+    assert curve["built_not_needed"] == [10] and curve["built_to_need_mix"] == 2
+    assert abs(table["mean_saving"] - np.mean([3.0 / 56.52, 0.0])) < 1e-12
+    # a record scored before the windows had a comparison: the curves' at its top level
+    old = {"fleet": 1, "info": {"need_mix": False}, "single_optima": {"h200": {"min_fulfillment": 1.0, "goodput_rps": 2.0,
+           "usd_per_hour": 9.0}}, "best_single": "h200", "usd_per_hour": 8.0, "best_single_usd_per_hour": 9.0,
+           "same_service_as_best_single": True, "serves_more_than_best_single": False,
+           "by_truth": {"curve": {"oracle_service": [1.0, 2.0], "oracle_usd_per_hour": 8.0}}}
+    assert study.vs_single(old, "table") is None
+    assert study.vs_single(old, "curve")["needs_mix"]  # the same service for a dollar less
+    assert study.cost_summary([old], "curve")["strictly_better_needs_mix"] == 1
 
 
 def test_a_card_written_with_a_gpu_axis_has_orthogonal_departures(tmp_path: Path) -> None:
