@@ -58,6 +58,17 @@ def _service(out: Any) -> tuple[float, float]:
     return (round(out.min_fulfillment, 6), round(out.goodput_rps, 6))
 
 
+def _single_service(b: dict[str, Any]) -> tuple[float, float]:
+    """A single-type optimum's (min fulfillment, goodput rps), rounded as :func:`_service`."""
+    return (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
+
+
+def _beats(service: tuple[float, ...], usd: float, best: dict[str, Any]) -> bool:
+    """Whether ``service`` at ``usd`` per hour beats the single-type optimum ``best``: serves more, or the same for fewer dollars."""
+    theirs = _single_service(best)
+    return bool(service > theirs or (service == theirs and usd < best["usd_per_hour"] - TOL))
+
+
 def versus_best_single(service: tuple[float, float], best: dict[str, Any], demand_rps: float,
                        epsilon: float) -> dict[str, bool]:
     """A decision's ``service`` (min fulfillment, goodput rps) against the best single-type fleet's.
@@ -67,7 +78,7 @@ def versus_best_single(service: tuple[float, float], best: dict[str, Any], deman
     the regret measures it (fulfillment absolute, goodput over the total demand
     ``demand_rps``): the tolerance an ε-correct decision is allowed against the optimum.
     """
-    theirs = (round(best["min_fulfillment"], 6), round(best["goodput_rps"], 6))
+    theirs = _single_service(best)
     more = service > theirs
     within = (not more and theirs[0] - service[0] <= epsilon + TOL
               and (theirs[1] - service[1]) / max(demand_rps, TOL) <= epsilon + TOL)
@@ -179,33 +190,29 @@ def against_singles(grid: Any, values: np.ndarray, problem: Any, outcome: Any, u
     best = _best(single)
     b = single[best]
     vs = versus_best_single(_service(outcome), b, float(np.sum(problem.demand)), epsilon)
-    ours, theirs = tuple(oracle["oracle_service"]), (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
     return {
         "single_optima": single, "best_single": best, "best_single_usd_per_hour": b["usd_per_hour"],
         "usd_per_hour": usd, "decision_service": list(_service(outcome)),
         "same_service_as_best_single": vs["same_service"], "serves_more_than_best_single": vs["serves_more"],
         "within_epsilon_of_best_single": vs["within_epsilon"],
-        "needs_mix": bool(ours > theirs or (ours == theirs and oracle["oracle_usd_per_hour"] < b["usd_per_hour"] - TOL)),
+        "needs_mix": _beats(tuple(oracle["oracle_service"]), oracle["oracle_usd_per_hour"], b),
     }
 
 
 def _scored(grid: Any, fleet: Any, truth: np.ndarray, problem: Any, epsilon: float,
-            cr: tuple[np.ndarray, np.ndarray] | None, certified: bool) -> tuple[dict[str, Any], Any]:
+            cr: tuple[np.ndarray, np.ndarray] | None, certified: bool) -> dict[str, Any]:
     """A decision scored on both truths, as the point suite: the windows the campaign replays (what
     the point rule reads, ``table``) and the noise-free curves (``curve``); each with its comparison
-    against the best single-type fleet on that truth (:func:`against_singles`). Also the decision's
-    outcome on the curves."""
+    against the best single-type fleet on that truth (:func:`against_singles`)."""
     from fleetsieve_bayes.allocation.problem import values_from_table
 
     usd = _usd_per_hour(grid, problem, *(cr if cr else (None, None)))
     scores = {}
     for name, values in (("table", values_from_table(grid, fleet.table)), ("curve", truth)):
         sc = _score(grid, values, problem, epsilon, cr, certified)
-        sc["vs_single"] = against_singles(grid, values, problem, sc["outcome"], usd, epsilon, sc)
+        sc["vs_single"] = against_singles(grid, values, problem, sc.pop("outcome"), usd, epsilon, sc)
         scores[name] = sc
-    out = scores["curve"].pop("outcome")
-    scores["table"].pop("outcome")
-    return scores, out
+    return scores
 
 
 def _top_level(scores: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +238,7 @@ def rescore_fleet(old: dict[str, Any], seed: int, work: Path) -> dict[str, Any]:
         return old
     fleet, _, campaign, grid, truth, problem = _fleet_setup(int(old["fleet"]), seed, work)
     cr = cells_from_json(grid, old.get("allocation"))
-    scores, _ = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, bool(old["certified"]))
+    scores = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, bool(old["certified"]))
     return {**old, **_top_level(scores)}
 
 
@@ -245,7 +252,7 @@ def study_fleet(k: int, seed: int, work: Path, jobs: int = 1, max_rounds: int | 
     mixed, *single_results = _run_all([path, *single_paths], seed, jobs)
     cr = cells_from_json(grid, mixed.get("allocation"))
     certified = mixed["status"] in ("certified-feasible", "certified-infeasible")
-    scores, _ = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, certified)
+    scores = _scored(grid, fleet, truth, problem, campaign.epsilon, cr, certified)
     singles = {}
     for g, r in zip(grid.pools, single_results, strict=True):
         singles[g] = {"status": r["status"], "gpu_seconds": r["gpu_seconds"], "usd": r.get("profiling_usd"),
@@ -276,10 +283,7 @@ def vs_single(f: dict[str, Any], truth: str) -> dict[str, Any] | None:
     if block is not None or truth != "curve":
         return block
     curve = f.get("by_truth", {}).get("curve", {})
-    b = f["single_optima"][f["best_single"]]
-    theirs = (round(b["min_fulfillment"], 6), round(b["goodput_rps"], 6))
-    ours = tuple(curve.get("oracle_service", theirs))
-    needs = (ours > theirs or (ours == theirs and curve.get("oracle_usd_per_hour", np.inf) < b["usd_per_hour"] - TOL)
+    needs = (_beats(tuple(curve["oracle_service"]), curve["oracle_usd_per_hour"], f["single_optima"][f["best_single"]])
              if "oracle_service" in curve else bool(f["info"]["need_mix"]))
     return {**{k: f[k] for k in _VS_KEYS if k in f}, "needs_mix": needs}
 
