@@ -219,3 +219,18 @@ def test_a_card_written_with_a_gpu_axis_has_orthogonal_departures(tmp_path: Path
     # a card that says otherwise keeps its word
     p.write_text(card_with_axis(generic.replace("[capacity]", '[capacity]\ntp_departures = "free"', 1), fleet.card_axis))
     assert load_card(p).capacity_tp_departures == "free"
+
+
+def test_the_mixed_study_pools_gpu_seconds_over_fleets_beside_the_mean_ratio() -> None:
+    study = _mixed_study()
+
+    def fleet(k: int, mixed: float, singles: float) -> dict:
+        return {"fleet": k, "gpu_seconds": mixed, "sum_single_gpu_seconds": singles, "gpu_seconds_ratio": mixed / singles,
+                "certified": False, "false_certificate": False, "info": {"need_mix": False},
+                "by_truth": {t: {"vs_single": _vs(50.0, 50.0, within=True, same=True, needs=False),
+                                 "false_certificate": False} for t in ("table", "curve")}}
+
+    s = study.summarise([fleet(0, 9_000.0, 10_000.0), fleet(1, 10_000.0, 40_000.0)])
+    assert s["gpu_seconds_ratio_mean"] == (0.9 + 0.25) / 2
+    assert s["gpu_seconds_ratio_pooled"] == 19_000.0 / 50_000.0  # the large fleet weighs more
+    assert s["gpu_seconds_ratio_over_0_6"] == 1
