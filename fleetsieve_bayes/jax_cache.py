@@ -1,4 +1,6 @@
-"""A persistent JAX compilation cache, switched on by the command line (:func:`fleetsieve_bayes.cli.main`).
+"""JAX's compiled programs: a persistent cache on disk, and a bound on those held in memory.
+
+A persistent JAX compilation cache is switched on by the command line (:func:`fleetsieve_bayes.cli.main`).
 
 Every `run` invocation (and every resume after a kill) would otherwise
 recompile the NUTS sampler, the allocator and the acquisition kernel — tens of
@@ -21,6 +23,17 @@ host is the one that built it and the program loads and runs (jax-ml/jax#38445).
 reads what it logs; where it raises that false alarm, the cache stays on and
 XLA's C++ log keeps only FATAL lines for the process (a campaign's stderr is
 for its own messages). ``FLEETSIEVE_JAX_CACHE=off`` keeps XLA's full log.
+
+Each program XLA compiles for the CPU keeps about three memory mappings of its
+own until JAX drops it, and Linux refuses a process more mappings than
+``vm.max_map_count`` (65,530 by default): past that, the next compile aborts
+the process (``LLVM ERROR: Unable to allocate section memory``). A campaign
+compiles programs of new shapes every round, so a process that runs several
+campaigns (a sweep, a notebook, a benchmark) reaches the limit. The drivers call
+:func:`release_compiled_if_crowded` before each round; it drops JAX's programs
+and every kernel the package keeps built around them (modules that keep one
+register a hook with :func:`on_release`), so the next round traces and compiles
+afresh — from the persistent cache where it is on — and decides the same.
 """
 
 from __future__ import annotations
@@ -30,10 +43,21 @@ import hashlib
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 _done = False
 _quieted = False
+
+# Release the in-memory programs once half the mapping limit is used: the other half is left
+# for the programs of one round, which compiles far fewer than 10,000. Below the half nothing
+# is released, so a single ordinary campaign never recompiles.
+CROWDED_FRACTION = 0.5
+_MAPS = Path("/proc/self/maps")
+_MAX_MAPS = Path("/proc/sys/vm/max_map_count")
+# What higher modules drop with JAX's programs: their caches of kernels built around jitted
+# closures (a kernel that outlived JAX's caches could retrace onto a tracer of its first trace).
+_RELEASE_HOOKS: list[Callable[[], None]] = []
 
 # absl's minimum log level that drops INFO, WARNING and ERROR lines and keeps FATAL ones.
 _ABSL_FATAL_ONLY = 3
@@ -130,3 +154,47 @@ def enable_compilation_cache() -> Path | None:
         _quiet_false_alarm()
         _done = True
     return folder
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """This process's memory mappings and the kernel's limit on them, or None where the
+    system does not say (not Linux, or /proc unreadable)."""
+    try:
+        with _MAPS.open("rb") as f:
+            n = sum(1 for _ in f)
+        limit = int(_MAX_MAPS.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return n, limit
+
+
+def on_release(hook: Callable[[], None]) -> Callable[[], None]:
+    """Register ``hook`` to run when compiled programs are released (a module's kernel
+    cache is emptied there); returns it, so that it can decorate the function."""
+    if hook not in _RELEASE_HOOKS:
+        _RELEASE_HOOKS.append(hook)
+    return hook
+
+
+def release_compiled() -> None:
+    """Drop the package's kernel caches (the :func:`on_release` hooks) and JAX's in-memory
+    compiled programs (``jax.clear_caches``). Later calls trace and compile again."""
+    import gc
+
+    import jax
+
+    for hook in _RELEASE_HOOKS:
+        hook()
+    jax.clear_caches()
+    gc.collect()
+
+
+def release_compiled_if_crowded(fraction: float | None = None) -> bool:
+    """:func:`release_compiled` when this process uses more than ``fraction`` (default
+    :data:`CROWDED_FRACTION`) of its memory-mapping limit; returns whether it did."""
+    maps = memory_maps()
+    share = CROWDED_FRACTION if fraction is None else fraction
+    if maps is None or maps[0] <= share * maps[1]:
+        return False
+    release_compiled()
+    return True

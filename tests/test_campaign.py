@@ -11,17 +11,19 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
 from shipped import load_point
 
+from fleetsieve_bayes import jax_cache
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import (
     grid_from_table,
     values_from_table,
 )
-from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.config import Campaign, load_campaign
 from fleetsieve_bayes.campaign.journal import read_journal
 from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.resources import data_dir
@@ -187,27 +189,56 @@ def test_resume_refuses_another_strategy(shipped_run: tuple[Path, dict], tmp_pat
         run_campaign(load_point(), out, seed=0, strategy="random")
 
 
-def test_tail_feasible_tp8_is_chosen_at_c128(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def c128_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Campaign, dict]:
+    """Chat alone at C128 on the shipped grid: the campaign and its result."""
+    tmp = tmp_path_factory.mktemp("c128")
     df = read_table(GRID)
     only = df[(df["workload"] == "chat") & (df["load"] == "C128")]
-    only.to_csv(tmp_path / "c128.csv", index=False)
+    only.to_csv(tmp / "c128.csv", index=False)
     workloads = """
 [[workloads]]
 name = "chat"
 demand_rps = 12.0
 slo = { success_min = 0.99, ttft_p99_s = 2.0, completion_p99_s = 30.0 }
 """
-    campaign = load_campaign(_campaign_file(tmp_path, table=tmp_path / "c128.csv", workloads=workloads))
-    result = run_campaign(campaign, tmp_path / "out").result
+    campaign = load_campaign(_campaign_file(tmp, table=tmp / "c128.csv", workloads=workloads))
+    return campaign, run_campaign(campaign, tmp / "out").result
+
+
+def test_tail_feasible_tp8_is_chosen_at_c128(c128_run: tuple[Campaign, dict]) -> None:
+    campaign, result = c128_run
     assert result["status"] == "certified-feasible"
     assert result["allocation"]["chat"]["tp"] == 8  # TP4@C128's 46.4 s completion p99 violates 30 s
     # Capacity-only ablation: drop the tail limits and TP4@C128 (11.27 req/s) wins.
+    only = read_table(campaign.measurement.table)
     grid = grid_from_table(only, ("chat",))
     problem = campaign.problem()._replace(
         ttft_max=np.array([np.inf]), completion_max=np.array([np.inf])
     )
     ablation = allocate_milp(grid, values_from_table(grid, only), problem)
     assert grid.tp[ablation.cell[0]] == 4
+
+
+def _decision(result: dict) -> tuple:
+    return (result["status"], result["gpu_seconds"], [(m["workload"], m["tp"], m["load"], m["replicate"]) for m in result["measured"]],
+            {k: (v["tp"], v["load"], v["replicas"]) for k, v in result["allocation"].items()})
+
+
+def test_a_campaign_that_drops_its_compiled_programs_every_round_decides_the_same(
+    c128_run: tuple[Campaign, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    campaign, plain = c128_run
+    calls: list[int] = []
+    clear = jax.clear_caches
+    monkeypatch.setattr(jax_cache, "CROWDED_FRACTION", 0.0)  # every round counts as crowded
+    monkeypatch.setattr(jax, "clear_caches", lambda: (calls.append(1), clear())[1])
+    crowded = run_campaign(campaign, tmp_path / "crowded").result
+    assert len(calls) == len(plain["measured"]) - 1  # before every round after the first window
+    assert _decision(crowded) == _decision(plain)
+    # Fits after the releases still run, and decide as before.
+    monkeypatch.setattr(jax_cache, "CROWDED_FRACTION", 0.5)
+    assert _decision(run_campaign(campaign, tmp_path / "after").result) == _decision(plain)
 
 
 def test_unmeetable_critical_floor_is_certified_infeasible_early(tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.errors import InputError, MeasurementError
 from fleetsieve_bayes.interrupts import check as check_interrupt
+from fleetsieve_bayes.jax_cache import release_compiled_if_crowded
 from fleetsieve_bayes.model.sampling_progress import sampling_progress
 from fleetsieve_bayes.round import (
     Assessment,
@@ -342,6 +343,7 @@ def _drive(ctx: _Context, fl: _Flight, state: CampaignState) -> _Outcome:
             cpu_event = time.process_time()
             t_fit = 0.0
             if fitted_at != n_measured:
+                release_compiled_if_crowded()
                 posterior = _refit(ctx, state, n_measured)
                 fitted_at = n_measured
                 t_fit = time.perf_counter() - t_event

@@ -46,6 +46,7 @@ from fleetsieve_bayes.campaign.setup import CampaignSetup, begin, build_strategy
 from fleetsieve_bayes.campaign.windows import check_window, window_limits
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.interrupts import check as check_interrupt
+from fleetsieve_bayes.jax_cache import release_compiled_if_crowded
 from fleetsieve_bayes.model.sampling_progress import sampling_progress
 from fleetsieve_bayes.round import (
     CampaignState,
@@ -125,6 +126,7 @@ def _drive(
         if state.warm_start is None:
             state = state._replace(warm_start=load_warm_start(out / WARM_START_DIR, before_round=state.round))
         measured = state.measured
+        release_compiled_if_crowded()
         state, rnd = step(state, setup.settings)
         save_warm_start(out / WARM_START_DIR, rnd.posterior, round_no=rnd.round)
         # Persist this round's view for status/report before the record that commits to it.

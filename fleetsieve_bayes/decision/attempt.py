@@ -48,6 +48,7 @@ from fleetsieve_bayes.decision.joint_check import (
     joint_check,
     make_joint_check,
 )
+from fleetsieve_bayes.jax_cache import on_release
 from fleetsieve_bayes.model.converged_fit import fit_certifying
 from fleetsieve_bayes.settings import DecisionSettings
 
@@ -101,6 +102,7 @@ class CertificationAttempt(NamedTuple):
 
 
 _KERNELS: dict[bytes, Any] = {}
+on_release(_KERNELS.clear)  # fleetsieve_bayes.jax_cache.release_compiled
 
 
 def _kernel(grid: CellGrid, problem: AllocationProblem) -> Any:

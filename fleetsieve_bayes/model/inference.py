@@ -53,6 +53,7 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.arviz_import import import_arviz
+from fleetsieve_bayes.jax_cache import on_release
 from fleetsieve_bayes.model import sampling_progress as _progress
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
@@ -570,6 +571,18 @@ def _join_priming() -> None:
 
 
 atexit.register(_join_priming)
+
+
+@on_release
+def _drop_kernels() -> None:
+    """Forget every built kernel (after any compile in flight finishes): the next fit builds,
+    traces and compiles its kernel afresh (:func:`fleetsieve_bayes.jax_cache.release_compiled`).
+    A warm start saved by an earlier fit still applies: its kernel key is rebuilt identical."""
+    _join_priming()
+    _PRIMING.clear()
+    _CACHE.clear()
+    _KERNEL_READY.clear()
+    _WARM_PRIMED.clear()
 
 
 def _retuned_chain(

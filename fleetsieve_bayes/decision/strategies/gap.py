@@ -50,6 +50,7 @@ from fleetsieve_bayes.decision.strategies.base import (
     select_cell,
     unmeasured,
 )
+from fleetsieve_bayes.jax_cache import on_release
 from fleetsieve_bayes.seeds import round_seed
 
 __all__ = [
@@ -72,6 +73,12 @@ EXACT_MAX_CELLS = 64
 RELATED_CELLS = 16
 
 _ACQ_CACHE: list[tuple[CellGrid, AllocationProblem, tuple[Any, ...], Any]] = []
+
+
+@on_release
+def _drop_kernels() -> None:
+    """Forget the built acquisition kernels (:func:`fleetsieve_bayes.jax_cache.release_compiled`)."""
+    _ACQ_CACHE.clear()
 
 
 def shared_acquisition(
