@@ -92,7 +92,8 @@ def loader_false_alarm() -> bool:
     machine-mismatch ERROR (the AVX-512 tuning-flag false alarm).
 
     Builds, serializes and reloads one tiny program with file descriptor 2 sent
-    to a temporary file for the duration, and reads that file. Takes about 0.1 s;
+    to a temporary file for the duration (nothing it logs reaches stderr), and
+    reads that file. Takes about 0.1 s;
     the answer is kept for the process (once the log is quieted, a second probe
     would see nothing).
     """
@@ -102,13 +103,15 @@ def loader_false_alarm() -> bool:
 
     if jax.default_backend() != "cpu":
         return False
-    compiled = jax.jit(lambda x: jnp.sin(x).sum()).lower(jnp.ones(3)).compile()
-    payload, in_tree, out_tree = serialize_executable.serialize(compiled)
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
+            # The compile too: with a cache already on (JAX_COMPILATION_CACHE_DIR), its
+            # programs may come from disk through the same loader.
+            compiled = jax.jit(lambda x: jnp.sin(x).sum()).lower(jnp.ones(3)).compile()
+            payload, in_tree, out_tree = serialize_executable.serialize(compiled)
             serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
         finally:
             sys.stderr.flush()

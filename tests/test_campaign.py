@@ -225,6 +225,7 @@ def _decision(result: dict) -> tuple:
             {k: (v["tp"], v["load"], v["replicas"]) for k, v in result["allocation"].items()})
 
 
+@pytest.mark.slow  # the mechanism, in the default suite: tests/test_jax_memory.py
 def test_a_campaign_that_drops_its_compiled_programs_every_round_decides_the_same(
     c128_run: tuple[Campaign, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,7 +74,7 @@ def test_a_cached_program_loads_quietly_from_the_host_folder(tmp_path: Path) -> 
 def test_a_cache_dir_given_to_jax_itself_is_kept_and_quiet(tmp_path: Path) -> None:
     enable = "from fleetsieve_bayes.jax_cache import enable_compilation_cache\nprint(enable_compilation_cache())"
     code = _PROGRAM.format(enable=enable)
-    env = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxown"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"}
+    env = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxown"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     _run(code, env)
     second = _run(code, env)
     assert Path(second.stdout.split()[0]) == tmp_path / "jaxown"
