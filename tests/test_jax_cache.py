@@ -20,13 +20,17 @@ import os, sys, time
 {enable}
 import jax, jax.numpy as jnp
 def g(x):
-    for i in range(120):
+    for i in range({steps}):
         x = jnp.tanh(x @ x.T * (i + 1)) + jnp.cumsum(x, axis=0)
     return x.sum()
 t = time.perf_counter()
 jax.jit(g).lower(jnp.ones((16, 16))).compile()
 print(time.perf_counter() - t)
 """
+
+
+def _program(enable: str, steps: int = 120) -> str:
+    return _PROGRAM.format(enable=enable, steps=steps)
 
 
 def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -47,11 +51,11 @@ def test_host_key_names_jaxlib_and_is_stable() -> None:
 def test_the_probe_agrees_with_what_a_real_cache_load_logs(tmp_path: Path) -> None:
     """JAX's own cache, no package code: the second process loads what the first stored,
     and logs the loader's mismatch line exactly where the probe says it would."""
-    plain = _PROGRAM.format(enable=(
+    plain = _program((
         "import jax\n"
         f"jax.config.update('jax_compilation_cache_dir', {str(tmp_path / 'raw')!r})\n"
-        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)"
-    ))
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)"
+    ), steps=2)
     _run(plain, {})
     second = _run(plain, {})
     assert ("cpu_aot_loader" in second.stderr) == loader_false_alarm()
@@ -59,7 +63,7 @@ def test_the_probe_agrees_with_what_a_real_cache_load_logs(tmp_path: Path) -> No
 
 def test_a_cached_program_loads_quietly_from_the_host_folder(tmp_path: Path) -> None:
     enable = "from fleetsieve_bayes.jax_cache import enable_compilation_cache\nprint(enable_compilation_cache())"
-    code = _PROGRAM.format(enable=enable)
+    code = _program(enable)
     env = {"FLEETSIEVE_JAX_CACHE": str(tmp_path / "cache")}
     first = _run(code, env)
     second = _run(code, env)
@@ -73,7 +77,7 @@ def test_a_cached_program_loads_quietly_from_the_host_folder(tmp_path: Path) -> 
 
 def test_a_cache_dir_given_to_jax_itself_is_kept_and_quiet(tmp_path: Path) -> None:
     enable = "from fleetsieve_bayes.jax_cache import enable_compilation_cache\nprint(enable_compilation_cache())"
-    code = _PROGRAM.format(enable=enable)
+    code = _program(enable, steps=2)  # every program is kept: any will do
     env = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxown"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     _run(code, env)
     second = _run(code, env)
@@ -83,6 +87,6 @@ def test_a_cache_dir_given_to_jax_itself_is_kept_and_quiet(tmp_path: Path) -> No
 
 def test_off_means_no_cache_and_the_full_log(tmp_path: Path) -> None:
     enable = "from fleetsieve_bayes.jax_cache import enable_compilation_cache\nprint(enable_compilation_cache())"
-    done = _run(_PROGRAM.format(enable=enable), {"FLEETSIEVE_JAX_CACHE": "off", "HOME": str(tmp_path)})
+    done = _run(_program(enable, steps=2), {"FLEETSIEVE_JAX_CACHE": "off", "HOME": str(tmp_path)})
     assert done.stdout.split()[0] == "None"
     assert not (tmp_path / ".cache").exists()
