@@ -759,6 +759,11 @@ def _svi_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> Sv
 
         @jax.jit
         def init(rng: jax.Array, d: ModelData, params: dict[str, jnp.ndarray] | None) -> Any:
+            # The guide keeps the prototype of the trace that first called it, values of that
+            # trace included. A kernel first traced warm (``params`` given: a campaign's later
+            # round, or the first fit of a resumed process) and then cold (a new campaign in
+            # the same process) would start from those stale values: each trace sets up its own.
+            guide.prototype_trace = None
             return svi.init(rng, d, d.observed, init_params=params)
 
         @jax.jit
