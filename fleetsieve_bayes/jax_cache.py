@@ -47,7 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 _done = False
-_quieted = False
 
 # Release the in-memory programs once half the mapping limit is used: the other half is left
 # for the programs of one round, which compiles far fewer than 10,000. Below the half nothing
@@ -93,9 +92,8 @@ def loader_false_alarm() -> bool:
 
     Builds, serializes and reloads one tiny program with file descriptor 2 sent
     to a temporary file for the duration (nothing it logs reaches stderr), and
-    reads that file. Takes about 0.1 s;
-    the answer is kept for the process (once the log is quieted, a second probe
-    would see nothing).
+    reads that file. Takes about 0.1 s; the answer is kept for the process (once
+    the log is quieted, a second probe would see nothing).
     """
     import jax
     import jax.numpy as jnp
@@ -124,14 +122,10 @@ def loader_false_alarm() -> bool:
 
 def _quiet_false_alarm() -> None:
     """Keep only FATAL lines of XLA's C++ log where the cache loader raises its false alarm."""
-    global _quieted
-    if _quieted:
-        return
     if loader_false_alarm():
         from jax._src.lib import utils
 
         utils.absl_set_min_log_level(_ABSL_FATAL_ONLY)
-    _quieted = True
 
 
 def enable_compilation_cache() -> Path | None:
