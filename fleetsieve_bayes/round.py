@@ -236,6 +236,8 @@ class Assessment(NamedTuple):
             out = self.attempt.to_json()
             if self.final is not None and self.attainment_json is not None:
                 out = {**out, "committed": self.attainment_json["committed"]}
+                if self.decision.status in (UNDECIDED, EXHAUSTED):  # the stop's own cell to repeat
+                    out["repeat"] = self.attainment_json["repeat"]
             return out
         return self.attainment_json
 
@@ -533,7 +535,11 @@ def assess(
     final = _final_allocation(state, settings, view, decision, allocate)
     att_json = None
     if view.attainment is not None:
-        att_json = _attainment_state(state, settings, view, final)
+        # A round that stops undecided (or exhausted) with rounds left would have measured
+        # any cell a window could settle: the cell it names is one at its window limit.
+        out_of_rounds = settings.max_rounds is not None and state.round > settings.max_rounds
+        capped_first = decision.status in (UNDECIDED, EXHAUSTED) and not decision.acquire and not out_of_rounds
+        att_json = _attainment_state(state, settings, view, final, capped_first=capped_first)
     return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
 
 
@@ -623,10 +629,12 @@ def _measured_only(state: CampaignState, settings: DecisionSettings, view: Belie
 
 
 def _attainment_state(
-    state: CampaignState, settings: DecisionSettings, view: Belief, final: Allocation | None = None
+    state: CampaignState, settings: DecisionSettings, view: Belief, final: Allocation | None = None,
+    *, capped_first: bool = False,
 ) -> dict[str, Any]:
     """At an attainment level: result.json's committed cells (of ``final`` when the round
-    stops, else of the conservative allocation) and cell to repeat."""
+    stops, else of the conservative allocation) and cell to repeat (``capped_first``:
+    :func:`~fleetsieve_bayes.decision.bounds.cell_to_repeat`'s)."""
     from fleetsieve_bayes.decision.bounds import (
         cell_to_repeat,
         committed_attainment,
@@ -641,7 +649,7 @@ def _attainment_state(
     shown = view.conservative if final is None else final
     committed = shown.committed() if shown.feasible else []
     repeat_cell = cell_to_repeat(_decision_ends(view), att, levels, repeatable(state, settings.max_windows_per_cell),
-                                 counts)
+                                 counts, capped_first=capped_first)
     repeat = None
     if repeat_cell is not None:
         repeat = repeat_entry(grid, repeat_cell, counts, settings.max_windows_per_cell, state.window_limit)

@@ -19,7 +19,7 @@ from fleetsieve_bayes.decision.bounds import Attainment, capped_hopes, settle
 from fleetsieve_bayes.decision.certificate import UNDECIDED
 from fleetsieve_bayes.decision.strategies import make_strategy
 from fleetsieve_bayes.model.joint import window_rows
-from fleetsieve_bayes.round import answer_rule, assess, choose, new_state, record
+from fleetsieve_bayes.round import _attainment_state, answer_rule, assess, choose, new_state, record
 from fleetsieve_bayes.settings import DecisionSettings
 
 X, U, Y, B1, W = 0, 1, 2, 3, 4
@@ -112,3 +112,59 @@ def test_the_campaign_stops_when_only_untestable_hopes_are_left() -> None:
     b = assess(state, conservative, post, attempt_seed=1)
     assert answer_rule(b.decision.status, conservative) == "conservative"
     assert b.final is not None and b.final.committed() == [Y, B1] == b.view.conservative.committed()
+
+
+# A stop with a repeatable hope beside the capped one. Class a: X (4 rps on one GPU,
+# TTFT 0.8 s against 1 s) straddles 0.9 with both its windows held; Y serves 1 rps.
+# Class b needs 5 rps: B1 serves 2 on one GPU; R (TP2, 5 rps, one window of TTFT 4 s
+# against 5 s) straddles and may be measured again. The optimistic fleet X + R leans
+# on both, but R is worth its two GPUs only beside X: read X at its lower bound and the
+# best fleet is 2 × Y + B1 with or without R, so no window of R can close the gap.
+# W (b, unmeasured) misses its TTFT limit: no allocation wants it.
+XC, YC, B1C, RC, WC = 0, 1, 2, 3, 4
+CAPPED = DecisionSettings(slo_attainment=0.9, max_windows_per_cell=2)
+GRID_R = CellGrid(
+    workloads=("a", "b"),
+    workload_idx=np.array([0, 0, 1, 1, 1]),
+    tp=np.array([1, 1, 1, 2, 1]),
+    load=("L2", "L1", "L1", "L3", "L2"),
+    offered_rps=np.array([4.0, 1.0, 2.0, 5.0, 3.0]),
+    duration_s=np.full(5, 300.0),
+)
+CURVE_R = np.array([
+    [4.0, 0.80, 10.0, 0.995],
+    [1.0, 0.30, 5.0, 0.999],
+    [2.0, 1.00, 8.0, 0.999],
+    [5.0, 4.00, 9.0, 0.995],
+    [3.0, 9.00, 9.0, 0.995],
+])
+
+
+def test_a_stop_names_the_capped_hope_not_a_repeat_that_cannot_settle_it() -> None:
+    problem = PROBLEM._replace(demand=np.array([4.0, 5.0]))
+    strategy = make_strategy("fleetsieve", GRID_R, problem, CAPPED, seed=3, n_fantasies=16)
+    state = new_state(GRID_R, problem, None, None, strategy, seed=3)
+    keys = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
+    cells = [XC, YC, B1C, RC, XC]
+    for i, c in enumerate(cells):
+        row = {**dict(zip(keys, map(float, CURVE_R[c]), strict=True)), "duration_s": 300.0, "tp": int(GRID_R.tp[c])}
+        state = record(state, c, row, phase="design", repeat=i == 4)
+    rng = np.random.default_rng(0)
+    latent = CURVE_R[None] * np.exp(np.array([0.02, 0.08, 0.05, 0.0]) * rng.normal(size=(N_DRAWS, 5, 4)))
+    latent[..., 3] = CURVE_R[None, :, 3]
+    post = _Post(latent, np.tile([0.02, 0.08, 0.08, 0.3], (N_DRAWS, 1)),
+                 np.tile([0.01, 0.1, 0.1, 0.3, 0.03, 1.5], (N_DRAWS, 5, 1)),
+                 window_rows(CURVE_R[cells], np.array(cells), np.ones(5, bool)))
+    a = assess(state, CAPPED, post, attempt_seed=1)
+    att = a.view.attainment
+    for c in (XC, RC):  # both hopes straddle their level; only R may be measured again
+        assert att.lo[c] < 0.9 <= att.hi[c]
+    assert state.windows.tolist() == [2, 1, 1, 1, 0]
+    assert a.view.optimistic.committed() == [XC, RC] and a.view.conservative.committed() == [YC, B1C]
+    assert a.settled == (XC,) and a.acting_view.optimistic.committed() == [YC, B1C]
+    assert not a.decision.acquire and a.decision.status == UNDECIDED
+    rep = a.attainment_json["repeat"]
+    assert (rep["workload"], rep["load"], rep["windows"], rep["limit"]) == ("a", "L2", 2, 2)
+    # While the campaign goes on, the cell to repeat is one it may still measure.
+    going = _attainment_state(state, CAPPED, a.view)
+    assert (going["repeat"]["workload"], going["repeat"]["windows"]) == ("b", 1)

@@ -426,7 +426,8 @@ def committed_attainment(
 
 
 def cell_to_repeat(
-    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray, windows: np.ndarray
+    committed: list[int], attainment: Attainment, levels: np.ndarray, repeatable: np.ndarray, windows: np.ndarray,
+    *, capped_first: bool = False,
 ) -> int | None:
     """The committed cell a repeat would help most: the one whose attainment's
     lower bound falls furthest below its level while its upper bound reaches it
@@ -437,11 +438,15 @@ def cell_to_repeat(
         repeatable: bool ``(n_cells,)`` cells that may be measured again now (:func:`repeatable_mask`).
         windows: int ``(n_cells,)`` windows held of each cell: a cell never measured
             (or measured without running) is no cell to *repeat*.
+        capped_first: prefer the cells that may NOT be measured again: what a campaign
+            that stopped undecided with rounds left names, since it would have measured
+            any repeatable cell that could settle its decision; what holds the decision
+            open is then a cell at its window limit (:func:`capped_hopes`).
     """
     short = [c for c in committed if _straddles(c, attainment, levels, windows)]
     if not short:
         return None
-    short.sort(key=lambda c: (not bool(repeatable[c]), float(attainment.lo[c] - levels[c])))
+    short.sort(key=lambda c: (bool(repeatable[c]) == capped_first, float(attainment.lo[c] - levels[c])))
     return int(short[0])
 
 
