@@ -150,7 +150,7 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "saturation.class_sd": 0.0,
     "utilisation.exponent_median": 2.0,
     "utilisation.exponent_log_sd": 0.35,
-    "utilisation.class_sd": 0.0,  # one gamma for all classes (docs/results.md, "Per-class congestion exponent")
+    "utilisation.class_sd": 0.0,
     "ttft.base_median_s": 0.5,
     "ttft.base_log_sd": 1.5,
     "ttft.class_sd": 0.5,
