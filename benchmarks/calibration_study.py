@@ -179,8 +179,7 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
 
 def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float,
                      tp_sd: tuple[float, float, float] | None = None, burst: tuple[float, float, float] | None = None,
-                     exponent: tuple[float, float] | None = None,
-                     exponent_base: tuple[float, float] | None = None) -> dict:
+                     exponent_class_sd: float | None = None) -> dict:
     """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones,
     and what the conservative table at ``level`` admits (:func:`admission_scores`).
 
@@ -189,10 +188,9 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     departures (``[capacity]``, ``[ttft]`` and ``[completion]`` ``tp_sd``) all
     at 0 (the summary's own keys) and set to it (``"tp_sd"``, the same form). With ``burst`` ``(burst_probability,
     burst_logit_sd, burst_class_sd)``, likewise with the card's ``[window]``
-    burst prior set to it (``"burst"``). With ``exponent`` ``(exponent_log_sd,
-    class_sd)``, likewise with the card's ``[utilisation]`` prior of the congestion
-    exponent set to it (``"exponent"``); ``exponent_base`` sets the first fit's
-    (default: the card's own).
+    burst prior set to it (``"burst"``). With ``exponent_class_sd``, the card's
+    congestion exponent shared by all classes (``[utilisation] class_sd`` 0, the
+    summary's own keys) beside one per class of that spread (``"exponent"``).
     """
     import dataclasses
     import tempfile
@@ -204,13 +202,11 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     generic = load_card("generic")
     if tp_sd is not None:  # the study compares departures with none, whatever the card ships
         generic = dataclasses.replace(generic, capacity_tp_sd=0.0, ttft_tp_sd=0.0, completion_tp_sd=0.0)
-    if exponent_base is not None:
-        generic = dataclasses.replace(generic, utilisation_exponent_log_sd=exponent_base[0],
-                                      utilisation_class_sd=exponent_base[1])
+    if exponent_class_sd is not None:  # likewise: one exponent for all against one per class
+        generic = dataclasses.replace(generic, utilisation_class_sd=0.0)
     cards = {"generic": generic}
-    if exponent is not None:
-        cards["exponent"] = dataclasses.replace(generic, utilisation_exponent_log_sd=exponent[0],
-                                                utilisation_class_sd=exponent[1])
+    if exponent_class_sd is not None:
+        cards["exponent"] = dataclasses.replace(generic, utilisation_class_sd=exponent_class_sd)
     if tp_sd is not None:
         cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd[0], ttft_tp_sd=tp_sd[1], completion_tp_sd=tp_sd[2])
     if burst is not None:
@@ -247,9 +243,9 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
         out["tp_sd"] = {"value": value, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
     if burst is not None:
         out["burst"] = {"value": list(burst), **_attainment_summary(runs["burst"], fleets, windows, share)}
-    out["card_exponent"] = [generic.utilisation_exponent_log_sd, generic.utilisation_class_sd]
-    if exponent is not None:
-        out["exponent"] = {"value": list(exponent), **_attainment_summary(runs["exponent"], fleets, windows, share)}
+    if exponent_class_sd is not None:
+        out["exponent"] = {"value": exponent_class_sd,
+                           **_attainment_summary(runs["exponent"], fleets, windows, share)}
     return out
 
 
@@ -415,12 +411,8 @@ def published_table(res: dict) -> str:
                 f"| with margins | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |", ""]
     if "attainment" in res:
         a = res["attainment"]
-        if "tp_sd" in a:
-            base = "generic without departures (tp_sd 0)"
-        elif "exponent" in a:
-            base = "generic, exponent log sd {:g}, class sd {:g}".format(*a["card_exponent"])
-        else:
-            base = "generic"
+        base = ("generic without departures (tp_sd 0)" if "tp_sd" in a
+                else "generic, one exponent (utilisation class_sd 0)" if "exponent" in a else "generic")
         fits = [(base, a)]
         if "tp_sd" in a:
             v = a["tp_sd"]["value"]
@@ -430,7 +422,7 @@ def published_table(res: dict) -> str:
             p, sd, csd = a["burst"]["value"]
             fits.append((f"generic, burst prior {p:g} (logit sd {sd:g}, class sd {csd:g})", a["burst"]))
         if "exponent" in a:
-            fits.append(("generic, exponent log sd {:g}, class sd {:g}".format(*a["exponent"]["value"]),
+            fits.append((f"generic, an exponent per class (utilisation class_sd {a['exponent']['value']:g})",
                          a["exponent"]))
         out += [f"SLO attainment on noisy synthetic fleets ({a['fleets']} fleets, {a['share_measured']:.0%} of cells "
                 f"measured, a third of them {a['windows']} times, {level:.0%} intervals), each card fitted to the "
@@ -471,19 +463,6 @@ def _burst(text: str | None) -> tuple[float, float, float] | None:
     return parts[0], parts[1], parts[2]
 
 
-def _pair(text: str | None, flag: str) -> tuple[float, float] | None:
-    """``LOG_SD,CLASS_SD`` as two non-negative floats (None when not given)."""
-    if text is None:
-        return None
-    try:
-        a, b = (float(x) for x in text.split(","))
-    except ValueError:
-        raise SystemExit(f"{flag}: expected LOG_SD,CLASS_SD (two numbers), got {text!r}") from None
-    if a <= 0 or b < 0:
-        raise SystemExit(f"{flag}: expected LOG_SD > 0 and CLASS_SD >= 0, got {text!r}")
-    return a, b
-
-
 def _tp_sd(text: str | None) -> tuple[float, float, float] | None:
     """``--tp-sd``: one sd for capacity, TTFT and completion, or three comma-separated."""
     if text is None:
@@ -515,11 +494,9 @@ def main() -> None:
     ap.add_argument("--burst", default=None, metavar="P,SD,CLASS_SD",
                     help="attainment: also fit every fleet with the generic card's [window] burst prior set to "
                     "burst_probability,burst_logit_sd,burst_class_sd (e.g. 0.05,1.0,0.5)")
-    ap.add_argument("--exponent", default=None, metavar="LOG_SD,CLASS_SD",
-                    help="attainment: also fit every fleet with the card's [utilisation] prior of the congestion "
-                    "exponent set to exponent_log_sd,class_sd (class_sd > 0: one exponent per class)")
-    ap.add_argument("--exponent-base", default=None, metavar="LOG_SD,CLASS_SD",
-                    help="attainment: the first fit's [utilisation] exponent_log_sd,class_sd (default: the card's)")
+    ap.add_argument("--exponent-class-sd", type=float, default=None, metavar="SD",
+                    help="attainment: also fit every fleet with a congestion exponent per class ([utilisation] "
+                    "class_sd = SD) beside one shared by all classes")
     ap.add_argument("--from", dest="source", type=Path, default=None,
                     help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
     ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
@@ -539,8 +516,7 @@ def main() -> None:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
         res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share,
-                                             _tp_sd(args.tp_sd), _burst(args.burst), _pair(args.exponent, "--exponent"),
-                                             _pair(args.exponent_base, "--exponent-base"))
+                                             _tp_sd(args.tp_sd), _burst(args.burst), args.exponent_class_sd)
     if "campaign" in studies:
         res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:
