@@ -178,8 +178,7 @@ def sbc(grid: CellGrid, preset: str, level: float, fleets: int, extra: int, seed
 
 
 def attainment_study(preset: str, level: float, fleets: int, seed: int, windows: int, share: float,
-                     tp_sd: tuple[float, float, float] | None = None, burst: tuple[float, float, float] | None = None,
-                     exponent_class_sd: float | None = None) -> dict:
+                     tp_sd: tuple[float, float, float] | None = None, burst: tuple[float, float, float] | None = None) -> dict:
     """Noisy synthetic fleets: attainment of measured cells and tails of unmeasured ones,
     and what the conservative table at ``level`` admits (:func:`admission_scores`).
 
@@ -188,9 +187,7 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     departures (``[capacity]``, ``[ttft]`` and ``[completion]`` ``tp_sd``) all
     at 0 (the summary's own keys) and set to it (``"tp_sd"``, the same form). With ``burst`` ``(burst_probability,
     burst_logit_sd, burst_class_sd)``, likewise with the card's ``[window]``
-    burst prior set to it (``"burst"``). With ``exponent_class_sd``, the card's
-    congestion exponent shared by all classes (``[utilisation] class_sd`` 0, the
-    summary's own keys) beside one per class of that spread (``"exponent"``).
+    burst prior set to it (``"burst"``).
     """
     import dataclasses
     import tempfile
@@ -202,11 +199,7 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
     generic = load_card("generic")
     if tp_sd is not None:  # the study compares departures with none, whatever the card ships
         generic = dataclasses.replace(generic, capacity_tp_sd=0.0, ttft_tp_sd=0.0, completion_tp_sd=0.0)
-    if exponent_class_sd is not None:  # likewise: one exponent for all against one per class
-        generic = dataclasses.replace(generic, utilisation_class_sd=0.0)
     cards = {"generic": generic}
-    if exponent_class_sd is not None:
-        cards["exponent"] = dataclasses.replace(generic, utilisation_class_sd=exponent_class_sd)
     if tp_sd is not None:
         cards["tp_sd"] = dataclasses.replace(generic, capacity_tp_sd=tp_sd[0], ttft_tp_sd=tp_sd[1], completion_tp_sd=tp_sd[2])
     if burst is not None:
@@ -243,9 +236,6 @@ def attainment_study(preset: str, level: float, fleets: int, seed: int, windows:
         out["tp_sd"] = {"value": value, **_attainment_summary(runs["tp_sd"], fleets, windows, share)}
     if burst is not None:
         out["burst"] = {"value": list(burst), **_attainment_summary(runs["burst"], fleets, windows, share)}
-    if exponent_class_sd is not None:
-        out["exponent"] = {"value": exponent_class_sd,
-                           **_attainment_summary(runs["exponent"], fleets, windows, share)}
     return out
 
 
@@ -411,9 +401,7 @@ def published_table(res: dict) -> str:
                 f"| with margins | {s['coverage']:.3f} | {pm} | {s['coverage_fleet_min']:.2f} | | |", ""]
     if "attainment" in res:
         a = res["attainment"]
-        base = ("generic without departures (tp_sd 0)" if "tp_sd" in a
-                else "generic, one exponent (utilisation class_sd 0)" if "exponent" in a else "generic")
-        fits = [(base, a)]
+        fits = [("generic without departures (tp_sd 0)" if "tp_sd" in a else "generic", a)]
         if "tp_sd" in a:
             v = a["tp_sd"]["value"]
             label = f"{v:g}" if isinstance(v, (int, float)) else "{:g} / {:g} / {:g} (capacity / TTFT / completion)".format(*v)
@@ -421,9 +409,6 @@ def published_table(res: dict) -> str:
         if "burst" in a:
             p, sd, csd = a["burst"]["value"]
             fits.append((f"generic, burst prior {p:g} (logit sd {sd:g}, class sd {csd:g})", a["burst"]))
-        if "exponent" in a:
-            fits.append((f"generic, an exponent per class (utilisation class_sd {a['exponent']['value']:g})",
-                         a["exponent"]))
         out += [f"SLO attainment on noisy synthetic fleets ({a['fleets']} fleets, {a['share_measured']:.0%} of cells "
                 f"measured, a third of them {a['windows']} times, {level:.0%} intervals), each card fitted to the "
                 "same windows:", "",
@@ -494,9 +479,6 @@ def main() -> None:
     ap.add_argument("--burst", default=None, metavar="P,SD,CLASS_SD",
                     help="attainment: also fit every fleet with the generic card's [window] burst prior set to "
                     "burst_probability,burst_logit_sd,burst_class_sd (e.g. 0.05,1.0,0.5)")
-    ap.add_argument("--exponent-class-sd", type=float, default=None, metavar="SD",
-                    help="attainment: also fit every fleet with a congestion exponent per class ([utilisation] "
-                    "class_sd = SD) beside one shared by all classes")
     ap.add_argument("--from", dest="source", type=Path, default=None,
                     help="campaign: a profiling_cost.py --noisy JSON (or --partial JSONL) to score instead of running")
     ap.add_argument("--jobs", type=int, default=1, help="campaign: worker processes")
@@ -516,7 +498,7 @@ def main() -> None:
         res["loo_tp"] = loo_tp(grid, obs, args.preset, args.level)
     if "attainment" in studies:
         res["attainment"] = attainment_study(args.preset, args.level, args.fleets, args.seed, args.windows, args.share,
-                                             _tp_sd(args.tp_sd), _burst(args.burst), args.exponent_class_sd)
+                                             _tp_sd(args.tp_sd), _burst(args.burst))
     if "campaign" in studies:
         res["campaign"] = campaign_study(args.level, args.fleets, args.seed, args.source, args.jobs)
     if "sbc" in studies:

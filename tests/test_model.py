@@ -129,41 +129,6 @@ def test_a_zero_class_spread_shares_one_sharpness(grid_obs):
     assert pred["class_z"].shape == (10, grid.n_classes, 13) and class_param_count(card) == 13
 
 
-@pytest.mark.parametrize(("saturation_sd", "utilisation_sd"), [(0.0, 0.4), (0.5, 0.4)])
-def test_the_exponent_is_per_class_with_the_cards_spread(grid_obs, saturation_sd, utilisation_sd):
-    """``[utilisation] class_sd > 0``: the congestion exponent γ is a class-level
-    parameter (log ratio between two classes of prior sd √2 · class_sd, around the
-    card's median), its own column of ``class_z`` after the per-class sharpness's,
-    and each class's tails below saturation follow its own γ."""
-    import dataclasses
-    import math
-
-    from fleetsieve_bayes.model.joint import class_columns, latent_metrics
-
-    grid, obs = grid_obs
-    data = model_data(grid, obs, np.zeros(grid.n_cells, bool))
-    card = dataclasses.replace(load_card("dense-8b-bf16-h100"), saturation_class_sd=saturation_sd,
-                               utilisation_class_sd=utilisation_sd)
-    cols = class_columns(card)
-    assert cols[-1] == "log_exponent_dev" and len(cols) == 14 + (saturation_sd > 0)
-    assert ("log_sharpness_dev" in cols) == (saturation_sd > 0)
-    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=4000)(jax.random.PRNGKey(5), data)
-    g = np.log(np.asarray(pred["exponent"]))
-    assert g.shape == (4000, grid.n_classes) and pred["class_z"].shape[-1] == len(cols)
-    assert np.std(g[:, 0] - g[:, 1]) == pytest.approx(math.sqrt(2) * utilisation_sd, rel=0.08)
-    assert np.median(g) == pytest.approx(math.log(card.utilisation_exponent_median), abs=0.05)
-    # One draw's parameters with class 0's γ raised: only class 0's tails move, and
-    # below saturation a larger γ lowers them (ρ^γ is smaller).
-    params = {k: np.asarray(v)[0] for k, v in pred.items() if k not in ("y", "latent", "capacity")}
-    base, cap = latent_metrics(params, data)
-    params["exponent"] = params["exponent"] * np.array([2.0] + [1.0] * (grid.n_classes - 1))
-    moved, _ = latent_metrics(params, data)
-    w = np.asarray(data.widx)
-    below = np.asarray(np.exp(data.log_offered)) < 0.9 * np.asarray(cap)
-    assert np.array_equal(np.asarray(moved)[w != 0], np.asarray(base)[w != 0])
-    assert np.all(np.asarray(moved)[(w == 0) & below, 1:3] < np.asarray(base)[(w == 0) & below, 1:3])
-
-
 def test_overload_is_per_class_around_a_family_level(grid_obs):
     """Each class has its own Ω per tail metric: log Ω is the family's
     (median :data:`OVERLOAD_LOG_MEDIAN`, sd :data:`OVERLOAD_LOG_SD`) plus a

@@ -200,10 +200,6 @@ def test_the_attainment_study_tabulates_admission_for_each_card() -> None:
     assert calibration_study._burst("0.05,1.0,0.5") == (0.05, 1.0, 0.5) and calibration_study._burst(None) is None
     with pytest.raises(SystemExit, match="three numbers"):
         calibration_study._burst("0.05,1.0")
-    b = {**card(18, 0), "fleets": 4, "share_measured": 0.5, "windows": 3, "exponent": {"value": 0.4, **card(20, 0)}}
-    md = calibration_study.published_table({"level": 0.9, "attainment": b})
-    assert "| generic, one exponent (utilisation class_sd 0) | 18 of 25 | 0 | 1 of 4 | 0 |" in md
-    assert "| generic, an exponent per class (utilisation class_sd 0.4) | 20 of 25 | 0 | 1 of 4 | 0 |" in md
 
 
 def test_an_exhausted_campaign_at_a_level_reads_its_measured_cells_at_the_level(tmp_path: Path) -> None:

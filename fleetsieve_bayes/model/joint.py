@@ -164,7 +164,6 @@ _CLASS_PARAMS = (
     "log_ttft_overload_dev",
     "log_completion_overload_dev",
     "log_sharpness_dev",
-    "log_exponent_dev",
 )
 # Tail congestion term (see :func:`congestion`): ρ^γ is capped smoothly at
 # 1 - RHO_GAP, so -log(1 - ρ_s) ≤ -log(RHO_GAP) ≈ 3 (tails × e^{3β} at most from
@@ -916,7 +915,7 @@ def latent_metrics(
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Deterministic part of the model: ``(latent (n_cells, 4), capacity (n_cells,))``
     from class-level parameters (each ``(n_classes,)`` or ``(n_classes, 2)``,
-    ``overload`` among them) and globals (``sharpness``, ``exponent``: scalars, or ``(n_classes,)`` per class,
+    ``overload`` among them) and globals (``sharpness``, ``exponent`` scalars,
     ``tail_slope (2,)``). Without ``overload`` the tails grow past saturation as
     a power ``β`` of ``ρ``.
     ``tail_elasticity (n_classes, 2)`` is optional (default 0: tails flat in the
@@ -932,10 +931,7 @@ def latent_metrics(
         k = k[w]
     log_thr = -jnp.logaddexp(-k * data.log_offered, -k * log_cap) / k
     log_rho = data.log_offered - log_cap
-    gamma = params["exponent"]
-    if jnp.ndim(gamma) == 1:  # per class ([utilisation] class_sd > 0); a scalar is shared
-        gamma = gamma[w]
-    h_queue, h_succ = congestion(log_rho, gamma)
+    h_queue, h_succ = congestion(log_rho, params["exponent"])
     u_mid = 0.5 * (data.u_lo + data.u_hi)
     log_tails = (
         params["tail_base"][w]
@@ -1044,17 +1040,10 @@ def trend_free(u: jnp.ndarray) -> jnp.ndarray:
     return jnp.eye(n) - q @ q.T
 
 
-def class_columns(card: PriorCard) -> tuple[str, ...]:
-    """The columns of ``class_z``: :data:`_CLASS_PARAMS`, less the per-class sharpness
-    when the card's ``[saturation] class_sd`` is 0 (one sharpness shared by all classes)
-    and the per-class exponent when ``[utilisation] class_sd`` is 0 (one ``γ``)."""
-    on = {"log_sharpness_dev": card.saturation_class_sd > 0, "log_exponent_dev": card.utilisation_class_sd > 0}
-    return tuple(name for name in _CLASS_PARAMS if on.get(name, True))
-
-
 def class_param_count(card: PriorCard) -> int:
-    """The number of :func:`class_columns`."""
-    return len(class_columns(card))
+    """Columns of ``class_z``: :data:`_CLASS_PARAMS`, less the per-class sharpness
+    when the card's ``[saturation] class_sd`` is 0 (one sharpness shared by all classes)."""
+    return len(_CLASS_PARAMS) - (0 if card.saturation_class_sd > 0 else 1)
 
 
 def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1093,7 +1082,6 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             0.0,  # overload (ttft, completion): the family level is the global site's
             0.0,
             0.0,  # sharpness: the family level is the global site's
-            0.0,  # exponent: likewise
         ]
     )
     tau = np.array(
@@ -1112,7 +1100,6 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             OVERLOAD_CLASS_SD,
             OVERLOAD_CLASS_SD,
             c.saturation_class_sd,
-            c.utilisation_class_sd,
         ]
     )
     loc = np.array(
@@ -1131,11 +1118,10 @@ def class_prior(card: PriorCard, n_classes: int) -> tuple[np.ndarray, np.ndarray
             0.0,  # a class's departure from the family's overload
             0.0,
             0.0,  # a class's departure from the global sharpness
-            0.0,  # ... and from the global exponent
         ]
     )
-    cols = [_CLASS_PARAMS.index(name) for name in class_columns(c)]
-    sd, tau, loc = sd[cols], tau[cols], loc[cols]
+    n_params = class_param_count(c)
+    sd, tau, loc = sd[:n_params], tau[:n_params], loc[:n_params]
     ones = np.ones((n_classes, n_classes))
     eye = np.eye(n_classes)
     chol = np.stack([np.linalg.cholesky(s * s * ones + t * t * eye) for s, t in zip(sd, tau, strict=True)])
@@ -1150,29 +1136,23 @@ def _global_sites(c: PriorCard, theta: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
         theta: ``(n_classes, class_param_count)`` the class parameters.
 
     Returns ``sharpness`` (scalar, or ``(n_classes,)`` with a saturation class sd),
-    ``exponent`` (scalar, or ``(n_classes,)`` with a utilisation class sd), ``tail_slope (2,)``, ``overload (n_classes, 2)`` and
+    ``exponent`` (scalar), ``tail_slope (2,)``, ``overload (n_classes, 2)`` and
     ``noise (4,)``.
     """
     # Globals: log sharpness, log exponent, ttft slope, completion slope,
     # log overload of ttft and of completion.
     g_loc, g_sd = _global_prior(c)
     g = numpyro.sample("global", dist.Normal(g_loc, g_sd).to_event(1))
-    cols = class_columns(c)
     if c.saturation_class_sd > 0:
         # Per class: closed-loop load (N requests in flight) may saturate more
         # gradually than open-loop rates. Off by default (class_sd = 0): on the
         # hard suite (class_sd 0.5) it helps a fleet whose classes pin their own
         # sharpness, and where no class does it slows the certifying chains on
         # more fleets than it helps (a higher mean floor ratio than shared).
-        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, cols.index("log_sharpness_dev")]))
+        sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0] + theta[:, 13]))
     else:
         sharpness = numpyro.deterministic("sharpness", jnp.exp(g[0]))
-    if c.utilisation_class_sd > 0:
-        # Per class: one class's tails stay flat until close to saturation, another's
-        # rise early (docs/results.md, "Per-class congestion exponent").
-        exponent = numpyro.deterministic("exponent", jnp.exp(g[1] + theta[:, cols.index("log_exponent_dev")]))
-    else:
-        exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
+    exponent = numpyro.deterministic("exponent", jnp.exp(g[1]))
     tail_slope = numpyro.deterministic("tail_slope", g[2:4])
     overload = numpyro.deterministic("overload", jnp.exp(g[4:6] + theta[:, 11:13]))
 
@@ -1198,7 +1178,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
             cell (prior / posterior prediction).
 
     Sample sites (three, all vector-valued: a small program compiles fast):
-    ``class_z (n_classes, 13 to 15)`` standard normal (columns :func:`class_columns`,
+    ``class_z (n_classes, 13 or 14)`` standard normal (columns :data:`_CLASS_PARAMS`,
     mapped through :func:`class_prior`), ``global (6,)`` (log sharpness, log
     exponent, ttft slope, completion slope, the family's log overload of ttft
     and of completion), ``noise_raw (4,)`` and the observed

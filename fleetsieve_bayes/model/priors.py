@@ -57,9 +57,7 @@ Fields (section.key — meaning):
   ``(offered^-k + capacity^-k)^(-1/k)``; ``sharpness_median`` and
   ``sharpness_log_sd`` give the log-normal prior of ``k``.
 ``[utilisation]`` — ``exponent_median``, ``exponent_log_sd``: log-normal prior
-  of ``γ`` (the power of ``ρ`` in both congestion terms); ``class_sd``: spread of
-  log ``γ`` between classes (0: one ``γ`` for all; > 0: per class, a tail that
-  stays flat until close to saturation beside one that rises early).
+  of ``γ`` (the power of ``ρ`` in both congestion terms).
 ``[ttft]`` and ``[completion]`` — tail latency (p99, seconds):
   ``log L = base + slope (u - u_mid) + elasticity · (log λ - log λ_ref) + blowup · h_tail(ρ)``.
   ``base_median_s`` — p99 at the class's reference load (the median offered
@@ -150,7 +148,6 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "saturation.class_sd": 0.0,
     "utilisation.exponent_median": 2.0,
     "utilisation.exponent_log_sd": 0.35,
-    "utilisation.class_sd": 0.0,
     "ttft.base_median_s": 0.5,
     "ttft.base_log_sd": 1.5,
     "ttft.class_sd": 0.5,
@@ -250,7 +247,7 @@ _CHOICES = {"capacity.tp_departures": ("free", "orthogonal")}
 # Lists of TP degrees (positive integers), stored as sorted tuples.
 _TP_LISTS = {"feasibility.checked_tp", "feasibility.infeasible_tp", "derivation.tp"}
 # Fields that may be 0 (0 switches the per-class spread off).
-_NON_NEGATIVE = {"saturation.class_sd", "utilisation.class_sd", "capacity.tp_sd", "ttft.tp_sd", "completion.tp_sd"}
+_NON_NEGATIVE = {"saturation.class_sd", "capacity.tp_sd", "ttft.tp_sd", "completion.tp_sd"}
 # Fields that must be > 0 (scales, medians); the rest may be any finite number.
 _REAL = {
     "ttft.slope_per_log2tp",
@@ -294,7 +291,6 @@ class PriorCard:
     saturation_class_sd: float
     utilisation_exponent_median: float
     utilisation_exponent_log_sd: float
-    utilisation_class_sd: float
     ttft_base_median_s: float
     ttft_base_log_sd: float
     ttft_class_sd: float
