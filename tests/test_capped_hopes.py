@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from test_repeat_choice import PROBLEM, _Post  # the same two classes' demands and SLOs
 
-from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
 from fleetsieve_bayes.decision.bounds import Attainment, capped_hopes, settle
 from fleetsieve_bayes.decision.certificate import UNDECIDED
 from fleetsieve_bayes.decision.strategies import make_strategy
@@ -43,21 +43,25 @@ CURVE = np.array([
 ])
 
 
-def _state(curve: np.ndarray, measured: list[int]):
-    strategy = make_strategy("fleetsieve", GRID, PROBLEM, SETTINGS, seed=3, n_fantasies=16)
-    state = new_state(GRID, PROBLEM, None, None, strategy, seed=3)
+def _state(curve: np.ndarray, measured: list[int], grid: CellGrid = GRID, problem: AllocationProblem = PROBLEM,
+           settings: DecisionSettings = SETTINGS):
+    """The state after one window of each cell in ``measured`` (a cell listed again: a
+    repeat, its window the same values) and a hand-built posterior around ``curve``."""
+    strategy = make_strategy("fleetsieve", grid, problem, settings, seed=3, n_fantasies=16)
+    state = new_state(grid, problem, None, None, strategy, seed=3)
     keys = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
-    for c in measured:
-        row = {**dict(zip(keys, map(float, curve[c]), strict=True)), "duration_s": 300.0, "tp": 1}
-        state = record(state, c, row, phase="design")
+    for i, c in enumerate(measured):
+        row = {**dict(zip(keys, map(float, curve[c]), strict=True)), "duration_s": 300.0, "tp": int(grid.tp[c])}
+        state = record(state, c, row, phase="design", repeat=c in measured[:i])
+    n = grid.n_cells
     rng = np.random.default_rng(0)
-    latent = curve[None] * np.exp(np.array([0.02, 0.08, 0.05, 0.0]) * rng.normal(size=(N_DRAWS, 5, 4)))
+    latent = curve[None] * np.exp(np.array([0.02, 0.08, 0.05, 0.0]) * rng.normal(size=(N_DRAWS, n, 4)))
     latent[..., 3] = curve[None, :, 3]
     post = _Post(
         latent,
         np.tile([0.02, 0.08, 0.08, 0.3], (N_DRAWS, 1)),
-        np.tile([0.01, 0.1, 0.1, 0.3, 0.03, 1.5], (N_DRAWS, 5, 1)),
-        window_rows(curve[measured], np.array(measured), np.ones(5, bool)),
+        np.tile([0.01, 0.1, 0.1, 0.3, 0.03, 1.5], (N_DRAWS, n, 1)),
+        window_rows(curve[measured], np.array(measured), np.ones(n, bool)),
     )
     return state, post
 
@@ -142,19 +146,7 @@ CURVE_R = np.array([
 
 def test_a_stop_names_the_capped_hope_not_a_repeat_that_cannot_settle_it() -> None:
     problem = PROBLEM._replace(demand=np.array([4.0, 5.0]))
-    strategy = make_strategy("fleetsieve", GRID_R, problem, CAPPED, seed=3, n_fantasies=16)
-    state = new_state(GRID_R, problem, None, None, strategy, seed=3)
-    keys = ("throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate")
-    cells = [XC, YC, B1C, RC, XC]
-    for i, c in enumerate(cells):
-        row = {**dict(zip(keys, map(float, CURVE_R[c]), strict=True)), "duration_s": 300.0, "tp": int(GRID_R.tp[c])}
-        state = record(state, c, row, phase="design", repeat=i == 4)
-    rng = np.random.default_rng(0)
-    latent = CURVE_R[None] * np.exp(np.array([0.02, 0.08, 0.05, 0.0]) * rng.normal(size=(N_DRAWS, 5, 4)))
-    latent[..., 3] = CURVE_R[None, :, 3]
-    post = _Post(latent, np.tile([0.02, 0.08, 0.08, 0.3], (N_DRAWS, 1)),
-                 np.tile([0.01, 0.1, 0.1, 0.3, 0.03, 1.5], (N_DRAWS, 5, 1)),
-                 window_rows(CURVE_R[cells], np.array(cells), np.ones(5, bool)))
+    state, post = _state(CURVE_R, [XC, YC, B1C, RC, XC], GRID_R, problem, CAPPED)
     a = assess(state, CAPPED, post, attempt_seed=1)
     att = a.view.attainment
     for c in (XC, RC):  # both hopes straddle their level; only R may be measured again
