@@ -175,6 +175,11 @@ class RoundFacts(NamedTuple):
     n_unmeasured: int
     max_rounds: int | None
 
+    @property
+    def out_of_rounds(self) -> bool:
+        """Whether the round is past ``[stopping] max_rounds``."""
+        return self.max_rounds is not None and self.round_no > self.max_rounds
+
 
 class RoundDecision(NamedTuple):
     """What a round decides.
@@ -198,7 +203,7 @@ def decide_round(facts: RoundFacts) -> RoundDecision:
         return RoundDecision(CERTIFIED_INFEASIBLE, False, None)
     if facts.n_unmeasured == 0:
         return RoundDecision(EXHAUSTED, False, "measured-only")
-    if facts.max_rounds is not None and facts.round_no > facts.max_rounds:
+    if facts.out_of_rounds:
         return RoundDecision(UNDECIDED, False, "conservative")
     return RoundDecision(UNDECIDED, True, None)
 
@@ -526,7 +531,8 @@ def assess(
         (attempt is not None or settled) and opts.repeatable is not None and opts.repeatable.any()
     )
     n_open = int((~state.measured).sum()) + int(can_repeat)
-    decision = decide_round(RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds))
+    facts = RoundFacts(state.round, view.certificate.status, n_open, settings.max_rounds)
+    decision = decide_round(facts)
     if decision.acquire and settled and not _leads(state, acting, opts):
         # The gap lies in hopes no window can test (capped cells whose attainment
         # straddles their level); without them no unmeasured cell and no repeat is
@@ -537,8 +543,7 @@ def assess(
     if view.attainment is not None:
         # A round that stops undecided (or exhausted) with rounds left would have measured
         # any cell a window could settle: the cell it names is one at its window limit.
-        out_of_rounds = settings.max_rounds is not None and state.round > settings.max_rounds
-        capped_first = decision.status in (UNDECIDED, EXHAUSTED) and not decision.acquire and not out_of_rounds
+        capped_first = decision.status in (UNDECIDED, EXHAUSTED) and not decision.acquire and not facts.out_of_rounds
         att_json = _attainment_state(state, settings, view, final, capped_first=capped_first)
     return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
 
