@@ -37,7 +37,7 @@ Examples::
     python benchmarks/profiling_cost.py                       # quick: 20 random orders
     python benchmarks/profiling_cost.py examples/h100_31b_fp8/campaign.toml \
         --orders 200 --split --out benchmarks/results/profiling_cost_1.0.json
-    python benchmarks/profiling_cost.py --demand-scale 1.3 --orders 200
+    python benchmarks/profiling_cost.py --demand-scale 1.0,1.3 --level point --orders 200
     python benchmarks/profiling_cost.py --suite 30 --orders 5
     python benchmarks/profiling_cost.py --noisy 40 --jobs 2 --partial noisy.jsonl --resume --publish
     python benchmarks/profiling_cost.py --noisy 40 --quick
@@ -76,8 +76,10 @@ RANDOMISED = {"random"}  # strategies whose runs differ only by the reveal order
 # --------------------------------------------------------------------------- runs
 
 
-def _load_scenario(campaign_path: str, demand_scale: float, only: str | None, inference: str | None) -> Any:
-    """The campaign (scaled, optionally restricted to one class), its grid, true values and problem."""
+def _load_scenario(
+    campaign_path: str, demand_scale: float, only: str | None, inference: str | None, level: float | str | None = None
+) -> Any:
+    """The campaign (scaled, optionally restricted to one class, at ``level`` when given), its grid and problem."""
     from fleetsieve_bayes.allocation.problem import grid_from_table
     from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.table import read_table
@@ -87,6 +89,8 @@ def _load_scenario(campaign_path: str, demand_scale: float, only: str | None, in
         campaign = replace(campaign, workloads=tuple(w for w in campaign.workloads if w.name == only))
     if inference is not None:
         campaign = replace(campaign, inference=inference)
+    if level is not None:
+        campaign = campaign.at_level(level)
     table = read_table(campaign.measurement.table)
     grid = grid_from_table(table, campaign.workload_names)
     return campaign, grid, campaign.problem()
@@ -114,7 +118,7 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     from fleetsieve_bayes.evaluation.regret import evaluate_run, make_oracle
 
     campaign, grid, problem = _load_scenario(
-        task["campaign"], task["demand_scale"], task["only"], task["inference"]
+        task["campaign"], task["demand_scale"], task["only"], task["inference"], task.get("level")
     )
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fsb-bench-") as tmp:
@@ -291,24 +295,29 @@ def bench_campaign(args: argparse.Namespace) -> dict[str, Any]:
     from fleetsieve_bayes.allocation.problem import allocation_to_json
     from fleetsieve_bayes.evaluation.regret import make_oracle
 
-    campaign0, _, _ = _load_scenario(str(args.campaign), args.demand_scale, None, args.inference)
-    scenarios: list[tuple[str, str | None]] = [("aggregate", None)]
-    if args.split:
-        scenarios += [(f"{w}-only", w) for w in campaign0.workload_names]
-    out: dict[str, Any] = {"scenarios": {}}
+    campaign0, _, _ = _load_scenario(str(args.campaign), args.demand_scales[0], None, args.inference)
+    # One scenario per demand scale ("aggregate" when there is one), each with its one-class splits.
+    scenarios: list[tuple[str, float, str | None]] = []
+    for scale in args.demand_scales:
+        head = "aggregate" if len(args.demand_scales) == 1 else f"demand {scale:.1f}×"
+        scenarios.append((head, scale, None))
+        if args.split:
+            scenarios += [(f"{w}-only" if head == "aggregate" else f"{head}, {w}-only", scale, w)
+                          for w in campaign0.workload_names]
+    out: dict[str, Any] = {"scenarios": {}, "level": args.level}
     tasks = []
-    for name, only in scenarios:
+    for name, scale, only in scenarios:
         for s in args.strategies:
             for seed in _seeds(s, args.orders, args.fs_seeds):
                 tasks.append({
-                    "scenario": name, "campaign": str(args.campaign), "demand_scale": args.demand_scale,
+                    "scenario": name, "campaign": str(args.campaign), "demand_scale": scale, "level": args.level,
                     "only": only, "inference": args.inference, "strategy": s, "seed": seed, "truths": ["table"],
                 })
     # Interleave strategies so a slow or interrupted run still compares side by side.
     tasks.sort(key=lambda t: (t["seed"], t["scenario"], t["strategy"]))
     runs = [] if args.floors_only else _run_all(tasks, args.jobs, "campaign", args.partial)
-    for name, only in scenarios:
-        campaign, grid, problem = _load_scenario(str(args.campaign), args.demand_scale, only, args.inference)
+    for name, scale, only in scenarios:
+        campaign, grid, problem = _load_scenario(str(args.campaign), scale, only, args.inference, args.level)
         values = _true_values(campaign, grid, "table")
         oracle = make_oracle(grid, values, problem)
         sc: dict[str, Any] = {
@@ -341,6 +350,8 @@ def bench_campaign(args: argparse.Namespace) -> dict[str, Any]:
 
 def campaign_markdown(res: dict[str, Any]) -> str:
     lines = []
+    if res.get("level") is not None:
+        lines.append(f"Every campaign decides at `slo_attainment = {json.dumps(res['level'])}`.")
     for name, sc in res["scenarios"].items():
         o = sc["oracle"]
         lines.append(f"\n**{name}**: oracle min fulfillment {o['min_fulfillment']:.3f}, goodput "
@@ -1003,7 +1014,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", default="fleetsieve,random,grid", help="comma-separated strategy names")
     p.add_argument("--orders", type=int, default=20, help="random reveal orders (seeds)")
     p.add_argument("--fs-seeds", type=int, default=3, help="seeds of fleetsieve (posterior sampling noise)")
-    p.add_argument("--demand-scale", type=float, default=1.0)
+    p.add_argument("--demand-scale", default="1.0",
+                   help="multiply every class's demand; a comma list (1.0,1.3) runs one scenario per scale")
     p.add_argument("--split", action="store_true", help="also run one-class (chat-only, code-only) campaigns")
     p.add_argument("--suite", type=int, default=0, help="run N synthetic fleets instead of the campaign")
     p.add_argument("--suite-seed", type=int, default=0)
@@ -1012,7 +1024,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noisy", type=int, default=0,
                    help="run N fleets of the noisy suite (window noise, replicate rows) at --level instead")
     p.add_argument("--quick", action="store_true", help="with --noisy: the first 3 fleets only")
-    p.add_argument("--level", type=float, default=0.9, help="noisy suite: the campaigns' slo_attainment")
+    p.add_argument("--level", type=_level_arg, default=None,
+                   help="the campaigns' slo_attainment: a level in (0, 1) or 'point' (noisy suite: default 0.9; "
+                        "a campaign: its own)")
     p.add_argument("--windows", type=int, default=5, help="noisy suite: replicate rows per cell in the table")
     p.add_argument("--max-windows", type=int, default=3, help="noisy suite: max_windows_per_cell")
     p.add_argument("--resume", action="store_true",
@@ -1036,6 +1050,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.pools:
         return _pools_mode(args, argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    try:
+        args.demand_scales = [float(x) for x in args.demand_scale.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--demand-scale: expected numbers separated by commas, got {args.demand_scale!r}")
+    if not args.demand_scales or min(args.demand_scales) <= 0:
+        p.error(f"--demand-scale: expected positive numbers, got {args.demand_scale!r}")
+    if args.noisy and args.level is None:
+        from fleetsieve_bayes.evaluation.noisy import SUITE_LEVEL
+
+        args.level = SUITE_LEVEL
+    if args.noisy and args.level == "point":
+        p.error("--level: the noisy suite decides at a level in (0, 1), not 'point'")
     if args.quick and args.noisy:
         args.noisy = min(args.noisy, 3)
     default = "profiling_cost_noisy.json" if args.noisy else "profiling_cost_suite.json" if args.suite else DEFAULT_OUT.name
@@ -1053,7 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
     res["meta"] = {
         "command": " ".join(["python", "benchmarks/profiling_cost.py", *(argv if argv is not None else sys.argv[1:])]),
         "campaign": None if args.suite else str(args.campaign),
-        "demand_scale": args.demand_scale,
+        "demand_scale": args.demand_scales,
         "strategies": args.strategies,
         "orders": args.orders,
         "fs_seeds": args.fs_seeds,
@@ -1105,6 +1131,19 @@ def published_table(res: dict[str, Any]) -> str:
     return suite_markdown(res) if "campaigns" in res else campaign_markdown(res)
 
 
+def _level_arg(text: str) -> float | str:
+    """``--level``: ``point`` or a level in (0, 1)."""
+    if text == "point":
+        return text
+    try:
+        q = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'point' or a number in (0, 1), got {text!r}") from None
+    if not 0.0 < q < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text}")
+    return q
+
+
 def study_name(args: argparse.Namespace) -> str:
     """The published study a run belongs to: ``profiling_cost_1.3x``, ``…_split``, ``…_floors``, ``…_suite40_seed1``."""
     if args.noisy:
@@ -1115,7 +1154,14 @@ def study_name(args: argparse.Namespace) -> str:
                 + (f"_seed{args.suite_seed}" if args.suite_seed else ""))
     if args.suite:
         return f"profiling_cost_suite{args.suite}" + (f"_seed{args.suite_seed}" if args.suite_seed else "")
-    name = f"profiling_cost_{args.demand_scale:g}x" if args.demand_scale != 1.0 else "profiling_cost_1.0x"
+    if len(args.demand_scales) > 1:
+        campaign = Path(args.campaign).resolve()
+        name = "profiling_cost_" + ("shipped" if campaign == DEFAULT_CAMPAIGN.resolve() else campaign.parent.name)
+    else:
+        scale = args.demand_scales[0]
+        name = f"profiling_cost_{scale:g}x" if scale != 1.0 else "profiling_cost_1.0x"
+    if args.level is not None:
+        name += "_point" if args.level == "point" else f"_level{args.level:g}"
     if args.floors_only:
         name += "_floors"
     elif args.split:

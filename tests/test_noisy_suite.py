@@ -165,6 +165,33 @@ def test_the_noisy_benchmark_tabulates_its_runs() -> None:
     assert profiling_cost.study_name(profiling_cost.argparse.Namespace(**{**vars(args), "level": 0.9})) == "profiling_cost_noisy"
 
 
+def test_campaign_studies_are_named_by_their_scales_and_level(capsys) -> None:
+    """The shipped grid at several demand scales is one study, its level in the name; a bad
+    --demand-scale or --level is one line from argparse and exit 2."""
+    _benchmarks()
+    import profiling_cost
+
+    repo = Path(profiling_cost.__file__).resolve().parent.parent
+
+    def name(scales: list[float], level: float | str | None, campaign: Path = profiling_cost.DEFAULT_CAMPAIGN) -> str:
+        return profiling_cost.study_name(profiling_cost.argparse.Namespace(
+            noisy=0, suite=0, floors_only=False, split=False, demand_scales=scales, level=level, campaign=str(campaign)))
+
+    assert name([1.0, 1.3], "point") == "profiling_cost_shipped_point"
+    assert name([1.0, 1.3], 0.9) == "profiling_cost_shipped_level0.9"
+    assert name([1.3], None) == "profiling_cost_1.3x"
+    assert name([1.0], None) == "profiling_cost_1.0x"
+    assert name([1.0, 2.0], None, repo / "examples" / "h100_8b_bf16" / "campaign.toml") == "profiling_cost_h100_8b_bf16"
+    for argv, field in ((["--demand-scale", "1.0,x"], "--demand-scale"), (["--demand-scale", "0"], "--demand-scale"),
+                        (["--level", "1.5"], "--level"), (["--level", "pointy"], "--level"),
+                        (["--noisy", "3", "--level", "point"], "--level")):
+        with pytest.raises(SystemExit) as e:
+            profiling_cost.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert field in err and "Traceback" not in err
+
+
 def test_calibration_reads_the_end_of_campaigns_from_a_checkpoint(tmp_path: Path) -> None:
     _benchmarks()
     import json
