@@ -965,12 +965,16 @@ def plot_noisy(res: dict[str, Any], path: Path) -> None:
     for i, r in enumerate(runs):
         a2.text(i, ratio[i] + 0.02, {"certified-feasible": "F", "certified-infeasible": "I", "exhausted": "x"}.get(r["status"], "u"),
                 ha="center", fontsize=7)
-    a2.axhline(0.6, color="grey", lw=0.8, ls="--", label="target 0.6")
+    from fleetsieve_bayes.evaluation.noisy import SUITE_LEVEL
+
+    if level == SUITE_LEVEL:  # the cost target is stated at the suite's level only
+        a2.axhline(0.6, color="grey", lw=0.8, ls="--", label="target 0.6")
     a2.set_xticks(range(len(runs)), names, rotation=90, fontsize=7)
     a2.set_ylabel("GPU-s × full grid (1 window)")
     a2.set_title("per fleet: green correct, red not; F/I certified feasible/infeasible, u undecided, x exhausted",
                  fontsize=10)
-    a2.legend(fontsize=8)
+    if level == SUITE_LEVEL:
+        a2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
