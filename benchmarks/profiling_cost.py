@@ -1136,16 +1136,17 @@ def published_table(res: dict[str, Any]) -> str:
 
 
 def _level_arg(text: str) -> float | str:
-    """``--level``: ``point`` or a level in (0, 1)."""
-    if text == "point":
-        return text
+    """``--level``: ``point`` or a level in (0, 1), by the package's own rule (``check_level``)."""
+    from fleetsieve_bayes.decision.intervals import check_level
+
     try:
-        q = float(text)
+        value: float | str = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'point' or a number in (0, 1), got {text!r}") from None
-    if not 0.0 < q < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text}")
-    return q
+        value = text
+    try:
+        return check_level(value, "--level")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def study_name(args: argparse.Namespace) -> str:
