@@ -21,7 +21,7 @@ from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync
 from fleetsieve_bayes.backends.traces import Schedule
 from fleetsieve_bayes.cli import main as cli_main
 from fleetsieve_bayes.deploy.plan import build_plan, write_plan
-from fleetsieve_bayes.deploy.verify import read_direct, read_prometheus
+from fleetsieve_bayes.deploy.verify import counter_increase, read_direct, read_prometheus
 from fleetsieve_bayes.testing import running_fake_server
 from fleetsieve_bayes.testing.fake_metrics import E2E_BUCKETS, TTFT_BUCKETS
 from fleetsieve_bayes.testing.prometheus import prometheus_binary, running_prometheus
@@ -97,9 +97,17 @@ def test_prometheus_reading_is_within_one_bucket_of_the_direct_one(tmp_path: Pat
     assert via.finished == pytest.approx(60, rel=0.15) and via.success_rate == pytest.approx(1.0)
     for name, edges, a, b in (("ttft", TTFT_BUCKETS, direct.ttft_p99, via.ttft_p99),
                               ("completion", E2E_BUCKETS, direct.completion_p99, via.completion_p99)):
+        # The window holds a sample before the traffic and one after it: the raw samples'
+        # differences are the direct reading's counts, so the bucket bound is the same.
+        assert (b.lo, b.hi, b.count) == (a.lo, a.hi, a.count), (name, a, b)
         lo, hi = _neighbours(edges, a.hi)
-        assert lo <= b.lo and b.hi <= hi, (name, a, b)  # Prometheus' bucket is the direct one or a neighbour
-        assert lo <= b.interpolated <= hi, (name, a, b)  # histogram_quantile's value likewise
+        assert lo <= b.interpolated <= hi, (name, a, b)  # histogram_quantile extrapolates: a neighbour at most
+
+
+def test_counter_increase_counts_a_reset_from_zero() -> None:
+    assert counter_increase([4.0, 4.0, 9.0, 12.0]) == 8.0
+    assert counter_increase([4.0, 10.0, 3.0, 5.0]) == 6.0 + 3.0 + 2.0
+    assert counter_increase([7.0]) == 0.0 and counter_increase([]) == 0.0
 
 
 def test_prometheus_counter_reset_and_missing_class(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ Two sources give the same :class:`~.metrics.WindowReading` per class:
 * :func:`read_direct` scrapes each replica's ``/metrics`` twice, ``window_s``
   apart, and differences the buckets and counters (:func:`.metrics.reading`);
 * :func:`read_prometheus` asks a Prometheus server, over its HTTP API, for
-  ``sum by (le) (increase(…_bucket{sel}[W]))`` (the bucket bound) and
+  the raw samples of ``…_bucket{sel}[W]`` (the bucket bound, from each
+  series' last sample minus its first, summed by ``le``: ``increase()``
+  extrapolates every series on its own, and a bucket whose first sample is
+  small is stretched less than ``+Inf``, which moves the rank by a bucket),
   ``histogram_quantile(0.99, sum by (le) (rate(…_bucket{sel}[W])))`` (its
   interpolated value), the success counter's increase by
   ``finished_reason``, ``resets()`` and ``up``.
@@ -210,6 +213,19 @@ def _prom_query(base: str, promql: str, timeout: float, at: float | None) -> lis
     return list(data.get("result") or [])
 
 
+def counter_increase(values: Sequence[float]) -> float:
+    """A counter's increase over its raw samples ``(n_samples,)``, in time order, without extrapolation.
+
+    A drop is a reset: the counter restarted from zero, so the sample after it
+    counts in full (Prometheus' rule for ``increase``, less its stretching to
+    the window's edges).
+    """
+    total = 0.0
+    for before, after in zip(values, values[1:], strict=False):
+        total += after - before if after >= before else after
+    return total
+
+
 def _scalar(rows: list[dict[str, Any]]) -> float:
     if not rows:
         return 0.0
@@ -261,8 +277,11 @@ def read_prometheus(
                 "verify again over a window without a restart")
 
         def bound(name: str) -> QuantileBound:
-            rows = q(f"sum by (le) (increase({name}_bucket{{SEL}}[{w}]))")
-            pairs = sorted((float(r["metric"]["le"].replace("+Inf", "inf")), float(r["value"][1])) for r in rows)
+            by_le: dict[float, float] = {}
+            for r in q(f"{name}_bucket{{SEL}}[{w}]"):
+                le = float(r["metric"]["le"].replace("+Inf", "inf"))
+                by_le[le] = by_le.get(le, 0.0) + counter_increase([float(v) for _, v in r.get("values") or []])
+            pairs = sorted(by_le.items())
             b = quantile_bounds([p[0] for p in pairs], [p[1] for p in pairs])
             hq = q(f"histogram_quantile(0.99, sum by (le) (rate({name}_bucket{{SEL}}[{w}])))")
             interp = _scalar(hq) if hq else math.nan
