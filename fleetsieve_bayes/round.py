@@ -552,14 +552,15 @@ def answer_rule(status: str, settings: DecisionSettings) -> str | None:
     """Which table a campaign that stopped with ``status`` answers on (result.json's
     ``answer``): ``"conservative"`` (certified-feasible, or undecided by the metric rule or
     with ``uncertified_answer = "conservative"``), ``"measured-only"`` (exhausted, the same
-    way), ``"best-estimate"`` (at an attainment level, undecided or exhausted:
-    :func:`~fleetsieve_bayes.decision.bounds.best_estimate_table`), None (certified-infeasible)."""
+    way), ``"credible"`` / ``"best-estimate"`` (at an attainment level, undecided or
+    exhausted: :func:`~fleetsieve_bayes.decision.bounds.best_estimate_table`; a number
+    setting answers ``"credible"``), None (certified-infeasible)."""
     if status == CERTIFIED_INFEASIBLE:
         return None
     if status == CERTIFIED_FEASIBLE:
         return "conservative"
-    if at_level(settings) and settings.uncertified_answer == "best-estimate":
-        return "best-estimate"
+    if at_level(settings) and settings.uncertified_answer != "conservative":
+        return "best-estimate" if settings.uncertified_answer == "best-estimate" else "credible"
     return "measured-only" if status == EXHAUSTED else "conservative"
 
 
@@ -571,12 +572,18 @@ def _final_allocation(
     if decision.acquire or decision.final is None:
         return None
     rule = answer_rule(decision.status, settings)
-    if rule == "best-estimate" and view.attainment is not None:
-        from fleetsieve_bayes.decision.bounds import best_estimate_table, slo_levels
+    if rule in ("credible", "best-estimate") and view.attainment is not None:
+        from fleetsieve_bayes.decision.bounds import (
+            answer_confidence,
+            best_estimate_table,
+            slo_levels,
+        )
 
         levels = slo_levels(state.grid, settings.slo_attainment)
+        assert levels is not None  # at a level
+        conf = answer_confidence(settings.uncertified_answer, levels)
         return allocate(best_estimate_table(state.grid, state.problem, view.bounds, view.attainment,
-                                            state.measured, levels))
+                                            state.measured, levels, conf))
     if rule == "measured-only" or decision.final == "measured-only":
         return allocate(_measured_only(state, settings, view))
     return view.conservative

@@ -24,6 +24,7 @@ __all__ = [
     "CERTIFY_INFERENCE",
     "UNCERTIFIED_ANSWERS",
     "UNCERTIFIED_ANSWER",
+    "ANSWER_CONFIDENCE",
     "DecisionSettings",
     "DEFAULT_SETTINGS",
 ]
@@ -91,13 +92,27 @@ MAX_WINDOWS_PER_CELL = 3
 # The certifying posterior's NUTS preset (fleetsieve_bayes/data/presets/certify.toml).
 CERTIFY_INFERENCE = "certify"
 # What a campaign at an attainment level answers when it ends without a certificate
-# (undecided or exhausted): "best-estimate" (measured cells admitted where their
-# posterior median attainment reaches the level; decision.bounds.best_estimate_table)
-# or "conservative" (their lower bound, as a certificate would). The default is
-# best-estimate: on the noisy suite it is correct at the level on more fleets
-# (docs/results.md, "Window noise": the two answers of the same runs side by side).
-UNCERTIFIED_ANSWERS = ("best-estimate", "conservative")
-UNCERTIFIED_ANSWER = "best-estimate"
+# (undecided or exhausted); decision.bounds.best_estimate_table. A measured cell is
+# admitted where the posterior probability that its attainment reaches its level is
+# at least a confidence c (a cell never measured: only by its lower bound, as in the
+# conservative table):
+#   "credible"       c by the cell's level, ANSWER_CONFIDENCE below;
+#   "best-estimate"  c = 0.5 (the posterior median attainment reaches the level);
+#   a number c in [0.5, 1);
+#   "conservative"   attainment lower bounds, as a certificate reads them.
+# The default is credible: on the finished campaigns of the noisy suite at level 0.5
+# it is correct on more fleets than best-estimate and conservative, and at level 0.9
+# it is best-estimate, the better of the two there (docs/results.md, "Uncertified
+# answers by rule", and "Window noise": the two answers of the same runs side by side).
+UNCERTIFIED_ANSWERS = ("credible", "best-estimate", "conservative")
+UNCERTIFIED_ANSWER = "credible"
+# "credible": the confidence c at each level, (level, c) points joined linearly and
+# flat beyond the ends: 0.8 at level 0.5 and below, 0.5 (the median) at 0.8 and above.
+# At level 0.5 the median attainment of a measured cell reaches the level on fewer
+# fleets than truly do, at 0.9 the posterior errs the other way (docs/results.md,
+# "Uncertified answers by rule": correct answers by c at both levels). Levels between
+# 0.5 and 0.8 are interpolated, not measured.
+ANSWER_CONFIDENCE = ((0.5, 0.8), (0.8, 0.5))
 
 
 class DecisionSettings(NamedTuple):
@@ -117,8 +132,8 @@ class DecisionSettings(NamedTuple):
         certify_inference: the certifying fit's NUTS preset, a shipped preset's
             name or a path (``[model] certify_inference``; default ``"certify"``).
         uncertified_answer: at an attainment level, the allocation an undecided or
-            exhausted campaign answers with (:data:`UNCERTIFIED_ANSWERS`;
-            ``[stopping] uncertified_answer``).
+            exhausted campaign answers with (:data:`UNCERTIFIED_ANSWERS`, or a
+            confidence in [0.5, 1); ``[stopping] uncertified_answer``).
     """
 
     epsilon: float = 0.05
@@ -130,7 +145,7 @@ class DecisionSettings(NamedTuple):
     slo_attainment: float | str | tuple[float, ...] = SLO_ATTAINMENT_POINT
     max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
     certify_inference: str = CERTIFY_INFERENCE
-    uncertified_answer: str = UNCERTIFIED_ANSWER
+    uncertified_answer: str | float = UNCERTIFIED_ANSWER
 
     @classmethod
     def from_campaign(cls, campaign: Any) -> DecisionSettings:
@@ -150,7 +165,7 @@ class DecisionSettings(NamedTuple):
             ),
             max_windows_per_cell=int(getattr(campaign, "max_windows_per_cell", MAX_WINDOWS_PER_CELL)),
             certify_inference=str(getattr(campaign, "certify_inference", CERTIFY_INFERENCE)),
-            uncertified_answer=str(getattr(campaign, "uncertified_answer", UNCERTIFIED_ANSWER)),
+            uncertified_answer=getattr(campaign, "uncertified_answer", UNCERTIFIED_ANSWER),
         )
 
 

@@ -145,9 +145,9 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_a_tp4_c9
                                         "limited_by": "backend"}
     measured = [(m["workload"], m["tp"], m["load"]) for m in result["measured"]]
     assert len(measured) == 12 and {("chat", 4, "C96"), ("code", 4, "C96")} <= set(measured)
-    # Uncertified, it answers with its best estimate: measured cells whose median attainment
-    # reaches 0.9; chat at C96, the doubt in its interval's lower end.
-    assert result["answer"] == "best-estimate"
+    # Uncertified, it answers with its best estimate: at level 0.9, measured cells whose median
+    # attainment reaches 0.9; chat at C96, the doubt in its interval's lower end.
+    assert result["answer"] == "credible" and result["answer_confidence"] == {"chat": 0.5, "code": 0.5}
     assert result["allocation"]["chat"] == {"tp": 4, "load": "C96", "replicas": 2}
     assert result["allocation"]["code"] in ({"tp": 4, "load": "C96", "replicas": 2}, {"tp": 4, "load": "C64", "replicas": 2})
     committed = {c["workload"]: c for c in result["committed"]}

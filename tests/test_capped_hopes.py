@@ -105,11 +105,18 @@ def test_the_campaign_stops_when_only_untestable_hopes_are_left() -> None:
     # W is unmeasured but no allocation wants it: the round stops undecided, naming X.
     assert not a.decision.acquire and a.decision.status == UNDECIDED
     assert a.attainment_json["repeat"]["load"] == "L2"
-    # Its answer is its best estimate: X more likely meets its level than not.
+    # Its answer is its best estimate: at level 0.9, X more likely meets its level than not.
     att = a.view.attainment
     assert att.lo[X] < 0.9 <= att.median[X] and att.median[U] < 0.9
-    assert answer_rule(a.decision.status, SETTINGS) == "best-estimate"
+    assert answer_rule(a.decision.status, SETTINGS) == "credible"
     assert a.final is not None and a.final.committed() == [X, B1]
+    # Asked for more confidence than X's lower bound holds, it answers without X.
+    p_x = float(np.mean(np.asarray(att.draws)[:, X] >= 0.9))
+    assert 0.5 <= p_x < 0.95
+    sure = SETTINGS._replace(uncertified_answer=0.95)
+    s = assess(state, sure, post, attempt_seed=1)
+    assert answer_rule(s.decision.status, sure) == "credible"
+    assert s.final is not None and s.final.committed() == [Y, B1]
     assert [c["load"] for c in a.attainment_json["committed"]] == ["L2", "L1"]  # what result.json reports
     # ... or, asked for, the conservative fleet.
     conservative = SETTINGS._replace(uncertified_answer="conservative")
@@ -160,3 +167,41 @@ def test_a_stop_names_the_capped_hope_not_a_repeat_that_cannot_settle_it() -> No
     # While the campaign goes on, the cell to repeat is one it may still measure.
     going = _attainment_state(state, CAPPED, a.view)
     assert (going["repeat"]["workload"], going["repeat"]["windows"]) == ("b", 1)
+
+
+def test_answer_confidence_by_level_and_setting() -> None:
+    from fleetsieve_bayes.decision.bounds import answer_confidence
+
+    levels = np.array([0.3, 0.5, 0.65, 0.8, 0.95])
+    np.testing.assert_allclose(answer_confidence("credible", levels), [0.8, 0.8, 0.65, 0.5, 0.5])
+    np.testing.assert_allclose(answer_confidence("best-estimate", levels), 0.5)
+    np.testing.assert_allclose(answer_confidence(0.7, levels), 0.7)
+    assert answer_confidence("conservative", levels) is None
+
+
+def test_a_measured_cell_is_admitted_where_its_attainment_reaches_its_level_with_the_confidence() -> None:
+    from fleetsieve_bayes.decision.bounds import Bounds, best_estimate_table
+
+    grid = CellGrid(workloads=("a",), workload_idx=np.zeros(3, np.int64), tp=np.ones(3, np.int64),
+                    load=("L1", "L2", "L3"), offered_rps=np.array([1.0, 2.0, 3.0]), duration_s=np.full(3, 300.0))
+    problem = AllocationProblem(demand=np.array([1.0]), critical=np.array([False]), floor=np.array([0.0]),
+                                success_min=np.array([0.9]), ttft_max=np.array([1.0]),
+                                completion_max=np.array([np.inf]), gpus=4)
+    vals = np.array([[1.0, 0.5, 5.0, 0.999]] * 3)  # every cell within its SLOs, by value
+    bounds = Bounds(vals, vals)
+    # P(attainment ≥ 0.5) by cell: 0.9, 0.7, 0.4 (1000 draws each).
+    n = 1000
+    draws = np.stack([np.r_[np.full(int(n * p), 0.6), np.full(n - int(n * p), 0.3)] for p in (0.9, 0.7, 0.4)], axis=1)
+    att = Attainment(draws, np.quantile(draws, 0.05, axis=0), np.median(draws, axis=0),
+                     np.quantile(draws, 0.95, axis=0), np.zeros(3, np.int64))
+    levels = np.full(3, 0.5)
+
+    def admitted(conf: float, measured: tuple[bool, ...] = (True, True, True)) -> list[bool]:
+        t = best_estimate_table(grid, problem, bounds, att, np.array(measured), levels, conf)
+        return [bool(t[c, 0] > 0) for c in range(3)]  # an inadmissible cell serves nothing
+
+    assert admitted(0.5) == [True, True, False]
+    assert admitted(0.8) == [True, False, False]
+    assert admitted(0.95) == [False, False, False]
+    # A cell never measured: only by its lower bound, whatever the confidence.
+    assert admitted(0.5, (True, False, True)) == [True, False, False]

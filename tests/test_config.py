@@ -70,8 +70,10 @@ def test_uncertified_answer_is_read_and_reaches_the_fingerprint_only_when_set(tm
     from fleetsieve_bayes.campaign.fingerprint import campaign_inputs
 
     default = load_campaign(write(tmp_path, GOOD))
-    assert default.uncertified_answer == "best-estimate"
+    assert default.uncertified_answer == "credible"
     assert "uncertified_answer" not in campaign_inputs(default)["stopping"]  # older directories resume
+    p = load_campaign(write(tmp_path, GOOD.replace("epsilon = 0.05", "epsilon = 0.05\nuncertified_answer = 0.7")))
+    assert p.uncertified_answer == 0.7 and campaign_inputs(p)["stopping"]["uncertified_answer"] == 0.7
     c = load_campaign(write(tmp_path, GOOD.replace("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "conservative"')))
     assert c.uncertified_answer == "conservative"
     assert campaign_inputs(c)["stopping"]["uncertified_answer"] == "conservative"
@@ -103,7 +105,10 @@ def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = -1', "[model] knee_guard: must be >= 0"),
         ("credible_level = 0.9", "credible_level = 1.0", "[stopping] credible_level: must be < 1"),
         ("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "best"',
-         "[stopping] uncertified_answer: expected one of 'best-estimate', 'conservative', got 'best'"),
+         "[stopping] uncertified_answer: expected one of 'credible', 'best-estimate', 'conservative' "
+         "or a confidence in [0.5, 1), got 'best'"),
+        ("epsilon = 0.05", "epsilon = 0.05\nuncertified_answer = 0.3", "[stopping] uncertified_answer: must be >= 0.5"),
+        ("epsilon = 0.05", "epsilon = 0.05\nuncertified_answer = 1", "[stopping] uncertified_answer: must be < 1"),
         ("epsilon = 0.05", 'epsilon = 0.05\nuncertified_anwser = "conservative"', "(did you mean 'uncertified_answer'?)"),
         ("success_min = 0.99, ttft_p99_s = 2.0", "success_min = 0.99, ttft_p99 = 2.0", "unknown key 'ttft_p99'"),
         ("critical = true", 'critical = "yes"', "critical: expected true or false"),

@@ -92,7 +92,7 @@ def test_quickstart_campaign_from_the_installed_package(tmp_path: Path) -> None:
     # (which C96 cell is named, and code's C96 or C64, move with the CPU: tests/test_campaign.py)
     assert {**result["repeat"], "workload": "?"} == {"workload": "?", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
                                                      "limited_by": "backend"}
-    assert result["answer"] == "best-estimate"
+    assert result["answer"] == "credible" and result["answer_confidence"] == {"chat": 0.5, "code": 0.5}
     assert result["allocation"]["chat"] == {"tp": 4, "load": "C96", "replicas": 2}
     assert result["allocation"]["code"]["load"] in ("C96", "C64")
     assert len(result["measured"]) == 12

@@ -183,8 +183,8 @@ class Campaign:
     slo_attainment: float | str = DEFAULT_SLO_ATTAINMENT
     # Windows of one cell a campaign may measure (the first and its repeats).
     max_windows_per_cell: int = 3
-    # At a level, what an uncertified campaign answers (settings.UNCERTIFIED_ANSWERS).
-    uncertified_answer: str = UNCERTIFIED_ANSWER
+    # At a level, what an uncertified campaign answers (settings.UNCERTIFIED_ANSWERS, or a confidence).
+    uncertified_answer: str | float = UNCERTIFIED_ANSWER
 
     def slo_levels(self) -> tuple[float, ...] | str:
         """Each class's attainment level (its override, else the campaign's), in
@@ -372,10 +372,17 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
     max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
-    answer = ctx.string("[stopping] uncertified_answer", stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
-    if answer not in UNCERTIFIED_ANSWERS:
-        raise ctx.fail("[stopping] uncertified_answer",
-                       f"expected one of {', '.join(map(repr, UNCERTIFIED_ANSWERS))}, got {answer!r}")
+    raw_answer = stopping.get("uncertified_answer", UNCERTIFIED_ANSWER)
+    answer: str | float
+    if isinstance(raw_answer, (int, float)) and not isinstance(raw_answer, bool):
+        # A confidence: P(attainment ≥ level) a measured cell needs in the answer.
+        answer = ctx.number("[stopping] uncertified_answer", raw_answer, lo=0.5, hi=1.0, hi_open=True)
+    else:
+        answer = ctx.string("[stopping] uncertified_answer", raw_answer)
+        if answer not in UNCERTIFIED_ANSWERS:
+            raise ctx.fail("[stopping] uncertified_answer",
+                           f"expected one of {', '.join(map(repr, UNCERTIFIED_ANSWERS))} "
+                           f"or a confidence in [0.5, 1), got {answer!r}")
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}

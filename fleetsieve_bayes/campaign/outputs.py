@@ -167,7 +167,7 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "seeded": [_window_json(r) for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
         "production": _production_json(setup, grid, journal, alloc),
-        **_attainment_json(setup.campaign, final.joint),
+        **_attainment_json(setup.campaign, final.joint, final.outcome),
     }
     pools = getattr(setup.campaign, "pools", ())
     if pools:  # profiling cost in dollars: each cell's GPU-seconds at its pool's price
@@ -196,18 +196,27 @@ def _answer(campaign: Any, status: str) -> str | None:
     return answer_rule(status, DecisionSettings.from_campaign(campaign))
 
 
-def _attainment_json(campaign: Any, joint: dict[str, Any] | None) -> dict[str, Any]:
+def _attainment_json(campaign: Any, joint: dict[str, Any] | None, status: str) -> dict[str, Any]:
     """At an SLO-attainment level: the level per class, each committed cell's
-    windows and attainment, and the cell to repeat (docs/contracts.md); nothing at ``"point"``."""
+    windows and attainment, the cell to repeat, and (an answer on measured cells' posterior
+    attainment) the confidence each class's measured cells needed (docs/contracts.md);
+    nothing at ``"point"``."""
+    from fleetsieve_bayes.decision.bounds import answer_confidence
+
     levels = campaign.slo_levels() if hasattr(campaign, "slo_levels") else "point"
     if isinstance(levels, str):
         return {}
     j = joint or {}
-    return {
+    out = {
         "slo_attainment": dict(zip(campaign.workload_names, levels, strict=True)),
         "committed": j.get("committed"),
         "repeat": j.get("repeat"),
     }
+    if _answer(campaign, status) in ("credible", "best-estimate"):
+        conf = answer_confidence(campaign.uncertified_answer, np.asarray(levels, np.float64))
+        assert conf is not None
+        out["answer_confidence"] = {w: round(float(c), 6) for w, c in zip(campaign.workload_names, conf, strict=True)}
+    return out
 
 
 def _production_json(setup: Any, grid: CellGrid, journal: Journal, alloc: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -79,8 +79,10 @@ def main(args: argparse.Namespace) -> int:
         slos = {w.name: {"success_min": w.slo.success_min, "ttft_p99_s": w.slo.ttft_p99_s,
                          "completion_p99_s": w.slo.completion_p99_s} for w in campaign.workloads}
         why = unserved(r["allocation"], slos, rows)
-        if r.get("answer") == "best-estimate":
-            print("  not certified: its best estimate (each measured cell whose median attainment reaches its level)")
+        if r.get("answer") in ("credible", "best-estimate"):
+            conf = ", ".join(f"{w} {c:g}" for w, c in (r.get("answer_confidence") or {}).items())
+            print("  not certified: its best estimate (each measured cell admitted where its attainment "
+                  f"reaches its level with posterior probability at least {conf})")
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")

@@ -57,6 +57,8 @@ __all__ = [
     "cell_levels",
     "slo_levels",
     "committed_attainment",
+    "answer_confidence",
+    "best_estimate_table",
     "cell_to_repeat",
     "repeatable_mask",
     "repeat_entry",
@@ -361,6 +363,30 @@ def level_bounds(
     return bounds, att, cons, opt
 
 
+def answer_confidence(answer: str | float, levels: np.ndarray) -> np.ndarray | None:
+    """``(n_cells,)`` the confidence an uncertified answer needs of each measured cell,
+    P(attainment ≥ its level) (:data:`~fleetsieve_bayes.settings.UNCERTIFIED_ANSWERS`);
+    None for ``"conservative"`` (lower bounds instead).
+
+    Args:
+        answer: ``[stopping] uncertified_answer``: ``"credible"`` (by level,
+            :data:`~fleetsieve_bayes.settings.ANSWER_CONFIDENCE`), ``"best-estimate"``
+            (0.5), ``"conservative"``, or a confidence in [0.5, 1).
+        levels: ``(n_cells,)`` each cell's attainment level.
+    """
+    from fleetsieve_bayes.settings import ANSWER_CONFIDENCE
+
+    lv = np.asarray(levels, np.float64)
+    if answer == "conservative":
+        return None
+    if answer == "best-estimate":
+        return np.full(lv.shape, 0.5)
+    if answer == "credible":
+        at, conf = zip(*ANSWER_CONFIDENCE, strict=True)
+        return np.interp(lv, at, conf)
+    return np.full(lv.shape, float(answer))
+
+
 def best_estimate_table(
     grid: CellGrid,
     problem: AllocationProblem,
@@ -368,22 +394,33 @@ def best_estimate_table(
     attainment: Attainment,
     measured_mask: np.ndarray,
     levels: np.ndarray,
+    confidence: np.ndarray | float = 0.5,
 ) -> np.ndarray:
     """``(n_cells, 4)``: the table an uncertified campaign answers on at an attainment level
-    (``[stopping] uncertified_answer = "best-estimate"``). A measured cell is admissible
-    where its posterior median attainment reaches its level (it more likely meets its level
-    than not); a cell never measured only as in the conservative table (its lower bound,
-    model margins included). Values as in the conservative table; a cell the conservative
-    table admits is admitted here too, so its allocation serves at least as much.
+    (``[stopping] uncertified_answer``, :func:`answer_confidence`). A measured cell is
+    admissible where the posterior probability that its attainment reaches its level is at
+    least its ``confidence`` (the ``1 − confidence`` quantile of its attainment draws reaches
+    the level; 0.5: the median); a cell never measured only as in the conservative table (its
+    lower bound, model margins included). Values as in the conservative table; a cell the
+    conservative table admits is admitted here too (for a confidence below the lower bound's
+    own), so its allocation serves at least as much.
 
     Args:
         bounds: the round's :class:`Bounds` (``lo``/``hi (n_cells, 4)``);
-        attainment: the round's :class:`Attainment`;
-        measured_mask: bool ``(n_cells,)``; levels: ``(n_cells,)`` each cell's level.
+        attainment: the round's :class:`Attainment` (``draws (n_draws, n_cells)``);
+        measured_mask: bool ``(n_cells,)``; levels: ``(n_cells,)`` each cell's level;
+        confidence: ``(n_cells,)`` or one value in [0.5, 1).
     """
     cons, _ = bound_tables(bounds.lo, bounds.hi)
     m = np.asarray(measured_mask, bool)
-    att = np.where(m, np.asarray(attainment.median, np.float64), np.asarray(attainment.lo, np.float64))
+    conf = np.broadcast_to(np.asarray(confidence, np.float64), m.shape)
+    draws = np.asarray(attainment.draws, np.float64)
+    att = np.asarray(attainment.median, np.float64).copy()
+    for c in np.unique(conf):
+        if c != 0.5:
+            sel = conf == c
+            att[sel] = np.quantile(draws[:, sel], 1.0 - c, axis=0)
+    att = np.where(m, att, np.asarray(attainment.lo, np.float64))
     table, _ = level_tables(cons, cons, att, att, levels, *_limits(grid, problem))
     return np.asarray(table, np.float64)
 
