@@ -690,14 +690,25 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _answer_words(s: dict[str, Any]) -> str:
+    """How a summary's runs answered: the rules they recorded (a summary written before
+    the key existed: best estimate, then the default)."""
+    rules = s.get("answer_rules")
+    if rules is None:
+        return "best estimate by default"
+    return " and ".join(f"`{r}`" for r in rules) or "none uncertified"
+
+
 def _conservative_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Correct decisions of the best-estimate answers against the conservative answers of the
+    """Correct decisions of the recorded answers against the conservative answers of the
     same runs (the records that carry both; an older record carries neither)."""
     both = [r for r in runs if r.get("conservative_answer") is not None and r.get("answer")]
     if not both:
         return {"answers_compared": 0}
     return {
         "answers_compared": len(both),
+        # result.json's answer of the uncertified runs ("credible", "best-estimate").
+        "answer_rules": sorted({str(r["answer"]) for r in both if r["answer"] not in ("conservative", "measured-only")}),
         "answer_correct": int(sum(r["correct"] for r in both)),
         "conservative_correct": int(sum(r["conservative_answer"]["correct"] for r in both)),
         "answer_slo_ok": int(sum(r["slo_ok"] for r in both)),
@@ -885,7 +896,7 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         n = s["answers_compared"]
         lines += [
             f"**Uncertified answers.** On the {n} fleets whose runs recorded both, the answer "
-            f"(`[stopping] uncertified_answer`, best estimate by default) is correct at the level on "
+            f"(`[stopping] uncertified_answer`, {_answer_words(s)}) is correct at the level on "
             f"{s['answer_correct']} and meets every committed cell's level on {s['answer_slo_ok']}; the final "
             f"conservative allocation of the same runs is correct on {s['conservative_correct']} and meets the "
             f"levels on {s['conservative_slo_ok']} (the two differ on {s['answers_differ']} fleets).", "",

@@ -337,6 +337,12 @@ def test_the_noisy_benchmark_sets_the_answers_side_by_side() -> None:
     assert (s["answer_slo_ok"], s["conservative_slo_ok"], s["answers_differ"]) == (1, 2, 2)
     md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
                                                    "summary": s, "runs": [best]}})
-    assert ("On the 2 fleets whose runs recorded both, the answer (`[stopping] uncertified_answer`, best "
-            "estimate by default) is correct at the level on 1") in md
+    assert s["answer_rules"] == ["best-estimate"]
+    assert ("On the 2 fleets whose runs recorded both, the answer (`[stopping] uncertified_answer`, "
+            "`best-estimate`) is correct at the level on 1") in md
+    # A summary written before the rules were recorded reads as it was published.
+    legacy = {k: v for k, v in s.items() if k != "answer_rules"}
+    md = profiling_cost.published_table({"noisy": {"level": 0.9, "windows": 5, "max_windows_per_cell": 3,
+                                                   "summary": legacy, "runs": [best]}})
+    assert "(`[stopping] uncertified_answer`, best estimate by default)" in md
     assert profiling_cost.summarise_noisy([old])["answers_compared"] == 0

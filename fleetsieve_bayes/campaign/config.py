@@ -313,6 +313,19 @@ def load_campaign(path: str | Path) -> Campaign:
     return parse_campaign(raw, path)
 
 
+def _uncertified_answer(ctx: Validator, raw: Any) -> str | float:
+    """``[stopping] uncertified_answer``: a name of :data:`UNCERTIFIED_ANSWERS`, or a
+    confidence in [0.5, 1) (P(attainment ≥ level) a measured cell needs in the answer)."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return ctx.number("[stopping] uncertified_answer", raw, lo=0.5, hi=1.0, hi_open=True)
+    answer = ctx.string("[stopping] uncertified_answer", raw)
+    if answer not in UNCERTIFIED_ANSWERS:
+        raise ctx.fail("[stopping] uncertified_answer",
+                       f"expected one of {', '.join(map(repr, UNCERTIFIED_ANSWERS))} "
+                       f"or a confidence in [0.5, 1), got {answer!r}")
+    return answer
+
+
 def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     """Validate an already-parsed campaign mapping; ``path`` names it in errors."""
     ctx = Validator(path)
@@ -372,17 +385,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
 
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
     max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
-    raw_answer = stopping.get("uncertified_answer", UNCERTIFIED_ANSWER)
-    answer: str | float
-    if isinstance(raw_answer, (int, float)) and not isinstance(raw_answer, bool):
-        # A confidence: P(attainment ≥ level) a measured cell needs in the answer.
-        answer = ctx.number("[stopping] uncertified_answer", raw_answer, lo=0.5, hi=1.0, hi_open=True)
-    else:
-        answer = ctx.string("[stopping] uncertified_answer", raw_answer)
-        if answer not in UNCERTIFIED_ANSWERS:
-            raise ctx.fail("[stopping] uncertified_answer",
-                           f"expected one of {', '.join(map(repr, UNCERTIFIED_ANSWERS))} "
-                           f"or a confidence in [0.5, 1), got {answer!r}")
+    answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
