@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +170,9 @@ def test_cli_failures_are_one_line(plan_dir: Path, flags: tuple[str, ...], rc: i
     with running_fake_server(*FLAGS, *flags, model="m") as url:
         t = threading.Thread(target=lambda: _traffic(url, 20, 20.0) if "--die-after" not in flags else _die(url))
         t.start()
-        # The reset comes when the third request finishes (~1.9 s in): the window ends well after it.
-        window = "4s" if "--metrics-reset-after" in flags else "2s"
+        # The reset comes when the third request finishes (~1.9 s in), the death when the fourth
+        # request arrives (~1.7 s in, after the first scrape): the window ends well after either.
+        window = "4s" if "--metrics-reset-after" in flags or "--die-after" in flags else "2s"
         got = cli_main(_verify(plan_dir, "--metrics", f"chat={url}/metrics", "--window", window))
         t.join()
     err = capsys.readouterr().err.strip()
@@ -178,6 +180,8 @@ def test_cli_failures_are_one_line(plan_dir: Path, flags: tuple[str, ...], rc: i
 
 
 def _die(url: str) -> None:
+    # The first scrape must find the server alive: it dies only once the window is open.
+    time.sleep(1.5)
     with contextlib.suppress(Exception):  # the server dies under the load generator by design
         _traffic(url, 6, 20.0)
 
