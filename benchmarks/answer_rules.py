@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,11 @@ from fleetsieve_bayes.evaluation.synthetic import write_synthetic  # noqa: E402
 from fleetsieve_bayes.model.inference import Posterior  # noqa: E402
 from fleetsieve_bayes.model.joint import model_data  # noqa: E402
 from fleetsieve_bayes.model.storage import load_idata  # noqa: E402
-from fleetsieve_bayes.round import observe, window_inputs  # noqa: E402
+from fleetsieve_bayes.round import observe, probable_answer, window_inputs  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "answer_rules.json"
 CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-RULES = (*(f"c={c:g}" for c in CONFIDENCES), "credible", "conservative", "recorded")
+RULES = (*(f"c={c:g}" for c in CONFIDENCES), "credible", "probable", "conservative", "recorded")
 
 
 def final_posterior(state: Any, run: Path) -> Posterior:
@@ -90,7 +91,8 @@ def judge(d: Path, suite_seed: int, windows: int) -> dict[str, Any] | None:
     recs, _ = read_records(run / "journal.jsonl")
     state = observe(state, [r for r in recs if isinstance(r, MeasurementRecord)])
     g, pb = state.grid, state.problem
-    view = believe(g, pb, final_posterior(state, run), state.measured, state.observed, [], settings,
+    post = final_posterior(state, run)
+    view = believe(g, pb, post, state.measured, state.observed, [], settings,
                    allocate=lambda v: allocate_milp(g, v, pb))
     assert view.attainment is not None
     _, table, cfg = noisy_suite_fleet(suite_seed, k, windows=windows, level=level,
@@ -118,29 +120,38 @@ def judge(d: Path, suite_seed: int, windows: int) -> dict[str, Any] | None:
     row["credible_confidence"] = float(np.max(credible))
     cons = view.conservative
     row["conservative"] = score(allocation_to_json(cons, g) if cons.feasible else None)
+    best, choice = probable_answer(state, settings, view, post, lambda v: allocate_milp(g, v, pb))
+    row["probable"] = score(allocation_to_json(best, g) if best.feasible else None)
+    row["probable_choice"] = choice
     row["recorded"] = score(result.get("allocation"))
     return row
 
 
-def table_md(rows: list[dict[str, Any]]) -> str:
+def table_md(rows: list[dict[str, Any]], rules: tuple[str, ...] | list[str] = RULES) -> str:
     levels = sorted({r["level"] for r in rows})
-    out = ["| level | uncertified fleets | " + " | ".join(f"`{r}`" for r in RULES) + " |",
-           "|---|---|" + "---|" * len(RULES)]
+    out = ["| level | uncertified fleets | " + " | ".join(f"`{r}`" for r in rules) + " |",
+           "|---|---|" + "---|" * len(rules)]
     for q in levels:
         sel = [r for r in rows if r["level"] == q]
-        cells = [f"{sum(r[k]['correct'] for r in sel)} / {sum(r[k]['slo_ok'] for r in sel)}" for k in RULES]
+        cells = [f"{sum(r[k]['correct'] for r in sel)} / {sum(r[k]['slo_ok'] for r in sel)}" for k in rules]
         out.append(f"| {q:g} | {len(sel)} | " + " | ".join(cells) + " |")
     conf = ", ".join(f"{q:g}: c = {next(r['credible_confidence'] for r in rows if r['level'] == q):g}" for q in levels)
     out.append("")
     out.append(f"Each entry: answers correct at the level / answers whose committed cells all meet the level, "
                f"of the uncertified fleets. `credible` at level {conf}. `recorded`: the answer the campaign "
                f"wrote (its own rule at the time), judged the same way.")
+    if "probable" in rules:
+        picks = {q: [str(r["probable_choice"]["candidate"]) for r in rows if r["level"] == q] for q in levels}
+        said = "; ".join(f"level {q:g}: " + ", ".join(f"{n} × {k}" for k, n in
+                                                      sorted(Counter(picks[q]).items())) for q in levels)
+        out.append(f"`probable`: of the conservative answer and those at each c, the one the fleet's posterior "
+                   f"finds most likely ε-optimal at the level (the joint check's probability); its picks, {said}.")
     return "\n".join(out)
 
 
 def published_table(payload: dict[str, Any]) -> str:
     """The docs/results.md table of a published run (benchmarks/publish.py renders it)."""
-    return table_md(payload["rows"])
+    return table_md(payload["rows"], payload.get("rules", RULES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, d in enumerate(args.dirs, 1):
         row = judge(d, args.suite_seed, args.windows)
         print(f"[{i}/{len(args.dirs)}] {d.name}: " + ("certified, skipped" if row is None else
-              " ".join(f"{k} {int(row[k]['correct'])}{int(row[k]['slo_ok'])}" for k in RULES)), flush=True)
+              " ".join(f"{k} {int(row[k]['correct'])}{int(row[k]['slo_ok'])}" for k in RULES) + f" probable {row['probable_choice']['candidate']}"), flush=True)
         if row is not None:
             rows.append(row)
     res = {"rows": rows, "rules": list(RULES), "machine": machine()}

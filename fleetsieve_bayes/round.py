@@ -243,6 +243,8 @@ class Assessment(NamedTuple):
                 out = {**out, "committed": self.attainment_json["committed"]}
                 if self.decision.status in (UNDECIDED, EXHAUSTED):  # the stop's own cell to repeat
                     out["repeat"] = self.attainment_json["repeat"]
+                if "answer_choice" in self.attainment_json:
+                    out["answer_choice"] = self.attainment_json["answer_choice"]
             return out
         return self.attainment_json
 
@@ -538,13 +540,16 @@ def assess(
         # straddles their level); without them no unmeasured cell and no repeat is
         # left to try.
         decision = RoundDecision(UNDECIDED, False, "conservative")
-    final = _final_allocation(state, settings, view, decision, allocate)
+    shown = posterior if attempt is None else attempt.posterior
+    final, choice = _final_allocation(state, settings, view, decision, allocate, shown, attempt_seed)
     att_json = None
     if view.attainment is not None:
         # A round that stops undecided (or exhausted) with rounds left would have measured
         # any cell a window could settle: the cell it names is one at its window limit.
         capped_first = decision.status in (UNDECIDED, EXHAUSTED) and not decision.acquire and not facts.out_of_rounds
         att_json = _attainment_state(state, settings, view, final, capped_first=capped_first)
+        if choice is not None:
+            att_json["answer_choice"] = choice
     return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
 
 
@@ -554,24 +559,38 @@ def answer_rule(status: str, settings: DecisionSettings) -> str | None:
     with ``uncertified_answer = "conservative"``), ``"measured-only"`` (exhausted, the same
     way), ``"credible"`` / ``"best-estimate"`` (at an attainment level, undecided or
     exhausted: :func:`~fleetsieve_bayes.decision.bounds.best_estimate_table`; a number
-    setting answers ``"credible"``), None (certified-infeasible)."""
+    setting answers ``"credible"``), ``"probable"`` (the most probably ε-optimal of those
+    answers, :func:`probable_answer`), None (certified-infeasible)."""
     if status == CERTIFIED_INFEASIBLE:
         return None
     if status == CERTIFIED_FEASIBLE:
         return "conservative"
     if at_level(settings) and settings.uncertified_answer != "conservative":
-        return "best-estimate" if settings.uncertified_answer == "best-estimate" else "credible"
+        if settings.uncertified_answer in ("best-estimate", "probable"):
+            return str(settings.uncertified_answer)
+        return "credible"
     return "measured-only" if status == EXHAUSTED else "conservative"
 
 
 def _final_allocation(
     state: CampaignState, settings: DecisionSettings, view: Belief, decision: RoundDecision,
-    allocate: Callable[[np.ndarray], Allocation],
-) -> Allocation | None:
-    """The allocation a stopping round answers with (:func:`answer_rule`); None while it acquires."""
+    allocate: Callable[[np.ndarray], Allocation], posterior: Any, seed: int,
+) -> tuple[Allocation | None, dict[str, Any] | None]:
+    """The allocation a stopping round answers with (:func:`answer_rule`; None while it
+    acquires) and, for ``"probable"``, the choice (:func:`probable_answer`)."""
     if decision.acquire or decision.final is None:
-        return None
+        return None, None
     rule = answer_rule(decision.status, settings)
+    if rule == "probable" and view.attainment is not None:
+        return probable_answer(state, settings, view, posterior, allocate, seed=seed)
+    return _rule_allocation(state, settings, view, decision, allocate, rule), None
+
+
+def _rule_allocation(
+    state: CampaignState, settings: DecisionSettings, view: Belief, decision: RoundDecision,
+    allocate: Callable[[np.ndarray], Allocation], rule: str | None,
+) -> Allocation:
+    """The stopping round's allocation under every rule but ``"probable"``."""
     if rule in ("credible", "best-estimate") and view.attainment is not None:
         from fleetsieve_bayes.decision.bounds import (
             answer_confidence,
@@ -587,6 +606,42 @@ def _final_allocation(
     if rule == "measured-only" or decision.final == "measured-only":
         return allocate(_measured_only(state, settings, view))
     return view.conservative
+
+
+def probable_answer(
+    state: CampaignState, settings: DecisionSettings, view: Belief, posterior: Any,
+    allocate: Callable[[np.ndarray], Allocation], *, seed: int = 0,
+) -> tuple[Allocation, dict[str, Any]]:
+    """``[stopping] uncertified_answer = "probable"``: of the conservative answer and the
+    answers at each confidence of :data:`~fleetsieve_bayes.settings.PROBABLE_CONFIDENCES`
+    (:func:`~fleetsieve_bayes.decision.bounds.best_estimate_table`), the one whose
+    posterior probability of being ε-optimal at the level is the highest
+    (:func:`~fleetsieve_bayes.decision.joint_check.answer_chances`, on ``posterior``'s
+    draws: those of ``view.attainment``); of equal ones the most cautious.
+
+    Returns:
+        the allocation and ``{"candidate": "conservative" | c, "p_epsilon_optimal": p,
+        "chances": {candidate: p}}`` (result.json's ``answer_choice``).
+    """
+    from fleetsieve_bayes.decision.attempt import joint_kernel
+    from fleetsieve_bayes.decision.bounds import best_estimate_table, slo_levels
+    from fleetsieve_bayes.decision.joint_check import answer_chances
+    from fleetsieve_bayes.settings import PROBABLE_CONFIDENCES
+
+    grid, problem = state.grid, state.problem
+    levels = slo_levels(grid, settings.slo_attainment)
+    assert levels is not None and view.attainment is not None  # at a level
+    names: list[str | float] = ["conservative", *PROBABLE_CONFIDENCES]
+    cands = [view.conservative] + [
+        allocate(best_estimate_table(grid, problem, view.bounds, view.attainment, state.measured, levels, c))
+        for c in PROBABLE_CONFIDENCES
+    ]
+    p = answer_chances(grid, problem, cands, posterior.latent, posterior.noise, state.observed, state.measured,
+                       settings.epsilon, attainment=view.attainment.draws, levels=levels, seed=seed,
+                       kernel=joint_kernel(grid, problem))
+    i = int(np.argmax(p))  # the first of the best: the most cautious
+    chances = {str(n): round(float(x), 4) for n, x in zip(names, p, strict=True)}
+    return cands[i], {"candidate": names[i], "p_epsilon_optimal": round(float(p[i]), 4), "chances": chances}
 
 
 def settled_view(

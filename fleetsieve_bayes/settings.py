@@ -25,6 +25,7 @@ __all__ = [
     "UNCERTIFIED_ANSWERS",
     "UNCERTIFIED_ANSWER",
     "ANSWER_CONFIDENCE",
+    "PROBABLE_CONFIDENCES",
     "DecisionSettings",
     "DEFAULT_SETTINGS",
 ]
@@ -99,12 +100,15 @@ CERTIFY_INFERENCE = "certify"
 #   "credible"       c by the cell's level, ANSWER_CONFIDENCE below;
 #   "best-estimate"  c = 0.5 (the posterior median attainment reaches the level);
 #   a number c in [0.5, 1);
+#   "probable"       of the answers at each c of PROBABLE_CONFIDENCES and the conservative
+#                    one, the one the posterior finds most likely ε-optimal at the level
+#                    (the joint check's P(ε-optimal), decision.joint_check.answer_chances);
 #   "conservative"   attainment lower bounds, as a certificate reads them.
 # The default is credible: on the finished campaigns of the noisy suite at level 0.5
 # it is correct on more fleets than best-estimate and conservative, and at level 0.9
 # it is best-estimate, the better of the two there (docs/results.md, "Uncertified
 # answers by rule", and "Window noise": the two answers of the same runs side by side).
-UNCERTIFIED_ANSWERS = ("credible", "best-estimate", "conservative")
+UNCERTIFIED_ANSWERS = ("credible", "best-estimate", "probable", "conservative")
 UNCERTIFIED_ANSWER = "credible"
 # "credible": the confidence c at each level, (level, c) points joined linearly and
 # flat beyond the ends: 0.8 at level 0.5 and below, 0.5 (the median) at 0.8 and above.
@@ -114,6 +118,9 @@ UNCERTIFIED_ANSWER = "credible"
 # best (docs/results.md, "Uncertified answers by rule": correct answers by c at both
 # levels). Levels between 0.5 and 0.8 are interpolated, not measured.
 ANSWER_CONFIDENCE = ((0.5, 0.8), (0.8, 0.5))
+# "probable": the confidences whose answers it weighs (with the conservative answer),
+# most cautious first; of answers equally likely to be ε-optimal the more cautious one.
+PROBABLE_CONFIDENCES = (0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 class DecisionSettings(NamedTuple):

@@ -12,6 +12,7 @@ when U is ruled out too.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_repeat_choice import PROBLEM, _Post  # the same two classes' demands and SLOs
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, CellGrid
@@ -124,6 +125,38 @@ def test_the_campaign_stops_when_only_untestable_hopes_are_left() -> None:
     assert answer_rule(b.decision.status, conservative) == "conservative"
     assert b.final is not None and b.final.committed() == [Y, B1] == b.view.conservative.committed()
 
+
+
+def test_the_probable_answer_is_the_weighed_answer_most_likely_epsilon_optimal() -> None:
+    from fleetsieve_bayes.allocation.milp import allocate_milp
+    from fleetsieve_bayes.decision.bounds import best_estimate_table, slo_levels
+    from fleetsieve_bayes.decision.joint_check import joint_check
+    from fleetsieve_bayes.settings import PROBABLE_CONFIDENCES
+
+    curve = CURVE.copy()
+    curve[U, 1] = 2.0  # the stop of the test above: X (P(attainment ≥ 0.9) in [0.5, 0.95)) is all that is left
+    probable = SETTINGS._replace(uncertified_answer="probable")
+    state, post = _state(curve, [X, U, Y, B1])
+    a = assess(state, probable, post, attempt_seed=1)
+    assert not a.decision.acquire and answer_rule(a.decision.status, probable) == "probable"
+    choice = a.attainment_json["answer_choice"]
+    assert list(choice["chances"]) == ["conservative", *map(str, PROBABLE_CONFIDENCES)]
+    # Each chance is the joint check's P(ε-optimal) of that answer on the same draws.
+    levels = slo_levels(GRID, 0.9)
+    view = a.view
+    cands = [view.conservative] + [allocate_milp(GRID, best_estimate_table(
+        GRID, PROBLEM, view.bounds, view.attainment, state.measured, levels, c), PROBLEM) for c in PROBABLE_CONFIDENCES]
+    direct = [joint_check(GRID, PROBLEM, c, post.latent, post.noise, state.observed, state.measured, SETTINGS.epsilon,
+                          seed=1, attainment=view.attainment.draws, levels=levels).p_epsilon_optimal for c in cands]
+    np.testing.assert_allclose(list(choice["chances"].values()), direct, atol=5e-5)
+    # The answer is the first (most cautious) of the most probable ones.
+    best = int(np.argmax(direct))
+    assert choice["candidate"] == ["conservative", *PROBABLE_CONFIDENCES][best]
+    assert choice["p_epsilon_optimal"] == pytest.approx(max(direct), abs=5e-5)
+    assert a.final is not None and a.final.committed() == cands[best].committed()
+    # Here the fleet with X is the likelier: without X class a is short of its optimum
+    # in every draw where X meets its level.
+    assert a.final.committed() == [X, B1] and direct[0] < max(direct)
 
 # A stop with a repeatable hope beside the capped one. Class a: X (4 rps on one GPU,
 # TTFT 0.8 s against 1 s) straddles 0.9 with both its windows held; Y serves 1 rps.

@@ -78,6 +78,8 @@ def test_uncertified_answer_is_read_and_reaches_the_fingerprint_only_when_set(tm
     assert c.uncertified_answer == "conservative"
     assert campaign_inputs(c)["stopping"]["uncertified_answer"] == "conservative"
     assert DecisionSettings.from_campaign(c).uncertified_answer == "conservative"
+    pr = load_campaign(write(tmp_path, GOOD.replace("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "probable"')))
+    assert pr.uncertified_answer == "probable" and campaign_inputs(pr)["stopping"]["uncertified_answer"] == "probable"
 
 
 def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
@@ -105,7 +107,7 @@ def test_knee_guard_is_read_and_reaches_the_fingerprint(tmp_path: Path) -> None:
         ('family = "dense-31b-fp8-h100"', 'family = "dense-31b-fp8-h100"\nknee_guard = -1', "[model] knee_guard: must be >= 0"),
         ("credible_level = 0.9", "credible_level = 1.0", "[stopping] credible_level: must be < 1"),
         ("epsilon = 0.05", 'epsilon = 0.05\nuncertified_answer = "best"',
-         "[stopping] uncertified_answer: expected one of 'credible', 'best-estimate', 'conservative' "
+         "[stopping] uncertified_answer: expected one of 'credible', 'best-estimate', 'probable', 'conservative' "
          "or a confidence in [0.5, 1), got 'best'"),
         ("epsilon = 0.05", "epsilon = 0.05\nuncertified_answer = 0.3", "[stopping] uncertified_answer: must be >= 0.5"),
         ("epsilon = 0.05", "epsilon = 0.05\nuncertified_answer = 1", "[stopping] uncertified_answer: must be < 1"),

@@ -199,8 +199,8 @@ def _answer(campaign: Any, status: str) -> str | None:
 def _attainment_json(campaign: Any, joint: dict[str, Any] | None, status: str) -> dict[str, Any]:
     """At an SLO-attainment level: the level per class, each committed cell's
     windows and attainment, the cell to repeat, and (an answer on measured cells' posterior
-    attainment) the confidence each class's measured cells needed (docs/contracts.md);
-    nothing at ``"point"``."""
+    attainment) the confidence each class's measured cells needed, and for ``"probable"``
+    the answers weighed (docs/contracts.md); nothing at ``"point"``."""
     from fleetsieve_bayes.decision.bounds import answer_confidence
 
     levels = campaign.slo_levels() if hasattr(campaign, "slo_levels") else "point"
@@ -212,10 +212,16 @@ def _attainment_json(campaign: Any, joint: dict[str, Any] | None, status: str) -
         "committed": j.get("committed"),
         "repeat": j.get("repeat"),
     }
-    if _answer(campaign, status) in ("credible", "best-estimate"):
+    answer = _answer(campaign, status)
+    if answer in ("credible", "best-estimate"):
         conf = answer_confidence(campaign.uncertified_answer, np.asarray(levels, np.float64))
         assert conf is not None
         out["answer_confidence"] = {w: round(float(c), 6) for w, c in zip(campaign.workload_names, conf, strict=True)}
+    elif answer == "probable" and j.get("answer_choice") is not None:
+        choice = j["answer_choice"]
+        out["answer_choice"] = choice
+        if choice["candidate"] != "conservative":
+            out["answer_confidence"] = {w: float(choice["candidate"]) for w in campaign.workload_names}
     return out
 
 

@@ -83,6 +83,12 @@ def main(args: argparse.Namespace) -> int:
             conf = ", ".join(f"{w} {c:g}" for w, c in (r.get("answer_confidence") or {}).items())
             print("  not certified: its best estimate (each measured cell admitted where its attainment "
                   f"reaches its level with posterior probability at least {conf})")
+        elif r.get("answer") == "probable" and r.get("answer_choice"):
+            ch = r["answer_choice"]
+            which = ("the conservative answer" if ch["candidate"] == "conservative"
+                     else f"the answer at confidence {float(ch['candidate']):g}")
+            print(f"  not certified: {which}, the most probably ε-optimal of those weighed "
+                  f"(P = {ch['p_epsilon_optimal']:.2f})")
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
                 print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")

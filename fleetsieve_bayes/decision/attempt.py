@@ -105,7 +105,8 @@ _KERNELS: dict[bytes, Any] = {}
 on_release(_KERNELS.clear)  # fleetsieve_bayes.jax_cache.release_compiled
 
 
-def _kernel(grid: CellGrid, problem: AllocationProblem) -> Any:
+def joint_kernel(grid: CellGrid, problem: AllocationProblem) -> Any:
+    """The joint-check kernel of ``(grid, problem)``, compiled once per campaign."""
     key = repr((grid.workloads, grid.load, grid.tp.tolist(), grid.workload_idx.tolist(), [np.asarray(a).tolist() for a in problem])).encode()
     if key not in _KERNELS:
         _KERNELS.clear()  # one campaign at a time: keep one compiled kernel
@@ -167,7 +168,7 @@ def attempt_certification(
     candidate = cons if cert.status != CERTIFIED_INFEASIBLE else None
     check = joint_check(
         grid, problem, candidate, post.latent, post.noise, observed, measured, settings.epsilon, seed=seed,
-        kernel=_kernel(grid, problem),
+        kernel=joint_kernel(grid, problem),
         attainment=None if att is None else att.draws,
         levels=levels,
     )

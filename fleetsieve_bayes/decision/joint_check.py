@@ -50,7 +50,7 @@ the acquisition uses it when the interval gap is already closed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -74,6 +74,7 @@ __all__ = [
     "evaluate_on_tables",
     "make_joint_check",
     "joint_check",
+    "answer_chances",
     "apply_joint_check",
 ]
 
@@ -273,6 +274,38 @@ def joint_check(
         regret_goodput=np.asarray(dg, np.float64),
         threat=np.asarray(threat, np.float64),
     )
+
+
+def answer_chances(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    candidates: Sequence[Allocation | None],
+    latent: np.ndarray,
+    noise: np.ndarray,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    epsilon: float,
+    *,
+    attainment: np.ndarray | None = None,
+    levels: np.ndarray | None = None,
+    seed: int = 0,
+    kernel: _Kernel | None = None,
+) -> np.ndarray:
+    """``(n_candidates,)``: each candidate allocation's ``p_epsilon_optimal``
+    (:func:`joint_check`, at the levels when ``attainment`` is given), all on the
+    same posterior tables (one ``seed``), so that the chances compare; a candidate
+    equal to an earlier one is not checked again. Arguments as :func:`joint_check`."""
+    kernel = kernel or make_joint_check(grid, problem)
+    seen: dict[tuple, float] = {}
+    out = np.empty(len(candidates))
+    for i, cand in enumerate(candidates):
+        present = cand is not None and cand.feasible
+        key = (tuple(np.asarray(cand.cell).tolist()), tuple(np.asarray(cand.replicas).tolist())) if present else ()
+        if key not in seen:
+            seen[key] = joint_check(grid, problem, cand, latent, noise, observed, measured, epsilon, seed=seed,
+                                    kernel=kernel, attainment=attainment, levels=levels).p_epsilon_optimal
+        out[i] = seen[key]
+    return out
 
 
 def apply_joint_check(
