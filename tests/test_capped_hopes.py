@@ -238,3 +238,24 @@ def test_a_measured_cell_is_admitted_where_its_attainment_reaches_its_level_with
     assert admitted(0.95) == [False, False, False]
     # A cell never measured: only by its lower bound, whatever the confidence.
     assert admitted(0.5, (True, False, True)) == [True, False, False]
+
+
+def test_result_json_reports_the_probable_answers_choice() -> None:
+    import dataclasses
+
+    from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.campaign.outputs import _attainment_json
+    from fleetsieve_bayes.resources import data_dir
+
+    camp = dataclasses.replace(load_campaign(data_dir("examples") / "h100_31b_fp8" / "campaign.toml"),
+                               uncertified_answer="probable")
+    chances = {"conservative": 0.2, "0.95": 0.2, "0.9": 0.61, "0.8": 0.61, "0.7": 0.4, "0.6": 0.4, "0.5": 0.3}
+    joint = {"committed": [], "repeat": None,
+             "answer_choice": {"candidate": 0.9, "p_epsilon_optimal": 0.61, "chances": chances}}
+    out = _attainment_json(camp, joint, "undecided")
+    assert out["answer_choice"]["candidate"] == 0.9 and out["answer_confidence"] == {"chat": 0.9, "code": 0.9}
+    cons = {**joint, "answer_choice": {**joint["answer_choice"], "candidate": "conservative"}}
+    out = _attainment_json(camp, cons, "undecided")
+    assert out["answer_choice"]["candidate"] == "conservative" and "answer_confidence" not in out
+    # a certificate answers conservatively, whatever the setting
+    assert "answer_choice" not in _attainment_json(camp, joint, "certified-feasible")
