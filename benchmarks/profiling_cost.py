@@ -1039,6 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noisy", type=int, default=0,
                    help="run N fleets of the noisy suite (window noise, replicate rows) at --level instead")
     p.add_argument("--quick", action="store_true", help="with --noisy: the first 3 fleets only")
+    p.add_argument("--no-figure", action="store_true",
+                   help="--noisy --publish: publish the table without its figure (the plot is still written beside --out)")
     p.add_argument("--level", type=_level_arg, default=None,
                    help="the campaigns' slo_attainment: a level in (0, 1) or 'point' (noisy suite: default 0.9; "
                         "a campaign: its own)")
@@ -1088,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.noisy and not args.floors_only and res["noisy"]["runs"]:
         figure = out.with_suffix(".png")
         plot_noisy(res, figure)
-        if args.publish:
+        if args.publish and not args.no_figure:
             res["noisy"]["figure"] = f"{study_name(args)}.png"  # the published section shows it
     md = published_table(res)
     res["meta"] = {
