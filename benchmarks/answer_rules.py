@@ -144,6 +144,7 @@ def table_md(rows: list[dict[str, Any]], rules: tuple[str, ...] | list[str] = RU
         picks = {q: [str(r["probable_choice"]["candidate"]) for r in rows if r["level"] == q] for q in levels}
         said = "; ".join(f"level {q:g}: " + ", ".join(f"{n} × {k}" for k, n in
                                                       sorted(Counter(picks[q]).items())) for q in levels)
+        out.append("")
         out.append(f"`probable`: of the conservative answer and those at each c, the one the fleet's posterior "
                    f"finds most likely ε-optimal at the level (the joint check's probability); its picks, {said}.")
     return "\n".join(out)
