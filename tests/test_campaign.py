@@ -134,7 +134,10 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_a_tp4_c9
     # left (code TP4@C128, chat TP8@C128); once they fail, the campaign stops undecided
     # and names it.
     result = run_campaign(load_campaign(EXAMPLE), tmp_path / "run", seed=0).result
-    assert result["status"] == "undecided" and result["gpu_seconds"] == 18000.0
+    # Whether one more cell (600 GPU-seconds: code TP2@C32 where it was seen) is worth a window before the
+    # stop turns on the same posterior decimals: 12 cells on one machine, 13 on another.
+    assert result["status"] == "undecided" and result["gpu_seconds"] in (18000.0, 18600.0)
+    n_cells = 12 if result["gpu_seconds"] == 18000.0 else 13
     assert result["slo_attainment"] == {"chat": 0.9, "code": 0.9}
     # Which of the two one-window C96 cells is named, and whether code's answer is C96 or
     # C64, turns on the third decimal of posterior medians near 0.9: MCMC on another CPU
@@ -144,7 +147,7 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_a_tp4_c9
     assert {**rep, "workload": "?"} == {"workload": "?", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
                                         "limited_by": "backend"}
     measured = [(m["workload"], m["tp"], m["load"]) for m in result["measured"]]
-    assert len(measured) == 12 and {("chat", 4, "C96"), ("code", 4, "C96")} <= set(measured)
+    assert len(measured) == n_cells and {("chat", 4, "C96"), ("code", 4, "C96")} <= set(measured)
     # Uncertified, it answers with its best estimate: at level 0.9, measured cells whose median
     # attainment reaches 0.9; chat at C96, the doubt in its interval's lower end.
     assert result["answer"] == "credible" and result["answer_confidence"] == {"chat": 0.5, "code": 0.5}
@@ -160,7 +163,7 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_a_tp4_c9
 
     assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "undecided: 18000 GPU-seconds, 12 cells measured" in out
+    assert f"undecided: {result['gpu_seconds']:.0f} GPU-seconds, {n_cells} cells measured" in out
     assert ("not certified: its best estimate (each measured cell admitted where its attainment reaches its "
             "level with posterior probability at least chat 0.5, code 0.5)") in out
     assert "chat: TP4 @ C96 x2" in out
