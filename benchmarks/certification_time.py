@@ -26,6 +26,15 @@ through the persistent cache) pays. Same seed, so the same draws.
 rule in turn (the same state, seed and process, one after the other), and
 reports the ratio of the medians against the first.
 
+``--baseline REV`` times the package at git revision ``REV`` side by side with
+this tree: ``REV``'s own tree (``git archive``) runs its own copy of this
+script, fleet by fleet, each fleet in a fresh process for both trees and the
+two alternating which goes first, on the same final states; it reports each
+fleet's ratio (this tree / ``REV``) and the ratio of the medians, for the
+first attempt and the compiled one.
+
+    python benchmarks/certification_time.py runs.jsonl --fleets 0,4,8 --repeat 2 --baseline 44b6d91
+
 Prints a markdown table (fleet, cells measured, attempt seconds, r_hat, ESS,
 draws, outcome) and the median / 90th percentile, and writes JSON (default
 ``benchmarks/results/certification_time.json``).
@@ -35,6 +44,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -133,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", default="certification_time",
                     help="the published study's name (e.g. certification_time_levels for --levels point,0.9)")
     ap.add_argument("--levels", default="", help="comma-separated SLO-attainment rules timed side by side (e.g. point,0.9)")
+    ap.add_argument("--baseline", default="",
+                    help="git revision timed side by side with this tree (each fleet in a fresh process for both)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--publish", action="store_true", help="write benchmarks/published/certification_time.json, its docs/results.md section and MANIFEST.json")
     args = ap.parse_args(argv)
@@ -147,6 +161,28 @@ def main(argv: list[str] | None = None) -> int:
     levels: list[float | str | None] = [
         x if x == "point" else float(x) for x in args.levels.split(",") if x
     ] or [None]
+    if args.baseline:
+        if len(levels) > 1:
+            ap.error("--baseline times one rule: give at most one --levels value")
+        res = compare_trees(args.baseline, [p.resolve() for p in args.runs], names, args, levels[0])
+    else:
+        res = time_here(runs, names, args, levels)
+    md = published_table(res)
+    print("\n" + md)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    print(f"JSON: {args.out}")
+    if args.publish:
+        from publish import command_line, publish
+
+        publish(args.study, res, md, command_line(__file__, argv))
+    return 0
+
+
+def time_here(
+    runs: dict[str, dict[str, Any]], names: list[str], args: argparse.Namespace, levels: list[float | str | None]
+) -> dict[str, Any]:
+    """Time each fleet's final state of ``runs`` in this process, under each of ``levels``."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="fsb-cert-time-") as tmp:
         for name in names:
@@ -171,16 +207,59 @@ def main(argv: list[str] | None = None) -> int:
             sm["median_ratio"] = sm["median_s"] / base["median_s"]
             if "compiled" in sm:
                 sm["compiled"]["median_ratio"] = sm["compiled"]["median_s"] / base["compiled"]["median_s"]
-    md = published_table(res)
-    print("\n" + md)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1))
-    print(f"JSON: {args.out}")
-    if args.publish:
-        from publish import command_line, publish
+    return res
 
-        publish(args.study, res, md, command_line(__file__, argv))
-    return 0
+
+def compare_trees(
+    rev: str, runs: list[Path], names: list[str], args: argparse.Namespace, level: float | str | None
+) -> dict[str, Any]:
+    """Each fleet of ``names`` timed by revision ``rev``'s tree and by this one, each in a fresh
+    process (``FLEETSIEVE_JAX_CACHE=off``, so both compile), alternating which goes first."""
+    with tempfile.TemporaryDirectory(prefix="fsb-cert-base-") as tmp:
+        base = Path(tmp) / "tree"
+        base.mkdir()
+        try:
+            commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True, capture_output=True)
+        except subprocess.CalledProcessError as e:
+            raise SystemExit(f"--baseline {rev}: {e.stderr.strip() if isinstance(e.stderr, str) else e.stderr.decode().strip()}") from None
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+        trees = {"baseline": base, "this tree": REPO}
+        rows: list[dict[str, Any]] = []
+        for i, name in enumerate(names):
+            order = list(trees) if i % 2 == 0 else list(trees)[::-1]
+            for label in order:
+                out = Path(tmp) / f"{label.replace(' ', '_')}_{name}.json"
+                cmd = [sys.executable, str(trees[label] / "benchmarks" / "certification_time.py"), *map(str, runs),
+                       "--fleets", name[1:], "--repeat", str(args.repeat), "--seed", str(args.seed),
+                       "--suite-seed", str(args.suite_seed), "--out", str(out)]
+                if level is not None and label == "this tree":
+                    cmd += ["--levels", str(level)]
+                env = {**os.environ, "PYTHONPATH": str(trees[label]), "FLEETSIEVE_JAX_CACHE": "off"}
+                done = subprocess.run(cmd, cwd=trees[label], env=env, capture_output=True, text=True)
+                if done.returncode != 0:
+                    tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+                    raise SystemExit(f"{label} ({rev if label == 'baseline' else 'HEAD'}) on {name}: {tail}")
+                for r in json.loads(out.read_text())["rows"]:
+                    rows.append({**r, "tree": label})
+                print(f"{name} {label}: {rows[-1]['seconds']:.1f} s", flush=True)
+    res: dict[str, Any] = {"baseline": {"rev": rev, "commit": commit}, "level": level, "rows": rows,
+                           "by_tree": {t: _summaries([r for r in rows if r["tree"] == t], args.repeat) for t in trees}}
+    res["summary"] = res["by_tree"]["this tree"]
+    pairs = {r["fleet"]: {} for r in rows}
+    for r in rows:
+        pairs[r["fleet"]][r["tree"]] = r
+    for key, pick in (("first", lambda r: r["seconds"]), ("compiled", lambda r: r["seconds_compiled"][-1])):
+        if key == "compiled" and args.repeat < 2:
+            continue
+        ratios = [pick(p["this tree"]) / pick(p["baseline"]) for p in pairs.values()]
+        b, h = res["by_tree"]["baseline"], res["by_tree"]["this tree"]
+        if key == "compiled":
+            b, h = b["compiled"], h["compiled"]
+        res[f"ratio_{key}"] = {"median_of_medians": h["median_s"] / b["median_s"],
+                               "median_paired": float(np.median(ratios)), "paired": ratios}
+    return res
 
 
 def _summaries(rows: list[dict[str, Any]], repeat: int) -> dict[str, Any]:
@@ -193,6 +272,8 @@ def _summaries(rows: list[dict[str, Any]], repeat: int) -> dict[str, Any]:
 
 def published_table(res: dict[str, Any]) -> str:
     """The markdown table of a run's JSON ``res``: one row per fleet, then the summary."""
+    if "by_tree" in res:
+        return comparison_table(res)
     compiled = "compiled" in res["summary"]
     lines = [
         "| fleet | cells | attempt s" + (" | compiled s" if compiled else "") + " | r_hat | ESS | draws | outcome |",
@@ -216,6 +297,46 @@ def published_table(res: dict[str, Any]) -> str:
                     f"{sm['median_s']:.1f} s, 90th percentile {sm['p90_s']:.1f} s, max {sm['max_s']:.1f} s, "
                     f"{sm['share_within_30s']:.0%} within 30 s{ratio}"
                 )
+    return "\n".join(lines)
+
+
+def comparison_table(res: dict[str, Any]) -> str:
+    """The markdown table of a ``--baseline`` run: per fleet, both trees' attempt seconds and
+    their ratio, then the summaries and the ratios of the medians."""
+    base = res["baseline"]["commit"][:10]
+    compiled = "compiled" in res["summary"]
+    pairs: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in res["rows"]:
+        pairs.setdefault(r["fleet"], {})[r["tree"]] = r
+    head = f"| fleet | cells | `{base}` s | this tree s | ratio"
+    rule = "|---|---:|---:|---:|---:"
+    if compiled:
+        head += f" | `{base}` compiled s | this tree compiled s | ratio"
+        rule += "|---:|---:|---:"
+    rule_here = "the campaigns' own rule" if res.get("level") is None else f"`slo_attainment = {res['level']}`"
+    lines = [f"The same final states timed by commit `{base}` and by this tree ({rule_here}), each fleet in a fresh "
+             "process for both, alternating which goes first.", "",
+             head + " | outcome (`" + base + "` / this tree) |", rule + "|---|"]
+    for fleet, p in pairs.items():
+        b, h = p["baseline"], p["this tree"]
+        row = f"| {fleet} | {h['cells']} | {b['seconds']:.1f} | {h['seconds']:.1f} | {h['seconds'] / b['seconds']:.2f}"
+        if compiled:
+            bc, hc = b["seconds_compiled"][-1], h["seconds_compiled"][-1]
+            row += f" | {bc:.1f} | {hc:.1f} | {hc / bc:.2f}"
+        lines.append(row + f" | {b['status']} / {h['status']} |")
+    lines.append("")
+    for key, label in (("first", "first attempt"), ("compiled", "compiled")):
+        if f"ratio_{key}" not in res:
+            continue
+        b, h = res["by_tree"]["baseline"], res["by_tree"]["this tree"]
+        if key == "compiled":
+            b, h = b["compiled"], h["compiled"]
+        r = res[f"ratio_{key}"]
+        lines.append(
+            f"- {label}: median {h['median_s']:.1f} s against `{base}`'s {b['median_s']:.1f} s, "
+            f"{r['median_of_medians']:.2f}× (median of the per-fleet ratios {r['median_paired']:.2f}×); "
+            f"90th percentile {h['p90_s']:.1f} s against {b['p90_s']:.1f} s"
+        )
     return "\n".join(lines)
 
 
