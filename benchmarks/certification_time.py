@@ -124,6 +124,8 @@ def time_attempt(
         "converged": d.get("converged"),
         "adaptation": d.get("adaptation"),
         "windowed_fallback": d.get("windowed_fallback"),
+        "runs": d.get("attempts"),
+        "target_accept": d.get("target_accept"),
     }
 
 
@@ -315,15 +317,18 @@ def comparison_table(res: dict[str, Any]) -> str:
         rule += "|---:|---:|---:"
     rule_here = "the campaigns' own rule" if res.get("level") is None else f"`slo_attainment = {res['level']}`"
     lines = [f"The same final states timed by commit `{base}` and by this tree ({rule_here}), each fleet in a fresh "
-             "process for both, alternating which goes first.", "",
-             head + " | outcome (`" + base + "` / this tree) |", rule + "|---|"]
+             "process for both, alternating which goes first. Draws: per chain, `" + base + "` / this tree; runs: "
+             "this tree's NUTS runs in the attempt (extensions, and re-runs after divergences at a higher target "
+             "acceptance, the last one's shown; a windowed fallback marked w).", "",
+             head + " | draws | runs (target) | outcome (`" + base + "` / this tree) |", rule + "|---:|---|---|"]
     for fleet, p in pairs.items():
         b, h = p["baseline"], p["this tree"]
         row = f"| {fleet} | {h['cells']} | {b['seconds']:.1f} | {h['seconds']:.1f} | {h['seconds'] / b['seconds']:.2f}"
         if compiled:
             bc, hc = b["seconds_compiled"][-1], h["seconds_compiled"][-1]
             row += f" | {bc:.1f} | {hc:.1f} | {hc / bc:.2f}"
-        lines.append(row + f" | {b['status']} / {h['status']} |")
+        runs = "" if h.get("runs") is None else f"{h['runs']} ({h['target_accept']:.3g}){' w' if h.get('windowed_fallback') else ''}"
+        lines.append(row + f" | {b['draws']} / {h['draws']} | {runs} | {b['status']} / {h['status']} |")
     lines.append("")
     for key, label in (("first", "first attempt"), ("compiled", "compiled")):
         if f"ratio_{key}" not in res:
