@@ -249,9 +249,7 @@ def compare_trees(
     res: dict[str, Any] = {"baseline": {"rev": rev, "commit": commit}, "level": level, "rows": rows,
                            "by_tree": {t: _summaries([r for r in rows if r["tree"] == t], args.repeat) for t in trees}}
     res["summary"] = res["by_tree"]["this tree"]
-    pairs = {r["fleet"]: {} for r in rows}
-    for r in rows:
-        pairs[r["fleet"]][r["tree"]] = r
+    pairs = _pairs(rows)
     for key, pick in (("first", lambda r: r["seconds"]), ("compiled", lambda r: r["seconds_compiled"][-1])):
         if key == "compiled" and args.repeat < 2:
             continue
@@ -262,6 +260,14 @@ def compare_trees(
         res[f"ratio_{key}"] = {"median_of_medians": h["median_s"] / b["median_s"],
                                "median_paired": float(np.median(ratios)), "paired": ratios}
     return res
+
+
+def _pairs(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """A ``--baseline`` run's rows by fleet, then by tree (``"baseline"``, ``"this tree"``)."""
+    pairs: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        pairs.setdefault(r["fleet"], {})[r["tree"]] = r
+    return pairs
 
 
 def _summaries(rows: list[dict[str, Any]], repeat: int) -> dict[str, Any]:
@@ -307,9 +313,7 @@ def comparison_table(res: dict[str, Any]) -> str:
     their ratio, then the summaries and the ratios of the medians."""
     base = res["baseline"]["commit"][:10]
     compiled = "compiled" in res["summary"]
-    pairs: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in res["rows"]:
-        pairs.setdefault(r["fleet"], {})[r["tree"]] = r
+    pairs = _pairs(res["rows"])
     head = f"| fleet | cells | `{base}` s | this tree s | ratio"
     rule = "|---|---:|---:|---:|---:"
     if compiled:
