@@ -320,6 +320,37 @@ def test_certifying_fit_falls_back_to_windowed_warmup_when_pooled_does_not_conve
     assert windowed.diagnostics["attempts"] == 1 and not windowed.diagnostics["windowed_fallback"]
 
 
+def test_a_certifying_fit_that_diverges_at_the_highest_target_stops_and_keeps_the_cheap_mass(
+    shipped, design_fit, monkeypatch
+):
+    """Each rerun after divergences raises the target acceptance and starts its
+    warm-up from the round's cheap posterior again; a run that diverges at
+    TARGET_ACCEPT_MAX ends the stretch (pooled, then the windowed fallback once)."""
+    from fleetsieve_bayes.model import converged_fit
+    from fleetsieve_bayes.model.converged_fit import TARGET_ACCEPT_MAX, Convergence, fit_certifying
+
+    grid, obs = shipped
+    m, cheap = design_fit
+    runs: list[tuple[float, str, object]] = []
+    real = converged_fit._inference.fit
+
+    def spy(*args, **kw):
+        runs.append((args[4].target_accept, args[4].adaptation, kw.get("mass_from")))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(converged_fit._inference, "fit", spy)
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled", target_accept=0.96)
+    # divergences_max = -1: every run counts as divergent.
+    out = fit_certifying(grid, obs, m, CARD, preset, seed=2, criteria=Convergence(divergences_max=-1),
+                         max_rounds=12, mass_from=cheap)
+    assert not out.converged
+    assert [(t, a) for t, a, _ in runs] == [
+        (0.96, "pooled"), (0.98, "pooled"), (TARGET_ACCEPT_MAX, "pooled"), (TARGET_ACCEPT_MAX, "windowed")
+    ]
+    assert all(mass is cheap for _, _, mass in runs)
+    assert out.diagnostics["attempts"] == 4 and out.diagnostics["windowed_fallback"]
+
+
 def test_a_warm_refit_keeps_its_adaptation_when_the_window_rows_cross_a_bucket(shipped, design_fit):
     """A repeat that pushes the window rows into the next bucket compiles a new
     program, but the parameter space is the same: the fit goes on from the last
