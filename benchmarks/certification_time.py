@@ -126,6 +126,7 @@ def time_attempt(
         "windowed_fallback": d.get("windowed_fallback"),
         "runs": d.get("attempts"),
         "target_accept": d.get("target_accept"),
+        "nuts_runs": d.get("nuts_runs"),
     }
 
 
@@ -323,8 +324,10 @@ def comparison_table(res: dict[str, Any]) -> str:
     lines = [f"The same final states timed by commit `{base}` and by this tree ({rule_here}), each fleet in a fresh "
              "process for both, alternating which goes first. Draws: per chain, `" + base + "` / this tree; runs: "
              "this tree's NUTS runs in the attempt (extensions, and re-runs after divergences at a higher target "
-             "acceptance, the last one's shown; a windowed fallback marked w).", "",
-             head + " | draws | runs (target) | outcome (`" + base + "` / this tree) |", rule + "|---:|---|---|"]
+             "acceptance, the last one's shown; a windowed fallback marked w); divergences: each run's, in order; "
+             "steps: the last run's leapfrog steps a draw at its step size.", "",
+             head + " | draws | runs (target) | divergences | steps (step size) | outcome (`" + base + "` / this tree) |",
+             rule + "|---:|---|---|---|---|"]
     for fleet, p in pairs.items():
         b, h = p["baseline"], p["this tree"]
         row = f"| {fleet} | {h['cells']} | {b['seconds']:.1f} | {h['seconds']:.1f} | {h['seconds'] / b['seconds']:.2f}"
@@ -332,7 +335,10 @@ def comparison_table(res: dict[str, Any]) -> str:
             bc, hc = b["seconds_compiled"][-1], h["seconds_compiled"][-1]
             row += f" | {bc:.1f} | {hc:.1f} | {hc / bc:.2f}"
         runs = "" if h.get("runs") is None else f"{h['runs']} ({h['target_accept']:.3g}){' w' if h.get('windowed_fallback') else ''}"
-        lines.append(row + f" | {b['draws']} / {h['draws']} | {runs} | {b['status']} / {h['status']} |")
+        trail = h.get("nuts_runs") or []
+        divs = ", ".join(str(t["divergences"]) for t in trail)
+        steps = f"{trail[-1]['steps_per_draw']:.0f} ({trail[-1]['step_size']:.3g})" if trail else ""
+        lines.append(row + f" | {b['draws']} / {h['draws']} | {runs} | {divs} | {steps} | {b['status']} / {h['status']} |")
     lines.append("")
     for key, label in (("first", "first attempt"), ("compiled", "compiled")):
         if f"ratio_{key}" not in res:

@@ -349,6 +349,9 @@ def test_a_certifying_fit_that_diverges_at_the_highest_target_stops_and_keeps_th
     ]
     assert all(mass is cheap for _, _, mass in runs)
     assert out.diagnostics["attempts"] == 4 and out.diagnostics["windowed_fallback"]
+    assert [(r["kind"], r["target_accept"], r["draws"]) for r in out.diagnostics["nuts_runs"]] == [
+        ("fresh", t, 20) for t, _, _ in runs
+    ]
 
 
 def test_a_warm_refit_keeps_its_adaptation_when_the_window_rows_cross_a_bucket(shipped, design_fit):

@@ -95,6 +95,7 @@ class CertificationAttempt(NamedTuple):
                 "windowed_fallback": d.get("windowed_fallback"),
                 "r_hat_max_parameters": d.get("r_hat_max_parameters"),
                 "ess_bulk_min_parameters": d.get("ess_bulk_min_parameters"),
+                "nuts_runs": d.get("nuts_runs"),
             },
             "attempt_s": float(self.wall_s),
             **(self.attainment_json or {}),

@@ -105,7 +105,7 @@ class CertifyingFit(NamedTuple):
     """A certifying fit: the posterior, its diagnostics, and whether they pass."""
 
     posterior: Any  # fleetsieve_bayes.model.inference.Posterior
-    diagnostics: dict[str, Any]  # r_hat_max, ess_bulk_min, divergences, draws, chains, attempts, wall_s
+    diagnostics: dict[str, Any]  # r_hat_max, ess_bulk_min, divergences, draws, chains, attempts, wall_s, nuts_runs
     converged: bool
 
 
@@ -172,9 +172,11 @@ def fit_certifying(
     same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
+    runs: list[dict[str, Any]] = []
     while True:
         attempts += 1
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
+        t_run = time.perf_counter()
         stuck = minor_mode_chains(stats["lp"]) if fits and not ok else {}
         if stuck:
             # Restart the stuck chains inside the main mode; every earlier draw
@@ -201,6 +203,8 @@ def fit_certifying(
             fits.append(
                 _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], **same)
             )
+        kind = "restart" if stuck else ("extension" if len(fits) > 1 else "fresh")
+        runs.append(_run_record(fits[-1], kind, preset, time.perf_counter() - t_run))
         samples, stats = _concatenate(fits)
         diag = convergence_diagnostics(decision_samples(samples, excluded), stats["diverging"])
         ok = _passes(diag, criteria)
@@ -225,7 +229,26 @@ def fit_certifying(
     post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
     diag = _report(diag, samples, stats, preset, attempts=attempts, restarted=restarted, fallback=fallback,
                    wall_s=time.perf_counter() - t0, converged=ok)
+    diag["nuts_runs"] = runs
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _run_record(posterior: Any, kind: str, preset: Any, seconds: float) -> dict[str, Any]:
+    """One NUTS run of a certifying fit, as ``diagnostics["nuts_runs"]`` lists it: how it
+    started (``fresh`` warm-up, ``extension`` of the last run's chains, ``restart`` of stuck
+    chains), its warm-up and target acceptance, its draws per chain, the median over chains of
+    the adapted step size, the mean leapfrog steps a draw, its divergences and seconds."""
+    ss = posterior.idata.sample_stats
+    return {
+        "kind": kind,
+        "adaptation": preset.adaptation,
+        "target_accept": float(preset.target_accept),
+        "draws": int(ss["diverging"].shape[1]),
+        "step_size": float(np.median(np.asarray(ss["step_size"].values)[:, -1])),
+        "steps_per_draw": float(np.mean(ss["n_steps"].values)),
+        "divergences": int(np.sum(ss["diverging"].values)),
+        "seconds": float(seconds),
+    }
 
 
 def _report(
