@@ -188,12 +188,13 @@ def fit_certifying(
         elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
             if fits:
                 # Divergences: smaller steps, from scratch. The warm-up's first mass
-                # stays the round's cheap posterior's: the covariance of the divergent
-                # run's draws, stretched towards where it diverged, shrank the step
-                # size of suite fleet c000's rerun from 0.027 to 0.004 (tree depth 10).
-                # Without a cheap posterior, the divergent run's draws (a few divergent
-                # transitions among 1,600 leave them a good estimate; the identity cost
-                # c008 a 79 s rerun against 24 s).
+                # stays the round's cheap posterior's, not the covariance of the
+                # divergent run's draws, which the chains' excursions towards where
+                # they diverged stretch (docs/results.md, "Certification attempt
+                # time": each run's divergences and the last run's step size).
+                # Without a cheap posterior, the divergent run's draws: a few divergent
+                # transitions among 1,600 leave them a better start than the identity,
+                # under which the trees run at their maximum depth (init_fixed_mass).
                 preset = preset._replace(target_accept=min(TARGET_ACCEPT_MAX, 0.5 * (1.0 + preset.target_accept)))
                 mass_from = mass_from if mass_from is not None else fits[-1]
             fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same, mass_from=mass_from)]
@@ -212,8 +213,9 @@ def fit_certifying(
         if ok or late:
             break
         # A run that still diverges at the highest target acceptance is not
-        # mended by another warm-up, only redrawn (suite fleet c032 at level 0.9:
-        # 1 to 10 divergences in each of eight reruns at 0.99).
+        # mended by another warm-up, only redrawn (docs/results.md, "Certification
+        # attempt time", divergences: suite fleets c024, c029 and c032 diverge in
+        # their runs at 0.99 too).
         capped = diag["divergences"] > criteria.divergences_max and preset.target_accept >= TARGET_ACCEPT_MAX
         if capped or attempts - stretch > max_rounds or (
             len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)
