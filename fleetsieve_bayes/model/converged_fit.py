@@ -31,8 +31,10 @@ first-half draws pooled (a chain in a minor mode left out of the pool and
 moved into the main one). NumPyro's per-chain windows estimate the mass from
 25–200 of one chain's own draws, which on the hard suite keeps the trees at
 their maximum depth and the chains apart for most of the warm-up
-(``benchmarks/certification_time.py --adaptation windowed`` times the other
-warm-up; docs/results.md, "Certification attempt time").
+(docs/results.md, "Certification attempt time": every attempt that ended on
+the windowed fallback, marked w, took 1,000 or more leapfrog steps a draw in
+its last run; ``benchmarks/certification_time.py --adaptation windowed`` times
+that warm-up alone).
 A pooled run that cannot reach the criteria within its rounds is redone with
 the windowed warm-up before the fit gives up (``windowed_fallback`` in the
 diagnostics).
