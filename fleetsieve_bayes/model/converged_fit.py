@@ -188,17 +188,8 @@ def fit_certifying(
             warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
             fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, **same)]
         elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
-            if fits:
-                # Divergences: smaller steps, from scratch. The warm-up's first mass
-                # stays the round's cheap posterior's, not the covariance of the
-                # divergent run's draws, which the chains' excursions towards where
-                # they diverged stretch (docs/results.md, "Certification attempt
-                # time": each run's divergences and the last run's step size).
-                # Without a cheap posterior, the divergent run's draws: a few divergent
-                # transitions among 1,600 leave them a better start than the identity,
-                # under which the trees run at their maximum depth (init_fixed_mass).
-                preset = preset._replace(target_accept=min(TARGET_ACCEPT_MAX, 0.5 * (1.0 + preset.target_accept)))
-                mass_from = mass_from if mass_from is not None else fits[-1]
+            if fits:  # divergences: smaller steps, from scratch
+                preset, mass_from = _after_divergences(preset, mass_from, fits[-1])
             fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same, mass_from=mass_from)]
         else:
             # Sample more: every chain continues from its last state (adapted
@@ -214,14 +205,7 @@ def fit_certifying(
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or late:
             break
-        # A run that still diverges at the highest target acceptance is not
-        # mended by another warm-up, only redrawn (docs/results.md, "Certification
-        # attempt time", divergences: suite fleets c024, c029 and c032 diverge in
-        # their runs at 0.99 too).
-        capped = diag["divergences"] > criteria.divergences_max and preset.target_accept >= TARGET_ACCEPT_MAX
-        if capped or attempts - stretch > max_rounds or (
-            len(fits) > 1 and _hopeless(diag, stats, preset, max_rounds, criteria)
-        ):
+        if _stretch_over(diag, stats, preset, attempts - stretch, len(fits), max_rounds, criteria):
             if preset.adaptation != "pooled":
                 break
             # The pooled warm-up gambles on one shared mass matrix; where it
@@ -235,6 +219,36 @@ def fit_certifying(
                    wall_s=time.perf_counter() - t0, converged=ok)
     diag["nuts_runs"] = runs
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
+
+
+def _after_divergences(preset: Any, mass_from: Any, divergent: Any) -> tuple[Any, Any]:
+    """The preset and first mass of the fresh run after the divergent run ``divergent``.
+
+    The target acceptance moves halfway to 1 (smaller steps), up to
+    :data:`TARGET_ACCEPT_MAX`. The warm-up's first mass stays the round's cheap
+    posterior's (``mass_from``), not the covariance of the divergent run's draws,
+    which the chains' excursions towards where they diverged stretch
+    (docs/results.md, "Certification attempt time": each run's divergences and
+    the last run's step size). Without a cheap posterior, the divergent run's
+    draws: a few divergent transitions among 1,600 leave them a better start
+    than the identity, under which the trees run at their maximum depth
+    (``init_fixed_mass`` in :mod:`fleetsieve_bayes.model.inference`).
+    """
+    preset = preset._replace(target_accept=min(TARGET_ACCEPT_MAX, 0.5 * (1.0 + preset.target_accept)))
+    return preset, (mass_from if mass_from is not None else divergent)
+
+
+def _stretch_over(
+    diag: dict[str, Any], stats: dict[str, np.ndarray], preset: Any, runs: int, fits: int, max_rounds: int,
+    criteria: Convergence,
+) -> bool:
+    """The stretch of ``runs`` runs (``fits`` of them in the draws judged) ends unconverged:
+    its rounds are spent, sampling more is :func:`_hopeless`, or its last run diverged at
+    :data:`TARGET_ACCEPT_MAX` — not mended by another warm-up, only redrawn (docs/results.md,
+    "Certification attempt time", divergences: suite fleets c024, c029 and c032 diverge in
+    their runs at 0.99 too)."""
+    capped = diag["divergences"] > criteria.divergences_max and preset.target_accept >= TARGET_ACCEPT_MAX
+    return capped or runs > max_rounds or (fits > 1 and _hopeless(diag, stats, preset, max_rounds, criteria))
 
 
 def _run_record(posterior: Any, kind: str, preset: Any, seconds: float) -> dict[str, Any]:
