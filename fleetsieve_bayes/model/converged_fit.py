@@ -163,12 +163,12 @@ def fit_certifying(
     preset = preset if isinstance(preset, _inference.InferencePreset) else _inference.load_preset(preset)
     if preset.method != "nuts":
         raise ValueError(f"the certifying posterior needs a NUTS preset, got {preset.method!r}")
-    attempts, restarted, ok = 0, 0, False
+    restarted, ok = 0, False
     fits: list[Any] = []
     seq = np.random.SeedSequence(seed)
     diag: dict[str, Any] = {}
     stats: dict[str, np.ndarray] = {}
-    fallback, stretch = False, 0  # switched to the windowed warm-up; attempts before this stretch
+    fallback, stretch = False, 0  # switched to the windowed warm-up; runs before this stretch
     data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell,
                       gpu=grid_gpu_inputs(grid, card))
     same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
@@ -176,7 +176,6 @@ def fit_certifying(
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     runs: list[dict[str, Any]] = []
     while True:
-        attempts += 1
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
         t_run = time.perf_counter()
         stuck = minor_mode_chains(stats["lp"]) if fits and not ok else {}
@@ -205,7 +204,7 @@ def fit_certifying(
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or late:
             break
-        if _stretch_over(diag, stats, preset, attempts - stretch, len(fits), max_rounds, criteria):
+        if _stretch_over(diag, stats, preset, len(runs) - stretch, len(fits), max_rounds, criteria):
             if preset.adaptation != "pooled":
                 break
             # The pooled warm-up gambles on one shared mass matrix; where it
@@ -213,9 +212,9 @@ def fit_certifying(
             # again with NumPyro's per-chain windows, which adapt to each
             # chain's own geometry — the same cap on rounds, judged afresh.
             preset = preset._replace(adaptation="windowed")
-            fallback, stretch, fits = True, attempts, []
+            fallback, stretch, fits = True, len(runs), []
     post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
-    diag = _report(diag, samples, stats, preset, attempts=attempts, restarted=restarted, fallback=fallback,
+    diag = _report(diag, samples, stats, preset, attempts=len(runs), restarted=restarted, fallback=fallback,
                    wall_s=time.perf_counter() - t0, converged=ok)
     diag["nuts_runs"] = runs
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
