@@ -362,7 +362,10 @@ def test_sigkill_of_a_vllm_run_mid_cell_leaves_no_server_and_resumes(
         if sum(r["type"] == "measurement" for r in _records(out)) < n_measured:
             return None
         servers = _servers(marker)
-        return servers if len(servers) >= n_servers and all(map(_port_open, servers.values())) else None
+        if len(servers) < n_servers or not all(map(_port_open, servers.values())):
+            return None
+        # A server may answer before its worker process shows: wait for both.
+        return servers if all(len(_in_sessions({pid})) >= 2 for pid in servers) else None
 
     try:
         servers = _wait(f"{n_measured} cell(s) measured and {n_servers} server(s) serving", serving, proc)
