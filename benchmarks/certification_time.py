@@ -323,10 +323,10 @@ def comparison_table(res: dict[str, Any]) -> str:
     rule_here = "the campaigns' own rule" if res.get("level") is None else f"`slo_attainment = {res['level']}`"
     lines = [f"The same final states timed by commit `{base}` and by this tree ({rule_here}), each fleet in a fresh "
              "process for both, alternating which goes first. Draws: per chain, `" + base + "` / this tree; runs: "
-             "this tree's NUTS runs in the attempt (extensions, and re-runs after divergences at a higher target "
-             "acceptance, the last one's shown; a windowed fallback marked w); divergences: each run's, in order; "
-             "steps: the last run's leapfrog steps a draw at its step size.", "",
-             head + " | draws | runs (target) | divergences | steps (step size) | outcome (`" + base + "` / this tree) |",
+             "this tree's NUTS runs in the attempt (extensions, and runs at smaller steps after divergences, the "
+             "last one's step size against the adapted one shown; a windowed fallback marked w); divergences: each "
+             "run's, in order; steps: the last run's leapfrog steps a draw at its step size.", "",
+             head + " | draws | runs (step scale) | divergences | steps (step size) | outcome (`" + base + "` / this tree) |",
              rule + "|---:|---|---|---|---|"]
     for fleet, p in pairs.items():
         b, h = p["baseline"], p["this tree"]
@@ -334,8 +334,9 @@ def comparison_table(res: dict[str, Any]) -> str:
         if compiled:
             bc, hc = b["seconds_compiled"][-1], h["seconds_compiled"][-1]
             row += f" | {bc:.1f} | {hc:.1f} | {hc / bc:.2f}"
-        runs = "" if h.get("runs") is None else f"{h['runs']} ({h['target_accept']:.3g}){' w' if h.get('windowed_fallback') else ''}"
         trail = h.get("nuts_runs") or []
+        scale = f" (×{trail[-1].get('step_scale', 1.0):.2g})" if trail else ""
+        runs = "" if h.get("runs") is None else f"{h['runs']}{scale}{' w' if h.get('windowed_fallback') else ''}"
         divs = ", ".join(str(t["divergences"]) for t in trail)
         steps = f"{trail[-1]['steps_per_draw']:.0f} ({trail[-1]['step_size']:.3g})" if trail else ""
         lines.append(row + f" | {b['draws']} / {h['draws']} | {runs} | {divs} | {steps} | {b['status']} / {h['status']} |")

@@ -114,7 +114,7 @@ def test_shipped_campaign_at_point_certifies_chat_and_code_tp4_c96_x2_in_10800_g
     assert cert["p_epsilon_optimal"] >= 1 - result["risk"] and 0.0 <= cert["p_slo_met"] <= 1.0
     d = cert["diagnostics"]
     assert d["r_hat_max"] <= 1.01 and d["ess_bulk_min"] >= 400 and d["divergences"] == 0
-    # Its NUTS runs: the draws judged are those of the last fresh run and its extensions.
+    # Its NUTS runs: the draws judged are those of the last run not an extension, and its extensions.
     runs = d["nuts_runs"]
     last = max(i for i, r in enumerate(runs) if r["kind"] != "extension")
     assert runs[0]["kind"] == "fresh" and sum(r["draws"] for r in runs[last:]) == d["draws"]

@@ -320,23 +320,30 @@ def test_certifying_fit_falls_back_to_windowed_warmup_when_pooled_does_not_conve
     assert windowed.diagnostics["attempts"] == 1 and not windowed.diagnostics["windowed_fallback"]
 
 
-def test_a_certifying_fit_that_diverges_at_the_highest_target_stops_and_keeps_the_cheap_mass(
+def test_a_certifying_fit_goes_on_at_smaller_steps_after_divergences_and_stops_at_the_smallest(
     shipped, design_fit, monkeypatch
 ):
-    """Each rerun after divergences raises the target acceptance and starts its
-    warm-up from the round's cheap posterior again; a run that diverges at
-    TARGET_ACCEPT_MAX ends the stretch (pooled, then the windowed fallback once)."""
+    """After a run with divergences the chains go on from where they stopped at
+    STEP_SHRINK of their step size (same compiled sampler, no warm-up); a run that
+    diverges SMALLER_STEPS_MAX shrinks down ends the stretch (pooled, then the
+    windowed fallback once, whose first warm-up starts from the cheap mass again)."""
     from fleetsieve_bayes.model import converged_fit
-    from fleetsieve_bayes.model.converged_fit import TARGET_ACCEPT_MAX, Convergence, fit_certifying
+    from fleetsieve_bayes.model.converged_fit import (
+        SMALLER_STEPS_MAX,
+        STEP_SHRINK,
+        Convergence,
+        fit_certifying,
+    )
 
     grid, obs = shipped
     m, cheap = design_fit
-    runs: list[tuple[float, str, object]] = []
+    runs: list[tuple[str, float, object, object, object]] = []
     real = converged_fit._inference.fit
 
     def spy(*args, **kw):
-        runs.append((args[4].target_accept, args[4].adaptation, kw.get("mass_from")))
-        return real(*args, **kw)
+        post = real(*args, **kw)
+        runs.append((args[4].adaptation, kw.get("step_scale", 1.0), kw.get("mass_from"), kw.get("warm_start"), post))
+        return post
 
     monkeypatch.setattr(converged_fit._inference, "fit", spy)
     preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled", target_accept=0.96)
@@ -344,14 +351,28 @@ def test_a_certifying_fit_that_diverges_at_the_highest_target_stops_and_keeps_th
     out = fit_certifying(grid, obs, m, CARD, preset, seed=2, criteria=Convergence(divergences_max=-1),
                          max_rounds=12, mass_from=cheap)
     assert not out.converged
-    assert [(t, a) for t, a, _ in runs] == [
-        (0.96, "pooled"), (0.98, "pooled"), (TARGET_ACCEPT_MAX, "pooled"), (TARGET_ACCEPT_MAX, "windowed")
+    stretch = [1.0] + [STEP_SHRINK] * SMALLER_STEPS_MAX
+    assert [(a, s) for a, s, *_ in runs] == [("pooled", s) for s in stretch] + [("windowed", s) for s in stretch]
+    for k in (0, len(stretch)):  # each stretch's fresh warm-up: the cheap mass, no warm start
+        assert runs[k][2] is cheap and runs[k][3] is None
+    for k, (_, scale, _, warm, post) in enumerate(runs):
+        if scale != 1.0:  # from the last run's chains, each at STEP_SHRINK of its step size
+            assert warm is runs[k - 1][4]
+            before = [float(s.adapt_state.step_size) for s in warm.state["states"]]
+            after = post.idata.sample_stats["step_size"].values
+            np.testing.assert_allclose(after, np.asarray(before, np.float32)[:, None] * STEP_SHRINK
+                                       * np.ones_like(after), rtol=1e-6)
+    assert out.diagnostics["attempts"] == 2 * len(stretch) and out.diagnostics["windowed_fallback"]
+    assert [(r["kind"], r["step_scale"], r["target_accept"]) for r in out.diagnostics["nuts_runs"]] == 2 * [
+        ("fresh" if k == 0 else "smaller-steps", STEP_SHRINK**k, 0.96) for k in range(len(stretch))
     ]
-    assert all(mass is cheap for _, _, mass in runs)
-    assert out.diagnostics["attempts"] == 4 and out.diagnostics["windowed_fallback"]
-    assert [(r["kind"], r["target_accept"], r["draws"]) for r in out.diagnostics["nuts_runs"]] == [
-        ("fresh", t, 20) for t, _, _ in runs
-    ]
+
+
+def test_step_scale_needs_a_warm_start(shipped, design_fit):
+    grid, obs = shipped
+    m, _ = design_fit
+    with pytest.raises(ValueError, match="step_scale needs a warm start"):
+        fit(grid, obs, m, CARD, load_preset("fast")._replace(warmup=40, samples=20), seed=0, step_scale=0.5)
 
 
 def test_a_warm_refit_keeps_its_adaptation_when_the_window_rows_cross_a_bucket(shipped, design_fit):

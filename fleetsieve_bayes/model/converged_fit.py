@@ -46,11 +46,11 @@ If it does not pass:
   (adapted step size and mass matrix kept, no new warm-up) and the new draws
   are appended, up to ``max_rounds`` extensions — fewer when the ESS projected
   from the draws so far cannot reach the target within that cap;
-* a run with divergences is redone from scratch with a higher target
-  acceptance (smaller steps, up to :data:`TARGET_ACCEPT_MAX`), its warm-up's
-  first mass matrix again the round's cheap posterior's (the divergent run's
-  draws' covariance when there is none); a run that diverges at
-  :data:`TARGET_ACCEPT_MAX` ends the stretch, as a hopeless one does.
+* after a run with divergences its draws are dropped and the chains go on from
+  where they stopped at :data:`STEP_SHRINK` of their step size (mass kept, no
+  new warm-up, the same compiled sampler); a run that still diverges after
+  :data:`SMALLER_STEPS_MAX` such shrinks ends the stretch, as a hopeless one
+  does.
 
 It never hides a failure: the result says whether the posterior converged
 (and how many chains were restarted), and the campaign does not certify on
@@ -86,7 +86,8 @@ __all__ = [
     "convergence_diagnostics",
     "minor_mode_chains",
     "MINOR_MODE_LP_GAP",
-    "TARGET_ACCEPT_MAX",
+    "STEP_SHRINK",
+    "SMALLER_STEPS_MAX",
 ]
 
 
@@ -99,8 +100,12 @@ class Convergence(NamedTuple):
 
 
 CONVERGENCE = Convergence()
-# The highest target acceptance a rerun after divergences raises the preset's to.
-TARGET_ACCEPT_MAX = 0.99
+# After a run with divergences the chains go on at this share of their step size, at most
+# SMALLER_STEPS_MAX times a stretch (down to 0.42 of the adapted step: a fresh warm-up at
+# target acceptance 0.99 adapted 0.57-0.75 of the step at 0.95 on the hard suite, and its
+# runs diverged as often; docs/results.md, "Certification attempt time", divergences).
+STEP_SHRINK = 0.75
+SMALLER_STEPS_MAX = 3
 
 
 class CertifyingFit(NamedTuple):
@@ -171,10 +176,11 @@ def fit_certifying(
     fallback, stretch = False, 0  # switched to the windowed warm-up; runs before this stretch
     data = model_data(grid, observed, measured_mask, failed=failed, server_failed=server_failed, rows=rows, row_cell=row_cell,
                       gpu=grid_gpu_inputs(grid, card))
-    same = {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
+    args, same = (grid, observed, measured_mask, card), {"failed": failed, "server_failed": server_failed, "rows": rows, "row_cell": row_cell}
     # Cells measured as failures: left out of the convergence check (what the decision reads).
     excluded = failed_cells(np.asarray(data.measured), np.asarray(data.fit_mask))
     runs: list[dict[str, Any]] = []
+    shrunk = 0  # smaller-step runs in this stretch
     while True:
         sub = int(seq.spawn(1)[0].generate_state(1)[0])
         t_run = time.perf_counter()
@@ -185,26 +191,28 @@ def fit_certifying(
             # are judged on the same, fresh stretch.
             restarted += len(stuck)
             warm = _inference.restart_chains(fits[-1], stuck, data, seed=sub)
-            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=warm, **same)]
-        elif not fits or diag.get("divergences", 0) > criteria.divergences_max:
-            if fits:  # divergences: smaller steps, from scratch
-                preset, mass_from = _after_divergences(preset, mass_from, fits[-1])
-            fits = [_inference.fit(grid, observed, measured_mask, card, preset, seed=sub, **same, mass_from=mass_from)]
+            fits, kind = [_inference.fit(*args, preset, seed=sub, warm_start=warm, **same)], "restart"
+        elif not fits:
+            fits, kind = [_inference.fit(*args, preset, seed=sub, **same, mass_from=mass_from)], "fresh"
+        elif diag["divergences"] > criteria.divergences_max:
+            # Smaller steps: every chain goes on from where it stopped at STEP_SHRINK of its step
+            # size (mass kept, no new warm-up); the divergent run's draws are dropped.
+            shrunk += 1
+            fits = [_inference.fit(*args, preset, seed=sub, warm_start=fits[-1], step_scale=STEP_SHRINK, **same)]
+            kind = "smaller-steps"
         else:
-            # Sample more: every chain continues from its last state (adapted
-            # step size and mass matrix kept, no new warm-up); draws are appended.
-            fits.append(
-                _inference.fit(grid, observed, measured_mask, card, preset, seed=sub, warm_start=fits[-1], **same)
-            )
-        kind = "restart" if stuck else ("extension" if len(fits) > 1 else "fresh")
-        runs.append(_run_record(fits[-1], kind, preset, time.perf_counter() - t_run))
+            # Sample more: every chain continues from its last state (adapted step size and
+            # mass matrix kept, no new warm-up); draws are appended.
+            fits.append(_inference.fit(*args, preset, seed=sub, warm_start=fits[-1], **same))
+            kind = "extension"
+        runs.append(_run_record(fits[-1], kind, preset, STEP_SHRINK**shrunk, time.perf_counter() - t_run))
         samples, stats = _concatenate(fits)
         diag = convergence_diagnostics(decision_samples(samples, excluded), stats["diverging"])
         ok = _passes(diag, criteria)
         late = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
         if ok or late:
             break
-        if _stretch_over(diag, stats, preset, len(runs) - stretch, len(fits), max_rounds, criteria):
+        if _stretch_over(diag, stats, preset, len(runs) - stretch, len(fits), shrunk, max_rounds, criteria):
             if preset.adaptation != "pooled":
                 break
             # The pooled warm-up gambles on one shared mass matrix; where it
@@ -212,7 +220,7 @@ def fit_certifying(
             # again with NumPyro's per-chain windows, which adapt to each
             # chain's own geometry — the same cap on rounds, judged afresh.
             preset = preset._replace(adaptation="windowed")
-            fallback, stretch, fits = True, len(runs), []
+            fallback, stretch, fits, shrunk = True, len(runs), [], 0
     post = _inference.assemble(samples, stats, data, seed, method="nuts", state=None)
     diag = _report(diag, samples, stats, preset, attempts=len(runs), restarted=restarted, fallback=fallback,
                    wall_s=time.perf_counter() - t0, converged=ok)
@@ -220,47 +228,32 @@ def fit_certifying(
     return CertifyingFit(posterior=post, diagnostics=diag, converged=bool(ok))
 
 
-def _after_divergences(preset: Any, mass_from: Any, divergent: Any) -> tuple[Any, Any]:
-    """The preset and first mass of the fresh run after the divergent run ``divergent``.
-
-    The target acceptance moves halfway to 1 (smaller steps), up to
-    :data:`TARGET_ACCEPT_MAX`. The warm-up's first mass stays the round's cheap
-    posterior's (``mass_from``), not the covariance of the divergent run's draws,
-    which the chains' excursions towards where they diverged stretch
-    (docs/results.md, "Certification attempt time": each run's divergences and
-    the last run's step size). Without a cheap posterior, the divergent run's
-    draws: a few divergent transitions among 1,600 leave them a better start
-    than the identity, under which the trees run at their maximum depth
-    (``init_fixed_mass`` in :mod:`fleetsieve_bayes.model.inference`).
-    """
-    preset = preset._replace(target_accept=min(TARGET_ACCEPT_MAX, 0.5 * (1.0 + preset.target_accept)))
-    return preset, (mass_from if mass_from is not None else divergent)
-
-
 def _stretch_over(
-    diag: dict[str, Any], stats: dict[str, np.ndarray], preset: Any, runs: int, fits: int, max_rounds: int,
-    criteria: Convergence,
+    diag: dict[str, Any], stats: dict[str, np.ndarray], preset: Any, runs: int, fits: int, shrunk: int,
+    max_rounds: int, criteria: Convergence,
 ) -> bool:
-    """The stretch of ``runs`` runs (``fits`` of them in the draws judged) ends unconverged:
-    its rounds are spent, sampling more is :func:`_hopeless`, or its last run diverged at
-    :data:`TARGET_ACCEPT_MAX` — not mended by another warm-up, only redrawn (docs/results.md,
-    "Certification attempt time", divergences: suite fleets c024, c029 and c032 diverge in
-    their runs at 0.99 too)."""
-    capped = diag["divergences"] > criteria.divergences_max and preset.target_accept >= TARGET_ACCEPT_MAX
+    """The stretch of ``runs`` runs (``fits`` of them in the draws judged, ``shrunk`` of them at
+    smaller steps) ends unconverged: its rounds are spent, sampling more is :func:`_hopeless`,
+    or its last run diverged at the smallest steps (``STEP_SHRINK ** SMALLER_STEPS_MAX`` of the
+    adapted step size): not mended by smaller steps, only redrawn (docs/results.md,
+    "Certification attempt time", divergences)."""
+    capped = diag["divergences"] > criteria.divergences_max and shrunk >= SMALLER_STEPS_MAX
     return capped or runs > max_rounds or (fits > 1 and _hopeless(diag, stats, preset, max_rounds, criteria))
 
 
-def _run_record(posterior: Any, kind: str, preset: Any, seconds: float) -> dict[str, Any]:
+def _run_record(posterior: Any, kind: str, preset: Any, step_scale: float, seconds: float) -> dict[str, Any]:
     """One NUTS run of a certifying fit, as ``diagnostics["nuts_runs"]`` lists it: how it
     started (``fresh`` warm-up, ``extension`` of the last run's chains, ``restart`` of stuck
-    chains), its warm-up and target acceptance, its draws per chain, the median over chains of
-    the adapted step size, the mean leapfrog steps a draw, its divergences and seconds."""
+    chains, ``smaller-steps`` after divergences), its warm-up and target acceptance, its draws
+    per chain, its step size against the stretch's adapted one (``step_scale``), the median over
+    chains of its step size, the mean leapfrog steps a draw, its divergences and seconds."""
     ss = posterior.idata.sample_stats
     return {
         "kind": kind,
         "adaptation": preset.adaptation,
         "target_accept": float(preset.target_accept),
         "draws": int(ss["diverging"].shape[1]),
+        "step_scale": float(step_scale),
         "step_size": float(np.median(np.asarray(ss["step_size"].values)[:, -1])),
         "steps_per_draw": float(np.mean(ss["n_steps"].values)),
         "divergences": int(np.sum(ss["diverging"].values)),

@@ -244,6 +244,7 @@ def fit(
     rows: np.ndarray | None = None,
     row_cell: np.ndarray | None = None,
     prime_warm_refit: bool = False,
+    step_scale: float = 1.0,
 ) -> Posterior:
     """Fit the model to the measured cells and return draws for every cell.
 
@@ -273,6 +274,10 @@ def fit(
         prime_warm_refit: NUTS, cold start: also compile, on a background
             thread, the programs a warm refit of this fit will run (a
             campaign's next round; see :func:`_prime_warm_refit`).
+        step_scale: NUTS, warm start of the same sampler only: every chain goes on
+            with ``step_scale`` times its adapted step size (its mass and position
+            kept, no warm-up, no re-tuning), e.g. smaller steps after divergent
+            transitions (:func:`fleetsieve_bayes.model.converged_fit.fit_certifying`).
     """
     card, preset = _resolve(card, preset)
     data = model_data(
@@ -281,7 +286,7 @@ def fit(
     )
     if preset.method == "svi":
         return _fit_svi(data, card, preset, seed, warm_start)
-    return _fit_nuts(data, card, preset, seed, warm_start, mass_from, prime_warm_refit)
+    return _fit_nuts(data, card, preset, seed, warm_start, mass_from, prime_warm_refit, step_scale)
 
 
 def _init_point(key: jax.Array, card: PriorCard, data: ModelData) -> dict[str, jnp.ndarray]:
@@ -602,6 +607,7 @@ def _fit_nuts(
     warm: Posterior | None,
     mass_from: Posterior | None = None,
     prime_warm_refit: bool = False,
+    step_scale: float = 1.0,
 ) -> Posterior:
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
@@ -620,7 +626,10 @@ def _fit_nuts(
         states = []
         for c, last in enumerate(warm.state["states"]):
             pe, grad = objs.energy(last.z, data)
-            states.append(last._replace(potential_energy=pe, z_grad=grad, rng_key=keys[c]))
+            adapt = last.adapt_state._replace(step_size=last.adapt_state.step_size * step_scale)
+            states.append(last._replace(potential_energy=pe, z_grad=grad, rng_key=keys[c], adapt_state=adapt))
+    elif step_scale != 1.0:
+        raise ValueError("step_scale needs a warm start of the same NUTS sampler")
     results = None
     cold_total = preset.chains * (preset.warmup + preset.samples)
     _progress.begin(preset.name, preset.chains * preset.samples if states is not None else cold_total)
@@ -629,7 +638,7 @@ def _fit_nuts(
         results = _map_chains(
             preset, lambda c: _nuts_chain(objs, warm_states[c], data, preset.samples, preset.samples)
         )
-        if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
+        if step_scale == 1.0 and _divergence(results) > _WARM_DIVERGENCE_LIMIT:
             # New data moved the posterior (typically sharper): keep the mass,
             # re-tune the step size over a short warm-up from the same positions.
             retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
