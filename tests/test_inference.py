@@ -440,3 +440,50 @@ def test_a_cold_round_fit_compiles_its_warm_refit_ahead(shipped, design_fit, mon
     assert warm.state["key"] == cold.state["key"]
     compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
     assert not [c for c in compiled if "energy" in c or "init_fixed_mass" in c], compiled
+
+
+def test_a_warm_start_on_the_same_data_keeps_its_energy_and_draws_what_a_recomputed_one_draws(
+    shipped, design_fit, monkeypatch
+):
+    """A certifying fit's next run has the data its chains stopped on: their energy and
+    gradient hold, and the draws are those of a start whose energy is computed afresh."""
+    from fleetsieve_bayes.model import inference
+
+    grid, obs = shipped
+    m, post = design_fit
+    objs = inference._CACHE[post.state["key"]]
+    calls: list[int] = []
+
+    def counted(z, d):
+        calls.append(1)
+        return objs.energy(z, d)
+
+    monkeypatch.setitem(inference._CACHE, post.state["key"], objs._replace(energy=counted))
+    same = fit(grid, obs, m, CARD, "fast", seed=1, warm_start=post)
+    assert calls == [] and same.state["data"] == post.state["data"]
+    moved = fit(grid, obs, m, CARD, "fast", seed=1, warm_start=post._replace(state={**post.state, "data": None}))
+    assert len(calls) == len(post.state["states"])
+    np.testing.assert_allclose(same.latent, moved.latent, rtol=1e-5)
+    other = obs.copy()
+    other[np.flatnonzero(m)[0], 0] *= 1.1
+    fit(grid, other, m, CARD, "fast", seed=1, warm_start=post)  # other data: recomputed
+    assert len(calls) == 2 * len(post.state["states"])
+
+
+def test_a_pooled_warmup_compiles_one_start_program_and_its_windowed_fallback_none(shipped, design_fit):
+    """Random starts and NumPyro's identity mass go through the same compiled
+    ``init_fixed_mass`` as given ones; a windowed run of the same preset reuses the kernel."""
+    from fleetsieve_bayes.model.inference import _nuts_kernel
+    from fleetsieve_bayes.model.priors import load_card
+
+    grid, obs = shipped
+    m, _ = design_fit
+    preset = load_preset("fast")._replace(warmup=48, samples=24, adaptation="pooled")
+    fit(grid, obs, m, CARD, preset, seed=5)  # no mass_from, random starts
+    data, card = model_data(grid, obs, m), load_card(CARD)
+    objs = _nuts_kernel(data, card, preset)
+    assert objs.init_fixed_mass._cache_size() == 1
+    assert _nuts_kernel(data, card, preset._replace(adaptation="windowed")) is objs
+    compiled = objs.chunk._cache_size()
+    fit(grid, obs, m, CARD, preset._replace(adaptation="windowed"), seed=5)
+    assert objs.chunk._cache_size() == compiled

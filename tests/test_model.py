@@ -261,3 +261,21 @@ def test_a_failure_under_load_adds_log_sigmoid_of_its_utilisation(grid_obs):
         want = float(jax.nn.log_sigmoid(FAILURE_SHARPNESS * np.log(rho)))
         assert float(a - b) == pytest.approx(want, rel=1e-4, abs=1e-4)
         assert want < -1e-3  # the term is not negligible at these draws
+
+
+def test_observations_from_normals_agree_in_numpy_and_in_jax():
+    # The posterior predictive is drawn in NumPy, the acquisition's fantasies in JAX: one rule.
+    from fleetsieve_bayes.model.joint import NOISE_DF, obs_from_normals
+
+    rng = np.random.default_rng(4)
+    latent = np.stack([rng.uniform(1, 20, (5, 7)), rng.uniform(0.1, 3, (5, 7)), rng.uniform(1, 40, (5, 7)),
+                       rng.uniform(0.5, 0.999, (5, 7))], axis=-1).astype(np.float32)
+    noise = np.asarray([0.05, 0.2, 0.1, 0.4], np.float32)
+    z = rng.standard_normal((int(NOISE_DF) + 1, 5, 7, 4)).astype(np.float32)
+    y_np = obs_from_normals(latent, noise, z)
+    assert isinstance(y_np, np.ndarray)
+    np.testing.assert_allclose(y_np, np.asarray(obs_from_normals(jnp.asarray(latent), jnp.asarray(noise), jnp.asarray(z))),
+                               rtol=2e-5)
+    np.testing.assert_allclose(np.asarray(sample_obs(jax.random.PRNGKey(0), jnp.asarray(latent), jnp.asarray(noise))),
+                               np.asarray(obs_from_normals(jnp.asarray(latent), jnp.asarray(noise),
+                                                           jax.random.normal(jax.random.PRNGKey(0), z.shape))))

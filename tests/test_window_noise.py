@@ -536,3 +536,28 @@ def test_success_offsets_draw_a_cells_departure_from_its_posterior(d, a, sd):
     assert got[:, 0].std() == pytest.approx(post_sd, rel=0.15)
     # the cell never measured draws its prior
     assert got[:, 1].std() == pytest.approx(a, rel=0.05) and abs(got[:, 1].mean()) < 0.1 * a
+
+
+def test_attainment_tables_read_one_draw_of_the_departures_as_three_separate_draws_would():
+    # The margins and the knee guard move unmeasured cells only, whose departure is their
+    # prior's: one draw of the departures gives each table what its own draw with the same
+    # key gives (window_probabilities, which draws them afresh from the shifted curves).
+    from fleetsieve_bayes.decision.bounds import _shift, attainment_bounds
+    from fleetsieve_bayes.decision.intervals import DEFAULT_RULES
+    from fleetsieve_bayes.model.joint import window_probabilities
+
+    grid, problem, obs, meas, post = _shipped_level_state()
+    att = attainment_bounds(post, grid, problem, obs, meas, 0.9, 0.0, DEFAULT_RULES, seed=3)
+    w = grid.workload_idx
+    lim = tuple(jnp.asarray(x) for x in (problem.success_min[w], problem.ttft_max[w], problem.completion_max[w]))
+    key = jax.random.PRNGKey(3)
+
+    def fresh(lat: np.ndarray) -> np.ndarray:
+        return np.asarray(window_probabilities(key, jnp.asarray(lat), jnp.asarray(post.noise), jnp.asarray(post.window),
+                                               post.windows, *lim), np.float64).prod(-1)
+
+    r = DEFAULT_RULES
+    np.testing.assert_allclose(att.draws, fresh(post.latent), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(att.lo_draws, fresh(_shift(post.latent, ~meas, r.tail_margin, r.success_margin, 1.0)),
+                               rtol=1e-5, atol=1e-7)
+    assert (att.draws[:, ~meas] != att.lo_draws[:, ~meas]).any()  # the margins did move them

@@ -36,9 +36,9 @@ from fleetsieve_bayes.decision.intervals import (
 )
 from fleetsieve_bayes.model.joint import (
     cell_offsets,
+    probabilities_given_offsets,
     sample_obs,
     served_nothing,
-    window_probabilities,
 )
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
@@ -70,6 +70,8 @@ __all__ = [
 ]
 
 # The metric of :attr:`Attainment.binding`, by index.
+# window_probabilities given the departures, one compiled program (eagerly, one per operation).
+_probabilities = jax.jit(probabilities_given_offsets)
 BINDING_METRICS = ("success", "ttft_p99", "completion_p99")
 
 
@@ -271,9 +273,13 @@ def attainment_bounds(
     lim = tuple(jnp.asarray(x) for x in _limits(grid, problem))
     key = jax.random.PRNGKey(seed)
     noise, window = jnp.asarray(posterior.noise), jnp.asarray(posterior.window)
+    # One draw of every cell's departure serves all three tables: the margins shift unmeasured
+    # cells only, whose departure is its prior's (it reads no curve), and a measured cell's
+    # reads its own latent alone.
+    delta = cell_offsets(key, jnp.asarray(latent), noise, window, posterior.windows)
 
     def probs(lat: np.ndarray) -> np.ndarray:
-        return np.asarray(window_probabilities(key, jnp.asarray(lat), noise, window, posterior.windows, *lim), np.float64)
+        return np.asarray(_probabilities(jnp.asarray(lat), delta, window, *lim), np.float64)
 
     m = np.asarray(measured_mask, bool)
     p = probs(latent)

@@ -33,6 +33,7 @@ posterior arrays keep their shapes across rounds.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import math
 import os
 import threading
@@ -58,13 +59,14 @@ from fleetsieve_bayes.model import sampling_progress as _progress
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import (
+    NOISE_DF,
     ModelData,
     fleet_model,
     from_transformed,
     gpu_dev_count,
     init_unconstrained,
     model_data,
-    sample_obs,
+    obs_from_normals,
     tp_dev_count,
 )
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
@@ -192,7 +194,8 @@ class NutsKernel(NamedTuple):
 
     model: Any  # the bound model
     init: Any  # (z | None, rng, data) -> HMCState
-    init_fixed_mass: Any  # (z | None, rng, data, inverse_mass (dim, dim)) -> HMCState, mass never re-estimated
+    init_fixed_mass: Any  # (z, rng, data, inverse_mass (dim, dim)) -> HMCState, mass never re-estimated
+    init_point: Any  # (rng, data) -> the random start ``init`` draws from ``rng`` (z=None)
     unconstrain: Any  # (sites of n draws, data) -> (n, dim) flat unconstrained positions
     flatten: Any  # (unconstrained positions of n draws) -> (n, dim), the mass matrix's order
     chunk: Any  # (state, data) -> (state, NutsTrace of chunk_len transitions)
@@ -323,7 +326,9 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
     Nothing here runs the model eagerly: the potential and the constrained
     values are traced inside ``jit`` only (an eager model run compiles every
     primitive separately — tens of seconds on a cold CPU)."""
-    key = ("nuts", _shape_key(data), card, preset)
+    # The warm-up's kind is not in the key: a pooled and a windowed run of one preset share
+    # the compiled programs (a certifying fit's windowed fallback compiles nothing new).
+    key = ("nuts", _shape_key(data), card, preset._replace(adaptation="pooled"))
     if key not in _CACHE:
         model = bind_model(card)
 
@@ -331,9 +336,9 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             return lambda z: potential_energy(model, (d, obs), {}, z)
 
         init_kernel, sample_kernel = hmc(potential_fn_gen=pe_gen, algo="NUTS")
-        # A pooled warm-up stops at its half and its quarter (see _pooled_warmup).
-        phase = preset.warmup // 4 if preset.adaptation == "pooled" else preset.warmup
-        chunk_len = math.gcd(math.gcd(preset.warmup, phase), preset.samples)
+        # A pooled warm-up stops at its half and its quarter (see _pooled_warmup); a windowed
+        # one runs through the same chunks.
+        chunk_len = math.gcd(math.gcd(preset.warmup, preset.warmup // 4), preset.samples)
 
         @jax.jit
         def chunk(state: Any, d: ModelData) -> tuple[Any, NutsTrace]:
@@ -371,12 +376,16 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             # Jitted so that a cold start in a later round reuses the compiled program.
             return start(z, rng, d, None)
 
+        @jax.jit
+        def init_point(rng: jax.Array, d: ModelData) -> dict[str, jnp.ndarray]:
+            # The start ``init(None, rng, d)`` draws: one program for ``init_fixed_mass``,
+            # whose random and given starts would otherwise compile it twice.
+            return _init_point(jax.random.split(rng)[0], card, d)
+
         n_windows = len(build_adaptation_schedule(preset.warmup))
 
         @jax.jit
-        def init_fixed_mass(
-            z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray | None
-        ) -> Any:
+        def init_fixed_mass(z: dict[str, jnp.ndarray], rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray) -> Any:
             # The same transitions as ``init``'s (one compiled ``chunk``), but
             # the adaptation starts in its terminal window: the step size is
             # tuned over the whole warm-up and the given mass matrix is kept.
@@ -411,7 +420,9 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
             return jax.vmap(one)(zs)
 
-        _CACHE[key] = NutsKernel(model, init, init_fixed_mass, unconstrain, flatten, chunk, chunk_len, energy, post, key)
+        _CACHE[key] = NutsKernel(
+            model, init, init_fixed_mass, init_point, unconstrain, flatten, chunk, chunk_len, energy, post, key
+        )
     return _CACHE[key]
 
 
@@ -501,9 +512,12 @@ def _pooled_warmup(
         Per chain (last state, NutsTrace of the ``preset.samples`` draws).
     """
     half = preset.warmup // 2
+    starts = [objs.init_point(keys[c], data) if z is None else z for c, z in enumerate(inits)]
+    if inverse_mass is None:  # NumPyro's own default, given explicitly: one compiled init_fixed_mass
+        inverse_mass = jnp.eye(sum(int(np.size(x)) for x in jax.tree.leaves(starts[0])), dtype=jnp.float32)
 
     def first(c: int) -> tuple[Any, NutsTrace]:
-        state = objs.init_fixed_mass(inits[c], keys[c], data, inverse_mass)
+        state = objs.init_fixed_mass(starts[c], keys[c], data, inverse_mass)
         return _nuts_chain(objs, state, data, half, half // 2)
 
     firsts = _map_chains(preset, first)
@@ -614,6 +628,7 @@ def _fit_nuts(
     args = (data, data.observed)
     states: list[Any] | None = None
     sampler = _sampler_key(data, card, preset)
+    digest = data_digest(data)
     if warm is not None and isinstance(warm.state, dict) and (
         warm.state.get("key") == objs.key or warm.state.get("sampler") == sampler
     ):
@@ -624,8 +639,10 @@ def _fit_nuts(
             jax.eval_shape(objs.init, warm.state["states"][0].z, keys[0], data)
             _KERNEL_READY.add(objs.key)
         states = []
+        same_data = warm.state.get("data") == digest
         for c, last in enumerate(warm.state["states"]):
-            pe, grad = objs.energy(last.z, data)
+            # The same data (a certifying fit's next run): the state's energy and gradient hold.
+            pe, grad = (last.potential_energy, last.z_grad) if same_data else objs.energy(last.z, data)
             adapt = last.adapt_state._replace(step_size=last.adapt_state.step_size * step_scale)
             states.append(last._replace(potential_energy=pe, z_grad=grad, rng_key=keys[c], adapt_state=adapt))
     elif step_scale != 1.0:
@@ -671,6 +688,7 @@ def _fit_nuts(
                 return _nuts_chain(objs, state, data, preset.warmup + preset.samples, preset.samples)
 
             results = _map_chains(preset, cold)
+        _KERNEL_READY.add(objs.key)  # its init has run here: a warm start need not trace it again
     # Every field stacked over chains: (chains, samples, ...).
     trace: NutsTrace = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r[1] for r in results])
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z)
@@ -691,7 +709,8 @@ def _fit_nuts(
     if prime_warm_refit and states is None:
         _prime_warm_refit(objs, data, last_states[0], keys[0])
     return assemble(
-        samples, stats, data, seed, method="nuts", state={"key": objs.key, "sampler": sampler, "states": last_states}
+        samples, stats, data, seed, method="nuts",
+        state={"key": objs.key, "sampler": sampler, "states": last_states, "data": digest},
     )
 
 
@@ -730,14 +749,26 @@ def restart_chains(
         draw = {k: jnp.asarray(v[i]) for k, v in posterior.params.items() if k in _SITES}
         z = unconstrain_fn(objs.model, (data, data.observed), {}, draw)
         states[chain] = states[donor]._replace(z=z)
-    return posterior._replace(state={**posterior.state, "states": states})
+    # A moved chain keeps its donor's energy and gradient: not its position's, so recomputed.
+    return posterior._replace(state={**posterior.state, "states": states, "data": None})
+
+
+def data_digest(data: ModelData) -> str:
+    """A digest of every array of ``data``: equal digests, the same potential energy."""
+    h = hashlib.blake2b(digest_size=16)
+    for leaf in jax.tree.leaves(data):
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _fits_shapes(params: dict[str, np.ndarray], data: ModelData, card: PriorCard) -> bool:
     """Whether ``params`` (draws, chain-major) have this model's site shapes — a
     warm start saved by another version of the model (e.g. before a class-level
     parameter was added) starts cold instead of failing."""
-    want = _init_point(jax.random.PRNGKey(0), card, data)
+    # Shapes only: an eager draw would compile its random programs (a second of a cold start).
+    want = jax.eval_shape(lambda k: _init_point(k, card, data), jax.random.PRNGKey(0))
     return all(k in params and tuple(np.shape(params[k])[1:]) == tuple(v.shape) for k, v in want.items())
 
 
@@ -849,11 +880,10 @@ def assemble(
     latent_c = samples["latent"]  # (chains, draws, n_cells, 4)
     noise_c = samples["noise"]  # (chains, draws, 4)
     n_chains, n_draw = latent_c.shape[:2]
-    y = np.asarray(
-        sample_obs(
-            jax.random.PRNGKey(seed + 1), jnp.asarray(latent_c), jnp.asarray(noise_c)[:, :, None, :]
-        )
-    )
+    # The posterior predictive, drawn in NumPy: a JAX draw compiles a program for every
+    # number of draws (a certifying fit's runs and their concatenations: a second each).
+    normals = np.random.default_rng(seed + 1).standard_normal((int(NOISE_DF) + 1, *latent_c.shape), np.float32)
+    y = obs_from_normals(latent_c, noise_c[:, :, None, :], normals)
     param_names = [k for k in samples if k not in ("latent", "capacity", "y") and k not in _DERIVED]
     params = {k: samples[k].reshape(n_chains * n_draw, *samples[k].shape[2:]) for k in param_names}
     observed = np.where(np.asarray(data.measured)[:, None], np.asarray(data.observed), np.nan)

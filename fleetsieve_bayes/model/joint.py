@@ -104,6 +104,7 @@ __all__ = [
     "fleet_model",
     "obs_logpdf",
     "sample_obs",
+    "obs_from_normals",
     "to_transformed",
     "from_transformed",
     "NOISE_DF",
@@ -560,8 +561,20 @@ def sample_obs(key: jax.Array, latent: jnp.ndarray, noise: jnp.ndarray) -> jnp.n
     with :data:`THROUGHPUT_NOISE_DF` = 1000 (variance 1.002).
     """
     shape = jnp.broadcast_shapes(latent.shape, noise.shape)
+    z = jax.random.normal(key, (int(NOISE_DF) + 1, *shape), dtype=jnp.result_type(latent, noise))
+    return obs_from_normals(latent, noise, z)
+
+
+def obs_from_normals(latent: jnp.ndarray, noise: jnp.ndarray, z: jnp.ndarray) -> jnp.ndarray:
+    """:func:`sample_obs` given its standard normals ``z (NOISE_DF + 1, ..., 4)``: in JAX, or in
+    NumPy for NumPy arrays (draws that need no compiled program, e.g. a posterior's
+    predictive, whose shape changes with every number of draws)."""
     df = int(NOISE_DF)
-    z = jax.random.normal(key, (df + 1, *shape), dtype=jnp.result_type(latent, noise))
+    if not any(isinstance(a, jax.Array) for a in (latent, noise, z)):
+        eps = z[0] / np.sqrt(np.sum(z[1:] ** 2, axis=0) / df)
+        eps = np.where(np.arange(4) == 0, z[0], eps)
+        t = metric_transform(latent, np) + noise * eps
+        return np.concatenate([np.exp(t[..., :3]), 0.5 * (1.0 + np.tanh(0.5 * t[..., 3:4]))], axis=-1)
     eps = z[0] * jax.lax.rsqrt(jnp.sum(z[1:] ** 2, axis=0) / df)
     eps = jnp.where(jnp.arange(4) == 0, z[0], eps)
     return from_transformed(to_transformed(latent) + noise * eps)
