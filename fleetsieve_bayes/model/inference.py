@@ -325,9 +325,8 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
     Nothing here runs the model eagerly: the potential and the constrained
     values are traced inside ``jit`` only (an eager model run compiles every
-    primitive separately — tens of seconds on a cold CPU)."""
-    # The warm-up's kind is not in the key: a pooled and a windowed run of one preset share
-    # the compiled programs (a certifying fit's windowed fallback compiles nothing new).
+    primitive separately — tens of seconds on a cold CPU). The warm-up's kind is not in
+    the key: a pooled and a windowed run of one preset share the compiled programs."""
     key = ("nuts", _shape_key(data), card, preset._replace(adaptation="pooled"))
     if key not in _CACHE:
         model = bind_model(card)
@@ -353,8 +352,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
         def start(
             z: dict[str, jnp.ndarray] | None, rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray | None
         ) -> Any:
-            # ``z=None``: a random start near the prior's centre; ``inverse_mass``
-            # None: NumPyro's identity.
+            # ``z=None``: a random start near the prior's centre; ``inverse_mass`` None: the identity.
             r_init, r_run = jax.random.split(rng)
             if z is None:
                 z = _init_point(r_init, card, d)
@@ -378,22 +376,18 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
 
         @jax.jit
         def init_point(rng: jax.Array, d: ModelData) -> dict[str, jnp.ndarray]:
-            # The start ``init(None, rng, d)`` draws: one program for ``init_fixed_mass``,
-            # whose random and given starts would otherwise compile it twice.
+            # ``init(None, rng, d)``'s start, given to init_fixed_mass (one program for both kinds)
             return _init_point(jax.random.split(rng)[0], card, d)
 
         n_windows = len(build_adaptation_schedule(preset.warmup))
 
         @jax.jit
         def init_fixed_mass(z: dict[str, jnp.ndarray], rng: jax.Array, d: ModelData, inverse_mass: jnp.ndarray) -> Any:
-            # The same transitions as ``init``'s (one compiled ``chunk``), but
-            # the adaptation starts in its terminal window: the step size is
-            # tuned over the whole warm-up and the given mass matrix is kept.
-            # Why: numpyro re-estimates a dense mass from its 25- and 50-draw
-            # windows, an estimate that underweights slow directions; trees
-            # then run to max_tree_depth for most of the warm-up (measured:
-            # 1023 leapfrog steps per transition over steps 100-350, against
-            # ~110 with a mass from posterior draws).
+            # ``init``'s transitions (one compiled ``chunk``), the adaptation starting in its terminal
+            # window: the step size tuned over the whole warm-up, the given mass kept. NumPyro's
+            # dense mass from its 25- and 50-draw windows underweights slow directions: trees ran to
+            # max_tree_depth for most of the warm-up (1023 leapfrog steps per transition over steps
+            # 100-350, against ~110 with a mass from posterior draws).
             state = start(z, rng, d, inverse_mass)
             adapt = state.adapt_state._replace(window_idx=jnp.asarray(n_windows - 1, state.adapt_state.window_idx.dtype))
             return state._replace(adapt_state=adapt)
@@ -408,9 +402,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             return flatten(zs)
 
         @jax.jit
-        def energy(
-            z: dict[str, jnp.ndarray], d: ModelData
-        ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        def energy(z: dict[str, jnp.ndarray], d: ModelData) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             return jax.value_and_grad(pe_gen(d, d.observed))(z)
 
         @jax.jit
