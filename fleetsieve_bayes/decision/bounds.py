@@ -69,9 +69,9 @@ __all__ = [
     "decision_tables",
 ]
 
-# The metric of :attr:`Attainment.binding`, by index.
 # window_probabilities given the departures, one compiled program (eagerly, one per operation).
 _probabilities = jax.jit(probabilities_given_offsets)
+# The metric of :attr:`Attainment.binding`, by index.
 BINDING_METRICS = ("success", "ttft_p99", "completion_p99")
 
 

@@ -80,6 +80,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.arrays import namespace
 from fleetsieve_bayes.model.priors import PriorCard
 from fleetsieve_bayes.model.scales import SUCCESS_EPS, metric_transform
 from fleetsieve_bayes.model.scales import TINY as _TINY
@@ -570,7 +571,7 @@ def obs_from_normals(latent: jnp.ndarray, noise: jnp.ndarray, z: jnp.ndarray) ->
     NumPy for NumPy arrays (draws that need no compiled program, e.g. a posterior's
     predictive, whose shape changes with every number of draws)."""
     df = int(NOISE_DF)
-    if not any(isinstance(a, jax.Array) for a in (latent, noise, z)):
+    if namespace(latent, noise, z) is np:
         eps = z[0] / np.sqrt(np.sum(z[1:] ** 2, axis=0) / df)
         eps = np.where(np.arange(4) == 0, z[0], eps)
         t = metric_transform(latent, np) + noise * eps
