@@ -137,3 +137,19 @@ def test_tp_departures_takes_free_or_orthogonal_and_names_the_key_otherwise(tmp_
     with pytest.raises(InputError, match=r"c\.toml: 'capacity\.tp_departures' must be one of 'free', 'orthogonal', "
                                          r"got 'orthogonl'"):
         load_card(p)
+
+
+def test_the_sampled_capacity_coordinate_is_the_whole_log_capacity_at_its_tp() -> None:
+    # Centred: tp_z[..., 0] · tp_sd is the class's log capacity per GPU at the TP (less cap_loc),
+    # parabola and departure together, so a measured load that pins a capacity pins the coordinate.
+    grid = _grid()
+    card = _card((0.3, 0.2, 0.1))
+    draws = prior_predictive(grid, card, 50, seed=4)
+    data = model_data(grid, np.ones((grid.n_cells, 4)), np.zeros(grid.n_cells, bool))
+    cap_loc = np.asarray(data.cap_ref) + np.log(card.capacity_relative_to_offered)  # (classes,)
+    col = np.log2(grid.tp).astype(int)
+    z = draws["tp_z"][:, grid.workload_idx, col, 0]  # (draws, cells)
+    expected = np.log(grid.tp) + cap_loc[grid.workload_idx] + 0.3 * z
+    np.testing.assert_allclose(np.log(draws["capacity"]), expected, atol=2e-4)
+    # The tails' columns stay non-centred: their coordinate is the departure over its sd.
+    np.testing.assert_allclose(draws["tp_z"][..., 1:] * np.array([0.2, 0.1]), draws["tp_dev"][..., 1:], atol=1e-6)

@@ -1017,7 +1017,9 @@ def gpu_deviation(data: ModelData, n_classes: int) -> jnp.ndarray:
     return numpyro.deterministic("gpu_dev", dev)
 
 
-def tp_departure(data: ModelData, card: PriorCard, n_classes: int) -> jnp.ndarray:
+def tp_departure(
+    data: ModelData, card: PriorCard, n_classes: int, parabola: jnp.ndarray | None = None
+) -> jnp.ndarray:
     """Sample the per-(class, TP) departures: site ``tp_z (n_classes, n_tp, 3)``.
 
     A class's log capacity and log tail bases at one TP degree depart from its
@@ -1027,21 +1029,50 @@ def tp_departure(data: ModelData, card: PriorCard, n_classes: int) -> jnp.ndarra
     at the same TP (their utilisation and their tails) without bending the
     curve at every other TP.
 
+    The capacity column is sampled centred: ``tp_z[..., 0]`` is the class's whole
+    log capacity per GPU at the TP (less ``cap_loc``: ``parabola``) over its
+    ``tp_sd``, and the departure is what it leaves of the parabola. The prior is
+    the same (``tp_dev ~ N(0, tp_sd²)`` whatever the parabola), but the
+    coordinate the sampler moves is the capacity that measured loads pin; a
+    departure sampled on its own (non-centred) has to move with every change of
+    the knee and the curvature, a curved ridge that forced small steps and
+    reruns after divergences (docs/results.md, "Certification time").
+
     With the card's ``[capacity] tp_departures = "orthogonal"``, the departures
     are projected off a constant and a linear trend in log2 TP over the grid's
-    TP degrees (:func:`trend_free`): those are the parabola's level and knee
-    (the tails' base and slope), and a departure that can carry them too
-    leaves a ridge between the two that NUTS crosses slowly.
+    TP degrees (:func:`trend_free`), sampled non-centred: those are the
+    parabola's level and knee (the tails' base and slope), and a departure that
+    can carry them too leaves a ridge between the two that NUTS crosses slowly.
+
+    Args:
+        parabola: ``(n_classes, n_tp)`` :func:`capacity_parabola` less the classes'
+            ``cap_loc``; None samples every column non-centred.
 
     Returns:
         the deterministic site ``tp_dev (n_classes, n_tp, 3)``.
     """
     n_tp = tp_dev_count(data, card)
-    z = numpyro.sample("tp_z", dist.Normal(jnp.zeros((n_classes, n_tp, 3)), 1.0).to_event(3))
+    sd = jnp.asarray(tp_departure_sd(card))
     if card.capacity_tp_departures == "orthogonal":
         assert data.tp_log2 is not None
+        z = numpyro.sample("tp_z", dist.Normal(jnp.zeros((n_classes, n_tp, 3)), 1.0).to_event(3))
         z = jnp.einsum("ij,cjk->cik", trend_free(data.tp_log2), z)
-    return numpyro.deterministic("tp_dev", z * jnp.asarray(tp_departure_sd(card)))
+        return numpyro.deterministic("tp_dev", z * sd)
+    centre = jnp.zeros((n_classes, n_tp, 3))
+    if card.capacity_tp_sd > 0 and parabola is not None:
+        centre = centre.at[:, :, 0].set(parabola / card.capacity_tp_sd)
+    z = numpyro.sample("tp_z", dist.Normal(centre, 1.0).to_event(3))
+    return numpyro.deterministic("tp_dev", (z - centre) * sd)
+
+
+def capacity_parabola(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray | None:
+    """``(n_classes, n_tp)``: each class's parabola of log capacity per GPU at the grid's TP
+    degrees, ``cap_level - curvature (u - knee)²`` (:func:`latent_metrics` without its ``u log 2``);
+    None without the TP degrees."""
+    if data.tp_log2 is None:
+        return None
+    u = data.tp_log2[None, :]
+    return params["cap_level"][:, None] - params["curvature"][:, None] * (u - params["knee"][:, None]) ** 2
 
 
 def trend_free(u: jnp.ndarray) -> jnp.ndarray:
@@ -1254,7 +1285,8 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if data.gpu_offset is not None:
         params["gpu_dev"] = gpu_deviation(data, n_classes)
     if tp_dev_count(data, c):
-        params["tp_dev"] = tp_departure(data, c, n_classes)
+        parabola = capacity_parabola(params, data)
+        params["tp_dev"] = tp_departure(data, c, n_classes, None if parabola is None else parabola - cap_loc[:, None])
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
