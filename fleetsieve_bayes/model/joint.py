@@ -1036,7 +1036,7 @@ def tp_departure(
     coordinate the sampler moves is the capacity that measured loads pin; a
     departure sampled on its own (non-centred) has to move with every change of
     the knee and the curvature, a curved ridge that forced small steps and
-    reruns after divergences (docs/results.md, "Certification time").
+    reruns after divergences (docs/results.md, "Certification attempt time").
 
     With the card's ``[capacity] tp_departures = "orthogonal"``, the departures
     are projected off a constant and a linear trend in log2 TP over the grid's
