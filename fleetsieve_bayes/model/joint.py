@@ -1045,8 +1045,8 @@ def tp_departure(
     can carry them too leaves a ridge between the two that NUTS crosses slowly.
 
     Args:
-        parabola: ``(n_classes, n_tp)`` :func:`capacity_parabola` less the classes'
-            ``cap_loc``; None samples every column non-centred.
+        parabola: ``(n_classes, n_tp)`` :func:`capacity_parabola`; None samples every
+            column non-centred.
 
     Returns:
         the deterministic site ``tp_dev (n_classes, n_tp, 3)``.
@@ -1065,14 +1065,15 @@ def tp_departure(
     return numpyro.deterministic("tp_dev", (z - centre) * sd)
 
 
-def capacity_parabola(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray | None:
+def capacity_parabola(params: dict[str, jnp.ndarray], data: ModelData, cap_loc: jnp.ndarray) -> jnp.ndarray | None:
     """``(n_classes, n_tp)``: each class's parabola of log capacity per GPU at the grid's TP
-    degrees, ``cap_level - curvature (u - knee)²`` (:func:`latent_metrics` without its ``u log 2``);
-    None without the TP degrees."""
+    degrees less its prior centre ``cap_loc (n_classes,)``, ``cap_level - cap_loc - curvature
+    (u - knee)²`` (:func:`latent_metrics` without its ``u log 2``); None without the TP degrees."""
     if data.tp_log2 is None:
         return None
     u = data.tp_log2[None, :]
-    return params["cap_level"][:, None] - params["curvature"][:, None] * (u - params["knee"][:, None]) ** 2
+    bend = params["curvature"][:, None] * (u - params["knee"][:, None]) ** 2
+    return (params["cap_level"] - cap_loc)[:, None] - bend
 
 
 def trend_free(u: jnp.ndarray) -> jnp.ndarray:
@@ -1285,8 +1286,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if data.gpu_offset is not None:
         params["gpu_dev"] = gpu_deviation(data, n_classes)
     if tp_dev_count(data, c):
-        parabola = capacity_parabola(params, data)
-        params["tp_dev"] = tp_departure(data, c, n_classes, None if parabola is None else parabola - cap_loc[:, None])
+        params["tp_dev"] = tp_departure(data, c, n_classes, capacity_parabola(params, data, cap_loc))
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working
