@@ -254,6 +254,23 @@ def test_a_warm_start_of_another_model_version_starts_cold(shipped, design_fit):
     np.testing.assert_array_equal(warm.latent, post.latent)
 
 
+def test_a_sampler_state_saved_in_other_coordinates_seeds_no_chain(shipped, design_fit, monkeypatch):
+    """A state whose sites meant something else at the same shapes (another
+    ``joint.COORDINATES``) is not continued: the chains warm up afresh."""
+    import fleetsieve_bayes.model.inference as inference
+
+    grid, obs = shipped
+    m, _ = design_fit
+    preset = load_preset("fast")._replace(warmup=40, samples=20)
+    first = fit(grid, obs, m, CARD, preset, seed=0)
+    same = fit(grid, obs, m, CARD, preset, seed=1, warm_start=first)
+    assert [int(s.i) for s in same.state["states"]] == [int(s.i) + 20 for s in first.state["states"]]
+    monkeypatch.setattr(inference, "COORDINATES", inference.COORDINATES + 1)
+    other = fit(grid, obs, m, CARD, preset, seed=1, warm_start=first)
+    assert [int(s.i) for s in other.state["states"]] == [60] * preset.chains
+    assert other.state["sampler"] != first.state["sampler"]
+
+
 def test_pooled_warmup_shares_one_mass_matrix_the_regularised_pooled_covariance(shipped, design_fit):
     """The pooled warm-up runs through a compiled chunk of its own kernel; every
     chain ends on one shared, fixed mass matrix, and ``mass_from_draws`` is Stan's

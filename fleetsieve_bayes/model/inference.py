@@ -59,6 +59,7 @@ from fleetsieve_bayes.model import sampling_progress as _progress
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import (
+    COORDINATES,
     NOISE_DF,
     ModelData,
     fleet_model,
@@ -307,12 +308,13 @@ def _shape_key(data: ModelData) -> tuple[int, ...]:
 
 def _sampler_key(data: ModelData, card: PriorCard, preset: InferencePreset) -> tuple:
     """What a NUTS sampler state depends on: the parameter space (classes, the
-    window-noise sites, the GPU and TP deviations), the card and the preset —
+    window-noise sites, the GPU and TP deviations, and what its coordinates mean:
+    :data:`~fleetsieve_bayes.model.joint.COORDINATES`), the card and the preset —
     not how many windows are measured. A state adapted on a round with fewer
     window rows (another row bucket, hence another compiled program) warm-starts
     the next round's fit: the new program is compiled, but the 800-step warm-up
     is not rerun (docs/results.md, "Warm refits across window buckets")."""
-    return ("nuts-sampler", int(data.u.shape[0]), int(data.cap_ref.shape[0]), data.windows is not None,
+    return ("nuts-sampler", COORDINATES, int(data.u.shape[0]), int(data.cap_ref.shape[0]), data.windows is not None,
             gpu_dev_count(data), tp_dev_count(data, card), card, preset)
 
 
@@ -327,7 +329,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
     values are traced inside ``jit`` only (an eager model run compiles every
     primitive separately — tens of seconds on a cold CPU). The warm-up's kind is not in
     the key: a pooled and a windowed run of one preset share the compiled programs."""
-    key = ("nuts", _shape_key(data), card, preset._replace(adaptation="pooled"))
+    key = ("nuts", COORDINATES, _shape_key(data), card, preset._replace(adaptation="pooled"))
     if key not in _CACHE:
         model = bind_model(card)
 
@@ -773,7 +775,7 @@ def _init_from_median(
 
 
 def _svi_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> SviKernel:
-    key = ("svi", _shape_key(data), card, preset)
+    key = ("svi", COORDINATES, _shape_key(data), card, preset)
     if key not in _CACHE:
         model = bind_model(card)
         guide_cls = getattr(autoguide, preset.guide)

@@ -150,6 +150,10 @@ _T_LOG_CONST = tuple(
 # below saturation) must not make the posterior arbitrarily stiff, which would
 # also wreck NUTS's step size.
 NOISE_FLOOR = (0.03, 0.03, 0.03, 0.1)
+# What the sampled sites mean at a given shape. A saved sampler state moves its chains in these
+# coordinates, so one saved under another value seeds no fit (model.inference's sampler keys).
+# 2: the capacity departure at each TP sampled centred (tp_departure).
+COORDINATES = 2
 # Columns of the class-level parameter matrix (sites class_mean, class_sd, class_eps).
 _CLASS_PARAMS = (
     "knee_logit",
