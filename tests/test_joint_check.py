@@ -3,6 +3,8 @@ the regret acquisition, on small hand-built posteriors with known answers."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -183,9 +185,25 @@ def test_convergence_diagnostics_flag_unmixed_chains_and_divergences() -> None:
     div[2, 17] = True
     d3 = convergence_diagnostics(good, div)
     assert d3["divergences"] == 1 and not _passes(d3, CONVERGENCE)
-    # A constant quantity (a clipped tail) has no r_hat: skipped, not a failure.
+    # A constant quantity (a clipped tail) has no r_hat: skipped, not a failure,
+    # and nothing is printed about it (a campaign's stderr is for its own messages).
     flat = {**good, "capacity": np.ones((4, 1000, 3)), "const": np.ones((4, 1000))}
-    assert _passes(convergence_diagnostics(flat, np.zeros((4, 1000), bool)), CONVERGENCE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _passes(convergence_diagnostics(flat, np.zeros((4, 1000), bool)), CONVERGENCE)
+
+
+def test_diagnose_reports_a_constant_parameter_without_r_hat_and_without_a_warning() -> None:
+    import arviz as az
+
+    from fleetsieve_bayes.model.diagnostics import summarize
+
+    rng = np.random.default_rng(1)
+    idata = az.from_dict(posterior={"knee": rng.standard_normal((2, 500)), "clipped": np.ones((2, 500))})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = {r["name"]: r for r in summarize(idata)["parameters"]}
+    assert rows["clipped"]["r_hat"] is None and rows["knee"]["r_hat"] < 1.02
 
 
 @pytest.mark.slow

@@ -50,8 +50,9 @@ def convergence_diagnostics(samples: dict[str, np.ndarray], diverging: np.ndarra
         a = np.asarray(arr, np.float64)
         a = a.reshape(a.shape[0], a.shape[1], -1)
         ds = az.convert_to_dataset({"x": a})
-        r = np.asarray(az.rhat(ds)["x"].values, np.float64).ravel()
-        e = np.asarray(az.ess(ds, method="bulk")["x"].values, np.float64).ravel()
+        with np.errstate(divide="ignore", invalid="ignore"):  # a constant scalar: NaN, skipped below
+            r = np.asarray(az.rhat(ds)["x"].values, np.float64).ravel()
+            e = np.asarray(az.ess(ds, method="bulk")["x"].values, np.float64).ravel()
         r, e = r[np.isfinite(r)], e[np.isfinite(e)]
         if r.size and r.max() > r_max:
             r_max = float(r.max())
@@ -98,9 +99,10 @@ def summarize(idata: Any) -> dict[str, Any]:
     """
     post = idata.posterior
     names = [v for v in post.data_vars if v not in _SKIP]
-    rhat = az.rhat(idata, var_names=names)
-    bulk = az.ess(idata, var_names=names, method="bulk")
-    tail = az.ess(idata, var_names=names, method="tail")
+    with np.errstate(divide="ignore", invalid="ignore"):  # a constant scalar: NaN, reported as None
+        rhat = az.rhat(idata, var_names=names)
+        bulk = az.ess(idata, var_names=names, method="bulk")
+        tail = az.ess(idata, var_names=names, method="tail")
     rows: list[dict[str, Any]] = []
     for v in names:
         r = np.atleast_1d(np.asarray(rhat[v].values, dtype=float)).ravel()
