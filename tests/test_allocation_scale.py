@@ -157,3 +157,29 @@ def test_cli_refuses_huge_demand_scale_with_exit_2():
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "outside the range" in lines[0] and "'chat'" in lines[0]
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_the_milp_writes_nothing_to_stdout_on_a_symmetric_instance(capfd):
+    """CBC prints the orbits of a symmetric model from C ("Orbit 0:  0 2"), past its verbosity;
+    this instance (4 classes x 16 cells, 5 GPUs) made it print before orbital branching was off."""
+    import ctypes
+
+    cap = [7, 6, 7.5, 5, .5, 5.5, 2.5, 4, 4.5, 1, 1.5, 2, 1.5, 7.5, 5.5, .5, 4.5, 8.5, 6, 7.5, 2, 3.5, 2.5, 2.5,
+           3.5, 8, 4, 1, 8.5, 5, 7, 5.5, 5.5, 3, 4.5, 4, 7, 6.5, 4.5, 8, 3.5, 1, 2, .5, .5, .5, .5, .5, 4, 4, 2.5,
+           7, 5.5, 8, 5, 1, 4.5, 8, 5.5, 7, 3.5, 2.5, 9.5, 9]
+    fast = {3, 8, 12, 14, 16, 19, 21, 23, 27, 28, 29, 36, 37, 44, 45, 50, 57, 60}  # TTFT 0.5 s (else 3 s)
+    ok = {0, 2, 4, 5, 9, 11, 12, 13, 14, 15, 18, 21, 22, 24, 26, 27, 29, 30, 33, 34, 35, 38, 39, 40, 42, 43, 44,
+          45, 47, 49, 50, 51, 54, 55, 58, 59, 62}  # success 1.0 (else 0.98)
+    tps, loads = (1, 2, 4, 8), ("a", "b", "c", "d")
+    grid = CellGrid(workloads=("w0", "w1", "w2", "w3"), workload_idx=np.repeat(np.arange(4), 16),
+                    tp=np.tile(np.repeat(tps, 4), 4), load=loads * 16,
+                    offered_rps=np.tile([1.0, 2.0, 3.0, 4.0], 16), duration_s=np.full(64, 100.0))
+    values = np.stack([cap, [0.5 if q in fast else 3.0 for q in range(64)], np.full(64, 10.0),
+                       [1.0 if q in ok else 0.98 for q in range(64)]], axis=1)
+    problem = AllocationProblem(demand=np.array([27.0, 36.0, 21.0, 38.0]), critical=np.zeros(4, bool),
+                                floor=np.full(4, 0.5), success_min=np.full(4, 0.99), ttft_max=np.full(4, 2.0),
+                                completion_max=np.full(4, np.inf), gpus=5)
+    alloc = allocate_milp(grid, values, problem)
+    ctypes.CDLL(None).fflush(None)  # C stdio buffers stdout when it is not a terminal
+    assert capfd.readouterr().out == ""
+    _check(alloc, grid, values, problem)
