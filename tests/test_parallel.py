@@ -495,17 +495,21 @@ def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
     # could never both pass it (the barrier breaks after 60 s and the cells fail).
     both = threading.Barrier(2, timeout=60.0)
     release = threading.Event()
+    cell_2_returned = threading.Event()
+    runs_of_2: list[int] = []
 
     def measure(c: int, slots: tuple[int, ...], replicate: int) -> dict[str, Any]:
         if c == 9:
             raise RuntimeError("harness broke")
         if c == 2:
+            runs_of_2.append(replicate)
             release.wait(60.0)  # in flight until cancelled
-        else:
-            both.wait()
+            cell_2_returned.set()
+            return {"duration_s": 300.0, "replicate": replicate}
+        both.wait()
         return {"duration_s": 300.0}
 
-    ex = local_executor(measure, simulated=False)
+    ex = local_executor(measure, simulated=False, offset_s=500.0)
     try:
         for c in range(3):
             ex.submit(Job(c, 1, (c,), ex.now(), c))
@@ -516,8 +520,23 @@ def test_real_clock_executor_runs_cells_side_by_side_and_cancels() -> None:
             for d in ex.wait_any():
                 (errors.append(d.error) if d.error else got.append(d.job.cell))
         assert errors == ["RuntimeError: harness broke"] and sorted(got) == [0, 1]
-        assert ex.cancel(2) >= 0.0
-        assert ex.ready() == []  # a cancelled cell is never handed back
+        with pytest.raises(RuntimeError, match="cell 2 is already in flight"):
+            ex.submit(Job(2, 1, (2,), ex.now(), 4))  # still running: the executor holds it
+        before = ex.now()
+        stopped = ex.cancel(2)
+        # When on the campaign clock (which starts at offset_s) the cell stopped: now, not a default.
+        assert before <= stopped <= ex.now() and stopped >= 500.0
+        # The cancelled cell's thread still finishes; its row is discarded, never handed back.
+        release.set()
+        assert cell_2_returned.wait(60.0)
+        assert ex.ready() == []
+        with pytest.raises(RuntimeError, match="wait_any with no cell in flight"):
+            ex.wait_any()
+        # Nothing of cell 2 is in flight any more: it can be submitted again, and this run is handed back.
+        ex.submit(Job(2, 1, (2,), ex.now(), 5, replicate=1))
+        [again] = ex.wait_any()
+        assert (again.job.seq, again.row) == (5, {"duration_s": 300.0, "replicate": 1})
+        assert runs_of_2 == [0, 1]
     finally:
         release.set()
         ex.close()
