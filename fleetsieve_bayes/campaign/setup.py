@@ -361,6 +361,9 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
     _check_seed_cells(setup, grid)
     header = journal.header
     reused: list[SeedRow] = []
+    # Read and checked before the header is written: a refused report leaves no campaign
+    # behind, whose resumption would go on without the production windows.
+    production = production_inputs(setup.production, set(grid.index())) if header is None and setup.production else []
     if header is None:
         reused_from = None
         if setup.reuse is not None:
@@ -373,8 +376,8 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
         have = sum(1 for r in journal.measurements if (r.source or "").startswith("reused from"))
         if have < want:  # killed while copying them: finish the copy
             reused, _ = _reused_rows(setup._replace(reuse=Path(header.reused_from["directory"])), grid)
-    if header is None and setup.production:
-        for cell, row, source in production_inputs(setup.production, set(grid.index())):
+    if production:
+        for cell, row, source in production:
             journal.append(
                 MeasurementRecord(
                     seq=len(journal.measurements), round=0, phase=PRODUCTION_PHASE, cell=cell, row=dict(row),
