@@ -20,22 +20,33 @@ the class's TP, so scaling out never takes GPUs from another class.
 :func:`validate_manifests` checks every object with ``kubernetes-validate``
 (bundled JSON schemas of Kubernetes :data:`K8S_VERSION`, strict: an unknown
 field is an error).
+
+Names (:func:`class_names`): a class's file stem and ``fleetsieve-bayes/class``
+label is :func:`dns_name` of its name, its objects' name the campaign's and
+that joined by ``-``. Class names that map to one label (``chat_a`` and
+``chat-a``), or to the ConfigMap's stem, are told apart by a suffix of six hex
+digits of the SHA-256 of the class's own name, on every class of the clash but
+the one (if any) whose name is already that label: the names are distinct,
+valid and depend only on the classes' names.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
 
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
-__all__ = ["K8S_VERSION", "manifests", "validate_manifests", "render_yaml", "dns_name"]
+__all__ = ["K8S_VERSION", "manifests", "validate_manifests", "render_yaml", "dns_name", "class_names"]
 
 K8S_VERSION = "1.31"
 CONTAINER_PORT = 8000
 _METRIC_RUNNING = "vllm_num_requests_running"
 _METRIC_RATE = "vllm_request_success_per_second"
+ADAPTER_STEM = "prometheus-adapter-rules"
+_LABEL_MAX = 63
 
 ADAPTER_RULES = f"""rules:
 - seriesQuery: 'vllm:num_requests_running{{namespace!="",pod!=""}}'
@@ -70,12 +81,53 @@ def _quantity(x: float) -> str:
     return f"{max(1, round(float(x) * 1000))}m"
 
 
-def _labels(plan: dict[str, Any], workload: str) -> dict[str, str]:
+def _suffixed(label: str, raw: str) -> str:
+    """``label`` with ``-`` and six hex digits of the SHA-256 of ``raw``, within 63 characters."""
+    tag = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:6]
+    return f"{label[: _LABEL_MAX - len(tag) - 1].rstrip('-') or 'x'}-{tag}"
+
+
+def class_names(plan: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Per class of ``plan``: ``key`` (its file stem and ``fleetsieve-bayes/class`` label) and
+    ``name`` (its Deployment's, Service's and HorizontalPodAutoscaler's name), distinct across
+    the classes and DNS-1123 labels (the rule is in the module's docstring).
+
+    Raises:
+        InputError: two classes still share a name (named, one line); only for names built
+            to collide with another class's suffixed one.
+    """
+    workloads = [str(c["workload"]) for c in plan["classes"]]
+    base = {w: dns_name(w) for w in workloads}
+    groups: dict[str, list[str]] = {}
+    for w in workloads:
+        groups.setdefault(base[w], []).append(w)
+    key: dict[str, str] = {}
+    for label, members in groups.items():
+        clash = len(members) > 1 or label == ADAPTER_STEM
+        for w in members:
+            key[w] = _suffixed(label, w) if clash and not (w == label and label != ADAPTER_STEM) else label
+    prefix = dns_name(str(plan["campaign"]))
+    out: dict[str, dict[str, str]] = {}
+    for w in workloads:
+        k = key[w]
+        head = prefix[: max(_LABEL_MAX - len(k) - 1, 0)].rstrip("-")
+        out[w] = {"key": k, "name": f"{head}-{k}" if head else k}
+    for field in ("key", "name"):
+        seen: dict[str, str] = {}
+        for w in workloads:
+            other = seen.setdefault(out[w][field], w)
+            if other != w:
+                raise InputError(f"classes {other!r} and {w!r} both map to the Kubernetes name "
+                                 f"{out[w][field]!r}: rename one of them")
+    return out
+
+
+def _labels(names: dict[str, str]) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": dns_name(f"{plan['campaign']}-{workload}"),
+        "app.kubernetes.io/instance": names["name"],
         "app.kubernetes.io/managed-by": "fleetsieve-bayes",
-        "fleetsieve-bayes/class": dns_name(workload),
+        "fleetsieve-bayes/class": names["key"],
     }
 
 
@@ -85,12 +137,13 @@ def _annotations(plan: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
         "fleetsieve-bayes/certified": "true" if plan["certified"] else "false",
         "fleetsieve-bayes/status": str(plan["status"]),
         "fleetsieve-bayes/campaign-fingerprint": str(cert.get("campaign_fingerprint")),
+        "fleetsieve-bayes/class-name": str(c["workload"]),
         "fleetsieve-bayes/cell": f"TP{c['tp']}@{c['load']}",
     }
 
 
-def _meta(plan: dict[str, Any], name: str, c: dict[str, Any]) -> dict[str, Any]:
-    m: dict[str, Any] = {"name": name, "labels": _labels(plan, c["workload"]), "annotations": _annotations(plan, c)}
+def _meta(plan: dict[str, Any], names: dict[str, str], c: dict[str, Any]) -> dict[str, Any]:
+    m: dict[str, Any] = {"name": names["name"], "labels": _labels(names), "annotations": _annotations(plan, c)}
     if plan.get("namespace"):
         m["namespace"] = plan["namespace"]
     return m
@@ -106,9 +159,9 @@ def _argv(plan: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, Any]]:
-    name = dns_name(f"{plan['campaign']}-{c['workload']}")
-    labels = _labels(plan, c["workload"])
+def _class_objects(plan: dict[str, Any], c: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    name = names["name"]
+    labels = _labels(names)
     selector = {k: labels[k] for k in ("app.kubernetes.io/instance", "fleetsieve-bayes/class")}
     tp = int(c["tp"])
     env = [{"name": k, "value": str(v)} for k, v in sorted(plan["server"]["env"].items())]
@@ -134,7 +187,7 @@ def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, An
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(plan, name, c),
+        "metadata": _meta(plan, names, c),
         "spec": {
             "replicas": int(c["replicas"]),
             "selector": {"matchLabels": selector},
@@ -149,7 +202,7 @@ def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, An
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(plan, name, c),
+        "metadata": _meta(plan, names, c),
         "spec": {"selector": selector, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}]},
     }
     target = c["autoscaler_target"]
@@ -162,7 +215,7 @@ def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, An
         objs.append({
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
-            "metadata": _meta(plan, name, c),
+            "metadata": _meta(plan, names, c),
             "spec": {
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                 "minReplicas": 1,
@@ -179,7 +232,8 @@ def _class_objects(plan: dict[str, Any], c: dict[str, Any]) -> list[dict[str, An
 
 def manifests(plan: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     """``(file stem, objects)`` per class, then the prometheus-adapter rules ConfigMap."""
-    out = [(dns_name(c["workload"]), _class_objects(plan, c)) for c in plan["classes"]]
+    names = class_names(plan)
+    out = [(names[c["workload"]]["key"], _class_objects(plan, c, names[c["workload"]])) for c in plan["classes"]]
     cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -189,7 +243,7 @@ def manifests(plan: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     }
     if plan.get("namespace"):
         cm["metadata"]["namespace"] = plan["namespace"]
-    out.append(("prometheus-adapter-rules", [cm]))
+    out.append((ADAPTER_STEM, [cm]))
     return out
 
 
