@@ -253,37 +253,16 @@ def test_vllm_memory_guard_reads_the_cards_feasibility(tmp_path: Path) -> None:
     """A TP the card marks infeasible is skipped at zero GPU-seconds; the others are
     measured (nothing is launched by a preflight)."""
     import pandas as pd
+    from fake_vllm import fake_vllm_campaign
 
     from fleetsieve_bayes.backends import make_backend
-    from fleetsieve_bayes.backends.traces import write_azure_trace
-    from fleetsieve_bayes.campaign.config import load_campaign
     from fleetsieve_bayes.table import COLUMNS, validate_table
     from fleetsieve_bayes.testing import fake_server_command
 
-    write_azure_trace(tmp_path / "chat.csv", np.arange(30) * 0.2, np.full(30, 8), np.full(30, 10))
     (tmp_path / "card.toml").write_text("[feasibility]\nchecked_tp = [1, 2]\ninfeasible_tp = [1]\n")
-    (tmp_path / "campaign.toml").write_text(f"""
-name = "guard"
-[fleet]
-gpus = 4
-[model]
-family = "card.toml"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {json.dumps(fake_server_command())}
-tp = [1, 2]
-gpus = [0, 1]
-loads = {{ low = 1.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0.1
-duration_s = 1.0
-[[workloads]]
-name = "chat"
-demand_rps = 3.0
-slo = {{ success_min = 0.99 }}
-""")
-    backend = make_backend(load_campaign(tmp_path / "campaign.toml"), tmp_path / "out")
+    campaign = fake_vllm_campaign(tmp_path, fake_server_command(), name="guard", family="card.toml", tp=(1, 2),
+                                  loads="{ low = 1.0 }", warmup_s=0.1, duration_s=1.0, slo="{ success_min = 0.99 }")
+    backend = make_backend(campaign, tmp_path / "out")
     g = backend.grid
     for c in range(g.n_cells):
         row = backend.preflight(c)

@@ -12,50 +12,22 @@ import re
 import shlex
 from pathlib import Path
 
-import numpy as np
+from fake_vllm import fake_vllm_campaign
 
-from fleetsieve_bayes.backends.traces import write_azure_trace
-from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.campaign.runner import run_campaign
 from fleetsieve_bayes.testing import fake_server_command
 
 
 def test_vllm_cells_run_side_by_side_on_disjoint_devices(tmp_path: Path) -> None:
-    n = 40
-    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))  # 5 req/s
     fake = fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1", "--tp-slots")
-    cmd = json.dumps(["sh", "-c", "echo DEVICES=$CUDA_VISIBLE_DEVICES; exec " + shlex.join(fake)])
-    (tmp_path / "campaign.toml").write_text(f"""
-name = "fake-vllm-pool"
-[fleet]
-gpus = 4
-[model]
-family = "generic"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [1, 2]
-gpus = [4, 5, 6, 7]
-pool_gpus = 4
-loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0.5
-duration_s = 1.5
-readiness_timeout_s = 30
-request_timeout_s = 5
-stop_timeout_s = 5
-[stopping]
-epsilon = 0.05
-slo_attainment = "point"
-[[workloads]]
-name = "chat"
-demand_rps = 8.0
-critical = true
-slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
-""")
+    cmd = ["sh", "-c", "echo DEVICES=$CUDA_VISIBLE_DEVICES; exec " + shlex.join(fake)]
+    campaign = fake_vllm_campaign(
+        tmp_path, cmd, name="fake-vllm-pool", tp=(1, 2), gpus="gpus = [4, 5, 6, 7]\npool_gpus = 4",
+        loads="{ low = 1.0, mid = 2.0, high = 4.0 }", warmup_s=0.5, duration_s=1.5, readiness_timeout_s=30,
+        stopping='[stopping]\nepsilon = 0.05\nslo_attainment = "point"', n_requests=40, demand_rps=8.0,
+        critical=True, slo="{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }")
     out = tmp_path / "run"
-    r = run_campaign(load_campaign(tmp_path / "campaign.toml"), out).result
+    r = run_campaign(campaign, out).result
     assert r["status"] == "certified-feasible"
     assert r["pool"] == {"pool_gpus": 4, "executor": "local", "clock": "real"}
     recs = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from fake_vllm import fake_vllm_campaign
 
 from fleetsieve_bayes.backends import make_backend
 from fleetsieve_bayes.backends.failures import (
@@ -24,7 +25,6 @@ from fleetsieve_bayes.backends.failures import (
     classify_run,
 )
 from fleetsieve_bayes.backends.traces import write_azure_trace
-from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.commands.measure import DEPRECATED_TOLERANCE
 from fleetsieve_bayes.table import COLUMNS, validate_table
@@ -98,35 +98,10 @@ def test_error_tolerance_is_deprecated_and_has_no_effect(tmp_path, capsys) -> No
 
 
 def _vllm_campaign(tmp_path, extra: str = "") -> object:
-    _write_trace(tmp_path / "chat.csv")
-    cmd = json.dumps(fake_server_command(*SERVER_FLAGS))
-    path = tmp_path / "campaign.toml"
-    path.write_text(f"""
-name = "partial"
-[fleet]
-gpus = 2
-[model]
-family = "generic"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [1]
-gpus = [0]
-loads = {{ x1 = 1.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0
-duration_s = {WINDOW_S}
-readiness_timeout_s = 20
-request_timeout_s = 5
-stop_timeout_s = 5
-{extra}
-[[workloads]]
-name = "chat"
-demand_rps = 3.0
-slo = {{ success_min = 0.99, ttft_p99_s = 1.0 }}
-""")
-    return load_campaign(path)
+    return fake_vllm_campaign(
+        tmp_path, fake_server_command(*SERVER_FLAGS), name="partial", fleet="gpus = 2", tp=(1,), gpus="gpus = [0]",
+        loads="{ x1 = 1.0 }", warmup_s=0, duration_s=WINDOW_S, extra=extra,
+        n_requests=N_REQUESTS, gap_s=GAP_S, output_tokens=5)
 
 
 def test_campaign_backend_8_of_93_failed_is_success_85_of_93(tmp_path) -> None:

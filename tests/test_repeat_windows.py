@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from fake_vllm import fake_vllm_campaign
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from fleetsieve_bayes.backends.traces import (
     window_rate,
     write_azure_trace,
 )
-from fleetsieve_bayes.campaign.config import load_campaign
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.testing import fake_server_command, running_fake_server
 
@@ -95,38 +95,12 @@ def test_replicate_seeds_differ_and_are_reproducible() -> None:
 WARMUP, WINDOW = 0.3, 1.2
 
 
-def _campaign(tmp_path, extra: str = ""):
-    n = 30  # 5 req/s, 6 s of trace: a window (1.5 s at scale 1) replays a quarter of it
-    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))
-    cmd = json.dumps(fake_server_command("--slots", "4", "--token-delay", "0.005"))
-    path = tmp_path / "campaign.toml"
-    path.write_text(f"""
-name = "repeat"
-[fleet]
-gpus = 2
-[model]
-family = "generic"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [1]
-gpus = [0]
-loads = {{ x1 = 1.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = {WARMUP}
-duration_s = {WINDOW}
-readiness_timeout_s = 20
-request_timeout_s = 5
-stop_timeout_s = 5
-seed = 3
-{extra}
-[[workloads]]
-name = "chat"
-demand_rps = 3.0
-slo = {{ success_min = 0.99, ttft_p99_s = 1.0 }}
-""")
-    return load_campaign(path)
+def _campaign(tmp_path):
+    # 30 arrivals at 5 req/s, 6 s of trace: a window (1.5 s at scale 1) replays a quarter of it
+    return fake_vllm_campaign(
+        tmp_path, fake_server_command("--slots", "4", "--token-delay", "0.005"), name="repeat", fleet="gpus = 2",
+        tp=(1,), gpus="gpus = [0]", loads="{ x1 = 1.0 }", warmup_s=WARMUP, duration_s=WINDOW,
+        extra="seed = 3", n_requests=30)
 
 
 def test_vllm_repeat_is_a_new_window_on_the_warm_server(tmp_path) -> None:

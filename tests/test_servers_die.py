@@ -28,11 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import pytest
+from fake_vllm import write_fake_vllm_campaign
 from tiny_campaign import write_certify_preset, write_tiny
 
-from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.testing import fake_server_command
 
 T = TypeVar("T")
@@ -299,42 +298,14 @@ def test_sigkill_of_a_pooled_run_mid_cell_resumes_to_the_uninterrupted_result(tm
 
 def _fake_vllm_campaign(tmp: Path, marker: str, pool: str = "") -> Path:
     """One class × TP {1, 2} × three loads; every server has a worker process."""
-    n = 40
-    write_azure_trace(tmp / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))  # 5 req/s
-    cmd = json.dumps(fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1",
-                                         "--tp-slots", "--spawn-worker", "--startup-delay", "0.5"))
-    path = tmp / "campaign.toml"
-    path.write_text(f"""
-name = "fake-vllm-kill"
-[fleet]
-gpus = 4
-[model]
-family = "generic"
-certify_inference = "{write_certify_preset(tmp)}"
-[measurement]
-backend = "vllm"
-model = "{marker}"
-command = {cmd}
-tp = [1, 2]
-gpus = [0, 1, 2, 3]
-{pool}
-loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0.5
-duration_s = 2.0
-readiness_timeout_s = 60
-request_timeout_s = 5
-stop_timeout_s = 5
-[stopping]
-epsilon = 0.05
-slo_attainment = "point"
-[[workloads]]
-name = "chat"
-demand_rps = 8.0
-critical = true
-slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
-""")
-    return path
+    cmd = fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1",
+                              "--tp-slots", "--spawn-worker", "--startup-delay", "0.5")
+    return write_fake_vllm_campaign(
+        tmp, cmd, name="fake-vllm-kill", model_lines=f'certify_inference = "{write_certify_preset(tmp)}"',
+        served_model=marker, tp=(1, 2), gpus="gpus = [0, 1, 2, 3]", extra=pool,
+        loads="{ low = 1.0, mid = 2.0, high = 4.0 }", warmup_s=0.5, duration_s=2.0, readiness_timeout_s=60,
+        stopping='[stopping]\nepsilon = 0.05\nslo_attainment = "point"', n_requests=40, demand_rps=8.0,
+        critical=True, slo="{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }")
 
 
 @pytest.mark.parametrize(
