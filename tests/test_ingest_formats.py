@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fleetsieve_bayes.backends.ingest import ingest_file
@@ -224,11 +225,7 @@ def _llmd(ok, err, dur, rate, conc, p99, thr) -> dict:
             "results": {"request_performance": {"aggregate": agg}}}
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from([_aiperf, _ip, _sgl, _llmd]), ok=_count, err=_count, dur=_pos,
-       rate=st.none() | _pos, conc=st.none() | st.integers(1, 512), p99=_num, thr=_num)
-def test_no_ingested_row_breaks_the_table_rule(tmp_path, fmt, ok, err, dur, rate, conc, p99, thr) -> None:
-    obj = fmt(ok, err, dur, rate, conc, p99, thr)
+def _write(tmp_path: Path, fmt, obj: dict) -> Path:
     if fmt is _llmd:
         import yaml
 
@@ -237,13 +234,181 @@ def test_no_ingested_row_breaks_the_table_rule(tmp_path, fmt, ok, err, dur, rate
     else:
         p = tmp_path / "r.json"
         p.write_text(json.dumps(obj))
+    return p
+
+
+# The p99 TTFT each generator writes, in its format's unit (inference-perf's default is seconds).
+_TTFT_SCALE = {_aiperf: 1e-3, _ip: 1.0, _sgl: 1e-3, _llmd: 1e-3}
+_CONTRADICTION = re.compile(r": field '[^']+': ([0-9.e+-]+) req/s served but ([0-9.e+-]+) req/s offered; "
+                            r"the file contradicts itself and is not converted$")
+_NOTHING_SENT = ("no requests (", "no completed or failed request", "no request completed in a closed-loop run")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fmt=st.sampled_from([_aiperf, _ip, _sgl, _llmd]), ok=_count, err=_count, dur=_pos,
+       rate_factor=st.none() | st.floats(min_value=1.0, max_value=4.0), conc=st.none() | st.integers(1, 512),
+       p99=_num, thr_frac=st.floats(min_value=0.0, max_value=1.0),
+       raw=st.one_of(st.none(), st.none(), st.none(), st.tuples(st.none() | _pos, _num)))  # 3 in 4 consistent
+def test_no_ingested_row_breaks_the_table_rule(tmp_path, fmt, ok, err, dur, rate_factor, conc, p99, thr_frac,
+                                               raw) -> None:
+    """Most files are consistent (an open-loop rate at least what was sent, a reported throughput at
+    most what succeeded): each parses to its own numbers, refused only when nothing was sent. The
+    rest (``raw``: any rate and throughput) parse to a valid row or are refused in one line naming
+    the file and the field whose served rate exceeds the offered one."""
+    sent = ok + err
+    if raw is None:
+        rate = None if rate_factor is None else max(sent, 1) / dur * rate_factor
+        thr = ok / dur * thr_frac
+    else:
+        rate, thr = raw
+    p = _write(tmp_path, fmt, fmt(ok, err, dur, rate, conc, p99, thr))
+    # Nothing sent (SGLang counts no errors: nothing completed), and no open-loop rate to offer.
+    sgl_open = fmt is _sgl and rate is not None and conc is None
+    nothing = (ok == 0 and not sgl_open) if fmt is _sgl else sent == 0
     try:
         rows = ingest_file(p, workload="w", tp=1)
     except InputError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith(str(p))
+        event(f"{fmt.__name__[1:]}: refused")  # --hypothesis-show-statistics: the share of each outcome
+        text = str(exc)
+        assert "\n" not in text and text.startswith(f"{p}: "), text
+        if nothing:
+            assert any(reason in text for reason in _NOTHING_SENT), text
+            return
+        # Anything else refused is a raw file whose served rate contradicts its offered rate.
+        assert raw is not None, f"a consistent file was refused: {text}"
+        m = _CONTRADICTION.search(text)
+        assert m is not None, text
+        assert float(m.group(1)) > float(m.group(2)), text
         return
+    event(f"{fmt.__name__[1:]}: parsed")
+    assert not nothing, f"a file with nothing sent was converted: {rows}"
+    [row] = rows
+    assert (row["workload"], row["tp"]) == ("w", 1)
+    assert row["duration_s"] == pytest.approx(dur, rel=1e-12)
+    success = (1.0 if ok > 0 else 0.0) if fmt is _sgl else ok / sent
+    assert row["success_rate"] == pytest.approx(success, rel=1e-12)
+    assert row["ttft_p99_s"] == (pytest.approx(p99 * _TTFT_SCALE[fmt], rel=1e-12) if ok > 0 else math.inf)
+    assert row["throughput_rps"] <= row["offered_rps"] * row["success_rate"] * (1 + 1e-12)
+    if raw is None and fmt is _llmd and ok > 0:  # the report's own served rate, under the cap
+        assert row["throughput_rps"] == pytest.approx(thr, rel=1e-9)
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "note"} for r in rows], columns=[*COLUMNS, "failure"])
     validate_table(df, source="hypothesis")  # raises on any broken row
+
+
+# --- llm-d reports: the values a report holds are the values its row has ------------------
+
+_AGG = "results.request_performance.aggregate"
+
+
+@st.composite
+def _llmd_case(draw) -> dict:
+    counted = draw(st.integers(1, 10_000))
+    return {
+        "counted": counted,
+        "ok": draw(st.integers(0, counted)),
+        "incomplete": draw(st.integers(0, 50)),
+        "dur": draw(st.floats(min_value=1.0, max_value=1e4)),
+        "tp": draw(st.integers(1, 8)),
+        "mode": draw(st.sampled_from(["open", "capped", "closed-C", "closed"])),
+        "rate": draw(st.floats(min_value=0.01, max_value=500.0)),
+        "conc": draw(st.integers(1, 512)),
+        "ttft_ms": draw(st.floats(min_value=0.0, max_value=1e5)),
+        "e2e_ms": draw(st.none() | st.floats(min_value=0.0, max_value=1e6)),
+        "frac": draw(st.floats(min_value=0.0, max_value=1.04)),  # above 1: the reader's cap applies
+        "lengths": draw(st.none() | st.tuples(st.floats(1.0, 1e4), st.floats(1.0, 1e4))),
+    }
+
+
+def _llmd_report(c: dict, defect: str | None = None) -> tuple[dict, dict]:
+    """A v0.2 report of case ``c`` (with ``defect``: one thing wrong), and the row the module
+    docstring's table gives it (for a valid report)."""
+    ok, counted = c["ok"], c["counted"]
+    if defect == "nothing":
+        ok = counted = 0
+    per_s = max(counted, 1) / c["dur"]
+    if c["mode"] == "open":
+        offered, label = c["rate"], f"{c['rate']:g}rps"
+    elif c["mode"] == "capped":
+        offered, label = min(c["rate"], per_s), f"{c['rate']:g}rps-C{c['conc']}"
+    else:
+        offered, label = per_s, (f"C{c['conc']}" if c["mode"] == "closed-C" else "closed")
+    success = ok / counted if counted else 0.0
+    thr = offered * success * c["frac"]
+    if defect == "overstated":
+        from fleetsieve_bayes.table import max_throughput_rps
+
+        thr = max_throughput_rps(offered, c["dur"]) * 1.5 + 1.0
+    engine = {"standardized": {"kind": "inference_engine", "replicas": 2 if defect == "replicas" else 1,
+                               "accelerator": {"parallelism": {"tp": c["tp"]}}}}
+    latency = {"time_to_first_token": {"units": "ms", ("p90" if defect == "no-p99" else "p99"): c["ttft_ms"]}}
+    if c["e2e_ms"] is not None:
+        latency["request_latency"] = {"units": "ms", "p50": c["e2e_ms"] / 2, "p99": c["e2e_ms"]}
+    requests = {"total": counted + c["incomplete"], "failures": counted - ok, "incomplete": c["incomplete"]}
+    if c["lengths"] is not None:
+        requests.update(input_length={"mean": c["lengths"][0]}, output_length={"mean": c["lengths"][1]})
+    std = {}
+    if c["mode"] in ("open", "capped") or defect == "sweep":
+        std["rate_qps"] = [c["rate"], 2 * c["rate"]] if defect == "sweep" else c["rate"]
+    if c["mode"] in ("capped", "closed-C"):
+        std["concurrency"] = c["conc"]
+    elif c["mode"] == "open":
+        std["concurrency"] = float("inf")
+    report = {"version": "0.2", "run": {"time": {"duration": f"PT{c['dur']!r}S"}},
+              "scenario": {"stack": [engine], "load": {"standardized": std}},
+              "results": {"request_performance": {"aggregate": {
+                  "requests": requests, "latency": latency,
+                  "throughput": {"request_rate": {"units": "queries/s", "mean": thr}}}}}}
+    from fleetsieve_bayes.backends.failures import NO_SUCCESS
+
+    if ok == 0:
+        served = {"throughput_rps": 0.0, "ttft_p99_s": math.inf, "completion_p99_s": math.inf,
+                  "success_rate": 0.0, "failure": NO_SUCCESS}
+    else:
+        served = {"throughput_rps": pytest.approx(min(thr, offered * success), rel=1e-12),
+                  "ttft_p99_s": pytest.approx(c["ttft_ms"] / 1000, rel=1e-12),
+                  "completion_p99_s": (math.nan if c["e2e_ms"] is None
+                                       else pytest.approx(c["e2e_ms"] / 1000, rel=1e-12)),
+                  "success_rate": pytest.approx(success, rel=1e-12), "failure": ""}
+    row = {"workload": "w", "tp": c["tp"], "load": label, "offered_rps": pytest.approx(offered, rel=1e-12),
+           "duration_s": c["dur"], **served, **({} if c["lengths"] is None else {"lengths": c["lengths"]})}
+    return report, row
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(c=_llmd_case())
+def test_llmd_report_round_trips_to_its_row(tmp_path, c) -> None:
+    """A valid v0.2 report gives a row of exactly its numbers (TP from the stack, the load label
+    from its rate and concurrency, the served rate capped at offered x success, its lengths)."""
+    report, expected = _llmd_report(c)
+    [row] = ingest_file(_write(tmp_path, _llmd, report), workload="w", details=True)
+    if c["e2e_ms"] is None and c["ok"] > 0:  # unobserved: NaN, which equals nothing
+        assert math.isnan(row.pop("completion_p99_s"))
+        expected.pop("completion_p99_s")
+    assert row == expected
+
+
+@pytest.mark.parametrize(
+    ("defect", "message"),
+    [
+        ("sweep", "field 'scenario.load.standardized.rate_qps' is a list"),
+        ("replicas", "the stack is not one engine replica (replica×2)"),
+        ("no-p99", f"field '{_AGG}.latency.time_to_first_token' has no p99 (only p90)"),
+        ("overstated", "field 'throughput.request_rate.mean': "),
+        ("nothing", f"{_AGG}.requests: no completed or failed request (total {{n}}, incomplete {{n}})"),
+    ],
+)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(c=_llmd_case())
+def test_llmd_report_with_one_defect_is_refused_in_one_line(tmp_path, defect, message, c) -> None:
+    if defect == "no-p99":
+        c["ok"] = max(c["ok"], 1)  # with no success there is no TTFT to read, so none is missed
+    report, _ = _llmd_report(c, defect)
+    p = _write(tmp_path, _llmd, report)
+    with pytest.raises(InputError) as err:
+        ingest_file(p, workload="w", details=True)
+    text = str(err.value)
+    assert text.startswith(f"{p}: ") and "\n" not in text, text
+    assert message.format(n=c["incomplete"]) in text, text
 
 
 # --- a result against a class's trace: other lengths are another workload -----------------
