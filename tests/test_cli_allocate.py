@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from installed_entry_point import console_script
 
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.resources import data_dir
@@ -101,10 +101,9 @@ def test_allocate_readable_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script() -> None:
-    exe = shutil.which("fleetsieve-bayes")
-    cmd = [exe] if exe else [sys.executable, "-m", "fleetsieve_bayes"]
+    """The installed ``fleetsieve-bayes`` script itself (never ``python -m`` in its place)."""
     proc = subprocess.run(
-        [*cmd, "allocate", str(CAMPAIGN), "--json"], capture_output=True, text=True, timeout=120
+        [*console_script(), "allocate", str(CAMPAIGN), "--json"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["objective"] == {

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from installed_entry_point import console_script
 
 import fleetsieve_bayes
 from fleetsieve_bayes.errors import InputError
@@ -70,9 +71,13 @@ def test_models_and_inference_paths_name_the_shipped_files(tmp_path: Path, monke
 
 
 def _entry_point() -> list[str]:
-    """The installed ``fleetsieve-bayes`` script next to this interpreter, else ``python -m``."""
-    script = Path(sys.executable).with_name("fleetsieve-bayes")
-    return [str(script)] if INSTALLED and script.is_file() else [sys.executable, "-m", "fleetsieve_bayes"]
+    """The installed ``fleetsieve-bayes`` script beside this interpreter (the wheel stage's venv:
+    its own ``bin/``); the test fails when the wheel did not install it."""
+    cmd = console_script()
+    if INSTALLED:
+        # The wheel's script, in the venv it was installed into: not one of another environment.
+        assert Path(sys.prefix).resolve() in Path(cmd[0]).resolve().parents, (cmd, sys.prefix)
+    return cmd
 
 
 @pytest.mark.installed
