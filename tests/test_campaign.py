@@ -269,7 +269,19 @@ slo = { success_min = 0.99, ttft_p99_s = 5.0 }
     result = run_campaign(load_campaign(_campaign_file(tmp_path, table=table, workloads=workloads)), tmp_path / "o").result
     assert result["status"] == "certified-infeasible"
     assert result["allocation"] is None
-    assert len(result["measured"]) < 22
+    # "Early" is the first decision, right after the initial design: no cell is acquired.
+    # Why nothing more can be needed: the floor asks 0.9 x 1000 = 900 req/s of chat, and no
+    # chat cell of the grid is even offered more than 2.825 req/s per GPU (TP4@C128: 11.3 req/s
+    # on 4 GPUs), so 16 GPUs serve at most 45.2 req/s whatever any cell's measurement says.
+    # The optimistic allocation misses the floor on the design's rows alone.
+    from fleetsieve_bayes.decision.design import initial_design
+
+    grid = grid_from_table(read_table(table), ("chat", "code"))
+    design = [dict(zip(("workload", "tp", "load"), grid.key(i), strict=True)) for i in initial_design(grid)]
+    assert len(design) == 6  # one cell per class and TP (2 classes x TP 2, 4, 8) of the 22
+    assert [{k: m[k] for k in ("workload", "tp", "load")} for m in result["measured"]] == design
+    assert result["gpu_seconds"] == 8400.0  # the design's 6 windows of 300 s: (2 + 4 + 8) x 2 x 300
+    assert "optimistic allocation cannot meet the critical floors" in result["certificate"]["reason"]
     assert result["certificate"]["p_infeasible"] >= 0.95
 
 
