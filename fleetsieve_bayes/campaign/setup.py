@@ -33,6 +33,7 @@ from fleetsieve_bayes.campaign.journal import (
     Journal,
     MeasurementRecord,
 )
+from fleetsieve_bayes.campaign.outputs import write_measurements
 from fleetsieve_bayes.campaign.records import cell_of, plain_row
 from fleetsieve_bayes.campaign.windows import window_rows
 from fleetsieve_bayes.decision.strategies import STRATEGY_NAMES, Strategy, make_strategy
@@ -398,4 +399,9 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
                 replicate=replicate,
             )
         )
+    if header is not None:
+        # A run killed between a window's journal record and the rewrite of measurements.csv
+        # left the file a window short: a resumed run that measures nothing more still
+        # leaves it whole.
+        write_measurements(out, journal)
     return header is not None
