@@ -18,6 +18,9 @@ fleetsieve_bayes`` is cheap)::
 """
 
 from fleetsieve_bayes.exports import lazy_exports
+from fleetsieve_bayes.numerics import use_float64
+
+use_float64()  # before any JAX computation: docs/method.md, "Reproducibility"
 
 __version__ = "0.1.0"
 

@@ -45,6 +45,7 @@ from fleetsieve_bayes.allocation.problem import (
     pool_prices,
     priced,
 )
+from fleetsieve_bayes.numerics import at_most
 
 __all__ = [
     "STAGES",
@@ -118,8 +119,13 @@ def stagewise_gap(
 
 
 def gap_within(gap: Any, epsilon: float) -> bool:
-    """No critical disagreement and both continuous stage terms ≤ ``epsilon`` (a :class:`Gap` or alike)."""
-    return float(gap.critical) == 0.0 and float(gap.min_fulfillment) <= epsilon and float(gap.goodput) <= epsilon
+    """No critical disagreement and both continuous stage terms ≤ ``epsilon`` (a :class:`Gap` or alike),
+    up to the tie tolerance of :func:`fleetsieve_bayes.numerics.at_most`."""
+    return (
+        float(gap.critical) == 0.0
+        and at_most(float(gap.min_fulfillment), epsilon)
+        and at_most(float(gap.goodput), epsilon)
+    )
 
 
 def weigh(critical: Any, min_fulfillment: Any, goodput: Any) -> Any:

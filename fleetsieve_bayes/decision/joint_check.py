@@ -66,6 +66,7 @@ from fleetsieve_bayes.decision.certificate import (
 )
 from fleetsieve_bayes.decision.intervals import level_tables
 from fleetsieve_bayes.model.joint import sample_obs
+from fleetsieve_bayes.numerics import at_least
 
 __all__ = [
     "DEFAULT_RISK",
@@ -315,7 +316,7 @@ def apply_joint_check(
     posterior backs it with probability ≥ ``1 − risk``; otherwise undecided (same gap).
     ``require_slo`` (an SLO-attainment level): certified-feasible also needs
     ``p_slo_met`` ≥ ``1 − risk`` (every committed cell's attainment ≥ q)."""
-    if cert.status == CERTIFIED_FEASIBLE and require_slo and check.p_slo_met < 1.0 - risk:
+    if cert.status == CERTIFIED_FEASIBLE and require_slo and not at_least(check.p_slo_met, 1.0 - risk):
         return cert._replace(
             status=UNDECIDED,
             reason=(
@@ -323,7 +324,7 @@ def apply_joint_check(
                 f"(P(ε-optimal) = {check.p_epsilon_optimal:.3f})"
             ),
         )
-    if cert.status == CERTIFIED_FEASIBLE and check.p_epsilon_optimal < 1.0 - risk:
+    if cert.status == CERTIFIED_FEASIBLE and not at_least(check.p_epsilon_optimal, 1.0 - risk):
         return cert._replace(
             status=UNDECIDED,
             reason=(
@@ -331,7 +332,7 @@ def apply_joint_check(
                 f"(interval gap closed; P(SLO met) = {check.p_slo_met:.3f})"
             ),
         )
-    if cert.status == CERTIFIED_INFEASIBLE and check.p_infeasible < 1.0 - risk:
+    if cert.status == CERTIFIED_INFEASIBLE and not at_least(check.p_infeasible, 1.0 - risk):
         return cert._replace(
             status=UNDECIDED,
             reason=f"joint check: P(critical floors unreachable) = {check.p_infeasible:.3f} < {1.0 - risk:.3f}",

@@ -70,9 +70,11 @@ from fleetsieve_bayes.model.joint import (
     obs_from_normals,
     tp_dev_count,
 )
+from fleetsieve_bayes.model.lattice import on_lattice, snap_start
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.model.storage import load_idata, save_posterior
+from fleetsieve_bayes.numerics import snap_step_size
 from fleetsieve_bayes.table import METRICS
 
 az = import_arviz()
@@ -318,6 +320,14 @@ def _sampler_key(data: ModelData, card: PriorCard, preset: InferencePreset) -> t
             gpu_dev_count(data), tp_dev_count(data, card), card, preset)
 
 
+def _on_lattice(state: Any) -> Any:
+    """``state`` after a NUTS transition, its step size on the step lattice
+    (:func:`fleetsieve_bayes.numerics.snap_step_size`): the position is on the
+    integrator's lattice already (:mod:`fleetsieve_bayes.model.lattice`)."""
+    adapt = state.adapt_state._replace(step_size=snap_step_size(state.adapt_state.step_size))
+    return state._replace(adapt_state=adapt)
+
+
 def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> NutsKernel:
     """Compiled pieces of one (shape, card, preset): a single-chain NUTS chunk
     runner (``lax.scan`` of ``chunk`` transitions, data as an argument), the
@@ -334,7 +344,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
         model = bind_model(card)
 
         def pe_gen(d: ModelData, obs: jnp.ndarray) -> Any:
-            return lambda z: potential_energy(model, (d, obs), {}, z)
+            return on_lattice(lambda z: potential_energy(model, (d, obs), {}, z))
 
         init_kernel, sample_kernel = hmc(potential_fn_gen=pe_gen, algo="NUTS")
         # A pooled warm-up stops at its half and its quarter (see _pooled_warmup); a windowed
@@ -344,7 +354,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
         @jax.jit
         def chunk(state: Any, d: ModelData) -> tuple[Any, NutsTrace]:
             def body(s: Any, _: None) -> tuple[Any, NutsTrace]:
-                s = sample_kernel(s, model_args=(d, d.observed))
+                s = _on_lattice(sample_kernel(s, model_args=(d, d.observed)))
                 return s, NutsTrace(
                     s.z, s.diverging, s.accept_prob, s.num_steps, s.adapt_state.step_size, s.potential_energy
                 )
@@ -361,7 +371,7 @@ def _nuts_kernel(data: ModelData, card: PriorCard, preset: InferencePreset) -> N
             if inverse_mass is not None and not preset.dense_mass and not isinstance(inverse_mass, dict):
                 inverse_mass = jnp.diagonal(inverse_mass)
             return init_kernel(
-                z,
+                snap_start(z),
                 num_warmup=preset.warmup,
                 target_accept_prob=preset.target_accept,
                 max_tree_depth=preset.max_tree_depth,
@@ -508,7 +518,7 @@ def _pooled_warmup(
     half = preset.warmup // 2
     starts = [objs.init_point(keys[c], data) if z is None else z for c, z in enumerate(inits)]
     if inverse_mass is None:  # NumPyro's own default, given explicitly: one compiled init_fixed_mass
-        inverse_mass = jnp.eye(sum(int(np.size(x)) for x in jax.tree.leaves(starts[0])), dtype=jnp.float32)
+        inverse_mass = jnp.eye(sum(int(np.size(x)) for x in jax.tree.leaves(starts[0])), dtype=jnp.float64)
 
     def first(c: int) -> tuple[Any, NutsTrace]:
         state = objs.init_fixed_mass(starts[c], keys[c], data, inverse_mass)
@@ -522,7 +532,7 @@ def _pooled_warmup(
     lp = np.stack([-np.asarray(r[1].potential_energy, np.float64) for r in firsts])
     stuck = minor_mode_chains(lp)
     flat = np.concatenate([np.asarray(objs.flatten(r[1].z)) for c, r in enumerate(firsts) if c not in stuck])
-    pooled = jnp.asarray(mass_from_draws(flat), jnp.float32)
+    pooled = jnp.asarray(mass_from_draws(flat), jnp.float64)
 
     def second(c: int) -> tuple[Any, NutsTrace]:
         # The warm-up clock resumes at the half, so the step size is averaged
@@ -669,7 +679,7 @@ def _fit_nuts(
         inverse_mass = None
         if preset.adaptation == "pooled" and mass_from is not None and mass_from.params and _fits_shapes(mass_from.params, data, card):
             sites = {k: jnp.asarray(v) for k, v in mass_from.params.items() if k in _SITES}
-            inverse_mass = jnp.asarray(mass_from_draws(np.asarray(objs.unconstrain(sites, data))), jnp.float32)
+            inverse_mass = jnp.asarray(mass_from_draws(np.asarray(objs.unconstrain(sites, data))), jnp.float64)
         chain_inits = [inits[c] if inits else None for c in range(preset.chains)]
         if preset.adaptation == "pooled":
             results = _pooled_warmup(objs, preset, data, keys, chain_inits, inverse_mass)
@@ -876,7 +886,7 @@ def assemble(
     n_chains, n_draw = latent_c.shape[:2]
     # The posterior predictive, drawn in NumPy: a JAX draw compiles a program for every
     # number of draws (a certifying fit's runs and their concatenations: a second each).
-    normals = np.random.default_rng(seed + 1).standard_normal((int(NOISE_DF) + 1, *latent_c.shape), np.float32)
+    normals = np.random.default_rng(seed + 1).standard_normal((int(NOISE_DF) + 1, *latent_c.shape), np.float64)
     y = obs_from_normals(latent_c, noise_c[:, :, None, :], normals)
     param_names = [k for k in samples if k not in ("latent", "capacity", "y") and k not in _DERIVED]
     params = {k: samples[k].reshape(n_chains * n_draw, *samples[k].shape[2:]) for k in param_names}

@@ -29,6 +29,7 @@ from fleetsieve_bayes.allocation.problem import (
 )
 from fleetsieve_bayes.decision.certificate import Certificate
 from fleetsieve_bayes.decision.intervals import DEFAULT_RULES, IntervalRules
+from fleetsieve_bayes.numerics import SCORE_TIE
 
 __all__ = [
     "RoundState",
@@ -45,8 +46,9 @@ __all__ = [
     "key_of",
 ]
 
-# Scores within this (relative to max(1, |best|)) of the best are ties → cheaper cell.
-TIE_TOLERANCE = 1e-6
+# Scores within this (relative to max(1, |best|)) of the best are ties → cheaper cell
+# (the rule's owner: fleetsieve_bayes.numerics).
+TIE_TOLERANCE = SCORE_TIE
 
 
 class RoundState(NamedTuple):
@@ -121,7 +123,7 @@ def select_cell(
     cost_gpu_s: np.ndarray,
     *,
     cost_normalised: bool = False,
-    tie_tolerance: float = 1e-6,
+    tie_tolerance: float = SCORE_TIE,
 ) -> int:
     """The next cell to measure.
 
