@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 CI_RUN = Path(__file__).resolve().parent.parent / ".ci" / "run"
+TEST_COMMAND = Path(__file__).resolve().parent.parent / "scripts" / "test"
 
 BACKEND = '''
 import base64, hashlib, os, zipfile
@@ -83,6 +84,9 @@ def _project(tmp: Path, *, requires: str, with_test: bool = True) -> Path:
     (root / ".ci").mkdir(parents=True)
     shutil.copy(CI_RUN, root / ".ci" / "run")
     (root / ".ci" / "run").chmod((root / ".ci" / "run").stat().st_mode | stat.S_IXUSR)
+    (root / "scripts").mkdir()
+    shutil.copy(TEST_COMMAND, root / "scripts" / "test")
+    (root / "scripts" / "test").chmod((root / "scripts" / "test").stat().st_mode | stat.S_IXUSR)
     (root / "pyproject.toml").write_text(PYPROJECT)
     (root / "probe_backend.py").write_text(BACKEND)
     (root / "requires.txt").write_text(requires)
@@ -94,8 +98,14 @@ def _project(tmp: Path, *, requires: str, with_test: bool = True) -> Path:
 
 def _ci(root: Path, tmp: Path, *stages: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     marker = tmp / "marker"
+    # The test command installs Debian's prometheus when none is on PATH: a stand-in here.
+    fake_bin = tmp / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    (fake_bin / "prometheus").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "prometheus").chmod(0o755)
     env = {
         **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
         "CI_PROBE_MARKER": str(marker),
         "PIP_NO_INDEX": "1",  # nothing from the network
         "PIP_TARGET": str(tmp / "target"),  # nothing into the running environment
@@ -109,17 +119,17 @@ def _ci(root: Path, tmp: Path, *stages: str) -> tuple[subprocess.CompletedProces
 
 def test_a_failed_install_fails_ci_and_runs_no_test(tmp_path: Path) -> None:
     root = _project(tmp_path, requires="fleetsieve-no-such-package==0")
-    proc, marker = _ci(root, tmp_path, "install", "tests")
+    proc, marker = _ci(root, tmp_path, "tests")
     assert proc.returncode != 0
     assert "fleetsieve-no-such-package" in proc.stdout + proc.stderr  # pip's own error
     assert not marker.exists()  # the test stage never ran
-    assert "CI: stage tests" not in proc.stderr
+    assert "CI: stage tests passed" not in proc.stderr
 
 
 def test_a_good_install_then_runs_the_tests(tmp_path: Path) -> None:
-    """The control: the same project with a requirement that resolves passes both stages."""
+    """The control: the same project with a requirement that resolves installs, then runs its test."""
     root = _project(tmp_path, requires="")
-    proc, marker = _ci(root, tmp_path, "install", "tests")
+    proc, marker = _ci(root, tmp_path, "tests")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert marker.read_text() == "ran"
     assert (tmp_path / "target" / "ci_probe-0.dist-info" / "METADATA").is_file()
@@ -133,7 +143,7 @@ def test_no_tests_collected_fails_ci(tmp_path: Path) -> None:
     assert "CI: no tests collected" in proc.stderr
 
 
-@pytest.mark.parametrize("stage", ["instal", ""])
+@pytest.mark.parametrize("stage", ["test", ""])
 def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path: Path, stage: str) -> None:
     root = _project(tmp_path, requires="")
     proc, marker = _ci(root, tmp_path, "tests", stage)
