@@ -47,3 +47,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     seed = getattr(config.option, "randomly_seed", None)
     if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
         terminalreporter.write_line(f"test order: pytest -p randomly --randomly-seed={seed} repeats it")
+
+
+# The report, status, plan and verify tests read directories that `run` wrote
+# (tests/campaign_dirs.py): one real campaign per session, in a folder the xdist
+# workers share (the parent of a worker's base temporary folder), made on first use.
+@pytest.fixture(scope="session", autouse=True)
+def _campaign_runs_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import campaign_dirs
+
+    base = tmp_path_factory.getbasetemp()
+    campaign_dirs.set_root((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "campaign-runs")
+
+
+@pytest.fixture(scope="session")
+def shipped_runs() -> object:
+    """:class:`campaign_dirs.Runs`: the shipped campaign at "point", killed after round 2 and finished."""
+    import campaign_dirs
+
+    return campaign_dirs.shipped_runs()

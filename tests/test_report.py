@@ -1,8 +1,9 @@
-"""The HTML report and its figures, on a campaign directory built by hand.
+"""The HTML report and its figures, on the campaign directory that `run` wrote.
 
-The fixture writes exactly what ``campaign.py`` writes (journal header,
-measurement and round records; measurements.csv; bounds.csv; result.json;
-posterior.nc) from the shipped H100 grid, so these tests need no model fit.
+The directory is the session's run of the shipped H100 campaign at "point"
+(tests/campaign_dirs.py): the journal, measurements.csv, bounds.csv,
+posterior.nc and result.json of a real campaign, and its copy killed after
+round 2. Every value checked comes from those files.
 """
 
 from __future__ import annotations
@@ -18,157 +19,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from campaign_dirs import (
+    CANDIDATES,
+    CERTIFIED_ALLOCATION,
+    CERTIFIED_GPU_SECONDS,
+    Runs,
+    build_campaign_dir,  # noqa: F401 - tests/test_verify.py imports it from here
+    copy_run,
+    journal,
+)
 
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.resources import data_dir
-from fleetsieve_bayes.table import read_table, write_table
+from fleetsieve_bayes.table import read_table
 
 EXAMPLE = data_dir("examples") / "h100_31b_fp8"
-GRID = EXAMPLE / "grid.csv"
 CAMPAIGN = EXAMPLE / "campaign.toml"
-
-DESIGN = [("chat", 2, "C16"), ("chat", 4, "C64"), ("chat", 8, "C64"), ("code", 2, "C16"), ("code", 4, "C64"), ("code", 8, "C96")]
-ACQUIRED = [("chat", 4, "C96"), ("code", 4, "C96"), ("chat", 4, "C128")]
-FINAL = {"chat": {"tp": 4, "load": "C96", "replicas": 2}, "code": {"tp": 4, "load": "C96", "replicas": 2}}
-WORKLOADS_HEADER = [
-    {"name": "chat", "demand_rps": 12.0, "critical": False, "floor": 1.0, "slo": {"success_min": 0.99, "ttft_p99_s": 2.0, "completion_p99_s": 30.0}},
-    {"name": "code", "demand_rps": 16.0, "critical": False, "floor": 1.0, "slo": {"success_min": 0.99, "ttft_p99_s": 5.0, "completion_p99_s": None}},
-]
-
-
-def _cell(key: tuple[str, int, str]) -> dict[str, Any]:
-    return {"workload": key[0], "tp": key[1], "load": key[2]}
-
-
-def _jsonl(records: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-
-
-def build_campaign_dir(
-    out: Path,
-    *,
-    finished: bool = True,
-    header_workloads: bool = True,
-    posterior: bool = True,
-    n_rounds: int = 4,
-) -> dict[str, Any]:
-    """Write a campaign directory as campaign.py would; return what was written."""
-    out.mkdir(parents=True, exist_ok=True)
-    grid = read_table(GRID)
-    grid["key"] = list(zip(grid["workload"], grid["tp"], grid["load"], strict=True))
-    rows = {k: {c: (v.item() if hasattr(v, "item") else v) for c, v in r.items() if c != "key"} for k, r in zip(grid["key"], grid.to_dict("records"), strict=True)}
-    header: dict[str, Any] = {
-        "type": "header",
-        "version": 1,
-        "campaign": "h100-31b-fp8",
-        "strategy": "fleetsieve",
-        "seed": 0,
-        "cells": [_cell(k) for k in grid["key"]],
-        "created_at": 1.7e9,
-    }
-    if header_workloads:
-        header["workloads"] = WORKLOADS_HEADER
-        header["gpus"] = 16
-        header["epsilon"] = 0.05
-    records: list[dict[str, Any]] = [header]
-    seq = 0
-    spent = 0.0
-
-    def measure(key: tuple[str, int, str], round_no: int, phase: str) -> None:
-        nonlocal seq, spent
-        row = rows[key]
-        gpu_s = float(row["duration_s"]) * int(row["tp"])
-        spent += gpu_s
-        records.append({"type": "measurement", "seq": seq, "round": round_no, "phase": phase, "cell": _cell(key), "row": row, "gpu_seconds": gpu_s, "started_at": 1.7e9 + seq, "finished_at": 1.7e9 + seq + 300, "wall_s": 300.0})
-        seq += 1
-
-    for k in DESIGN:
-        measure(k, 0, "design")
-    gaps = [(1.0, 0.6, 0.4), (0.0, 0.3, 0.2), (0.0, 0.08, 0.05), (0.0, 0.0, 0.0)]
-    cons_allocs = [None, {"chat": {"tp": 4, "load": "C64", "replicas": 2}, "code": {"tp": 4, "load": "C64", "replicas": 2}}, {"chat": {"tp": 4, "load": "C96", "replicas": 2}, "code": {"tp": 4, "load": "C64", "replicas": 2}}, FINAL]
-    n_meas_rounds = n_rounds - 1 if finished else n_rounds
-    for r in range(n_rounds):
-        last = finished and r == n_rounds - 1
-        crit, mf, gp = gaps[min(r, len(gaps) - 1)] if not last else (0.0, 0.0, 0.0)
-        cons = cons_allocs[min(r, len(cons_allocs) - 1)] if not last else FINAL
-        chosen = None if last else ACQUIRED[r % len(ACQUIRED)]
-        records.append(
-            {
-                "type": "round",
-                "round": r + 1,
-                "certificate": "certified-feasible" if last else "undecided",
-                "outcome": "certified-feasible" if last else "measure",
-                "reason": "gap within epsilon=0.05 and every committed cell measured within SLO" if last else f"gap above epsilon=0.05: min fulfillment {mf:.3f}, goodput {gp:.3f}",
-                "gap": {"critical": crit, "min_fulfillment": mf, "goodput": gp},
-                "conservative": {"allocation": cons, "objective": {"feasible": cons is not None, "min_fulfillment": 1.0 - mf, "goodput_rps": 28.0 * (1 - gp), "gpus_used": 16}},
-                "optimistic": {"allocation": FINAL, "objective": {"feasible": True, "min_fulfillment": 1.0, "goodput_rps": 28.0, "gpus_used": 16}},
-                "measured_cells": seq,
-                "gpu_seconds": spent,
-                "chosen": None if chosen is None else _cell(chosen),
-                "timings": {"fit_s": 2.0, "allocate_s": 0.1, "acquire_s": 0.5},
-            }
-        )
-        if r < n_meas_rounds and chosen is not None:
-            measure(chosen, r + 1, "acquire")
-    (out / "journal.jsonl").write_text(_jsonl(records))
-
-    meas_rows = [r["row"] for r in records if r["type"] == "measurement"]
-    write_table(pd.DataFrame(meas_rows), out / "measurements.csv")
-    measured_keys = {(r["cell"]["workload"], r["cell"]["tp"], r["cell"]["load"]) for r in records if r["type"] == "measurement"}
-    brows = []
-    for k, row in rows.items():
-        m = k in measured_keys
-        f = (lambda v, s: v) if m else (lambda v, s: v * s)  # noqa: E731
-        brows.append(
-            {
-                "workload": k[0], "tp": k[1], "load": k[2], "measured": m,
-                "throughput_lo": f(row["throughput_rps"], 0.8), "throughput_hi": f(row["throughput_rps"], 1.2),
-                "ttft_p99_lo": f(row["ttft_p99_s"], 0.7), "ttft_p99_hi": f(row["ttft_p99_s"], 1.5),
-                "completion_p99_lo": f(row["completion_p99_s"], 0.7), "completion_p99_hi": f(row["completion_p99_s"], 1.5),
-                "success_lo": row["success_rate"] if m else row["success_rate"] - 0.02, "success_hi": row["success_rate"] if m else min(1.0, row["success_rate"] + 0.005),
-            }
-        )
-    pd.DataFrame(brows).to_csv(out / "bounds.csv", index=False)
-    result = None
-    if finished:
-        meas = [r for r in records if r["type"] == "measurement"]
-        result = {
-            "status": "certified-feasible",
-            "gpu_seconds": spent,
-            "measured": [r["cell"] for r in meas],
-            "allocation": FINAL,
-            "timings": {"total_s": 100.0, "rounds": n_rounds, "per_round_s": [2.6] * n_rounds, "per_round": [], "this_invocation_s": 12.0},
-            "campaign": "h100-31b-fp8",
-            "strategy": "fleetsieve",
-            "seed": 0,
-            "objective": {"min_fulfillment": 1.0, "goodput_rps": 28.0, "gpus_used": 16},
-            "epsilon": 0.05,
-            "candidates": len(rows),
-        }
-        (out / "result.json").write_text(json.dumps(result, indent=2))
-    if posterior:
-        from fleetsieve_bayes.arviz_import import import_arviz
-
-        az = import_arviz()
-
-        rng = np.random.default_rng(0)
-        idata = az.from_dict(
-            posterior={
-                "knee": rng.normal([2.0, 2.2], 0.1, size=(2, 60, 2)),
-                "curvature": rng.lognormal(0.0, 0.1, size=(2, 60, 2)),
-                "sharpness": rng.lognormal(1.0, 0.1, size=(2, 60)),
-                "knee_z_eps": rng.normal(size=(2, 60, 2)),
-                "latent": rng.normal(size=(2, 60, len(rows), 4)),
-            }
-        )
-        idata.to_netcdf(str(out / "posterior.nc"))
-    return {"records": records, "result": result, "measurements": pd.DataFrame(meas_rows), "bounds": pd.DataFrame(brows)}
 
 
 @pytest.fixture(scope="module")
-def campaign_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    d = tmp_path_factory.mktemp("campaign")
-    return d, build_campaign_dir(d)
+def campaign_dir(shipped_runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A copy of the certified run (the report is written into it), with its journal and result."""
+    d = copy_run(shipped_runs.certified, tmp_path_factory.mktemp("campaign"))
+    return d, {"records": journal(d), "result": json.loads((d / "result.json").read_text())}
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +50,16 @@ def written(campaign_dir: tuple[Path, dict[str, Any]]) -> tuple[Path, Any]:
 
     d, _ = campaign_dir
     return write_report(d)
+
+
+def _slo_ok(row: dict[str, Any], slo: dict[str, Any]) -> bool:
+    """A measured row against its class's SLO, as the campaign file states it."""
+    return (row["success_rate"] >= slo["success_min"] and row["ttft_p99_s"] <= slo["ttft_p99_s"]
+            and (slo.get("completion_p99_s") is None or row["completion_p99_s"] <= slo["completion_p99_s"]))
+
+
+def _slos(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {w["name"]: w["slo"] for w in records[0]["workloads"]}
 
 
 class _Structure(HTMLParser):
@@ -276,7 +159,8 @@ def test_report_embeds_every_figure_as_png(written: tuple[Path, Any]) -> None:
 
 def test_allocation_table_matches_result_json(written: tuple[Path, Any], campaign_dir: tuple[Path, dict[str, Any]]) -> None:
     _, report = written
-    result = json.loads((campaign_dir[0] / "result.json").read_text())
+    result = campaign_dir[1]["result"]
+    assert result["status"] == "certified-feasible" and result["allocation"] == CERTIFIED_ALLOCATION
     last_round = [r for r in campaign_dir[1]["records"] if r["type"] == "round"][-1]
     cells = _parse(report.html).cells
     for label, alloc in (("final", result["allocation"]), ("conservative", last_round["conservative"]["allocation"]), ("optimistic", last_round["optimistic"]["allocation"])):
@@ -297,7 +181,10 @@ def test_allocation_table_matches_result_json(written: tuple[Path, Any], campaig
 
 def test_plotted_measured_points_equal_measurements_csv(written: tuple[Path, Any], campaign_dir: tuple[Path, dict[str, Any]]) -> None:
     _, report = written
-    m = read_table(campaign_dir[0] / "measurements.csv")
+    d, built = campaign_dir
+    m = read_table(d / "measurements.csv")
+    # measurements.csv holds the journal's measured rows, in the journal's order: result.json's cells.
+    assert [(r.workload, r.tp, r.load) for r in m.itertuples()] == [(c["workload"], c["tp"], c["load"]) for c in built["result"]["measured"]]
     cap = report.figures["fig-capacity"].data["measured"]
     got = sorted(zip(cap["workload"], cap["tp"], cap["load"], np.round(cap["per_gpu_rps"], 12), strict=True))
     want = sorted(zip(m["workload"], m["tp"], m["load"], np.round(m["throughput_rps"] / m["tp"], 12), strict=True))
@@ -308,83 +195,141 @@ def test_plotted_measured_points_equal_measurements_csv(written: tuple[Path, Any
         got = sorted(zip(t["workload"], t["tp"], t["load"], t["value"], strict=True))
         want = sorted(zip(m["workload"], m["tp"], m["load"], m[metric], strict=True))
         assert got == want, metric
-    # SLO verdict of the measured points: chat TP4@C128 violates completion p99 ≤ 30 s (46.4 s).
-    bad = cap[~cap["slo_ok"]]
-    assert ("chat", 4, "C128") in set(zip(bad["workload"], bad["tp"], bad["load"], strict=True))
+    # Each measured point's SLO verdict is its row against its class's SLO (the journal header's).
+    slos = _slos(built["records"])
+    verdict = {(r["workload"], r["tp"], r["load"]): _slo_ok(r, slos[r["workload"]]) for r in m.to_dict("records")}
+    assert dict(zip(zip(cap["workload"], cap["tp"], cap["load"], strict=True), cap["slo_ok"], strict=True)) == verdict
+    # The design's chat TP2@C32 (TTFT p99 2.9 s > 2 s) is one that violates; the committed cells do not.
+    assert ("chat", 2, "C32") in {k for k, ok in verdict.items() if not ok}
+    assert all(verdict[(w, a["tp"], a["load"])] for w, a in built["result"]["allocation"].items())
 
 
 def test_capacity_curve_is_max_over_slo_feasible_loads(written: tuple[Path, Any], campaign_dir: tuple[Path, dict[str, Any]]) -> None:
     _, report = written
+    d, built = campaign_dir
+    slos = _slos(built["records"])
+    b = pd.read_csv(d / "bounds.csv")
     curves = report.figures["fig-capacity"].data["curves"].set_index(["workload", "tp"])
-    # chat TP4: C128 is measured and violates the completion SLO, so the conservative max is C96 (measured 6.596/4).
-    assert curves.loc[("chat", 4), "lo_load"] == "C96"
-    assert curves.loc[("chat", 4), "lo"] == pytest.approx(6.596 / 4)
-    # Ignoring the SLO, C128's 11.27 req/s would win.
-    assert curves.loc[("chat", 4), "any_slo"] == pytest.approx(11.27 / 4)
+    assert len(curves) == 6
+    for (w, tp), g in b.groupby(["workload", "tp"]):
+        slo = slos[w]
+        # Conservative: the loads whose pessimistic bounds meet the SLO, at their lower throughput.
+        ok = g[(g["success_lo"] >= slo["success_min"]) & (g["ttft_p99_hi"] <= slo["ttft_p99_s"])
+               & ((g["completion_p99_hi"] <= slo["completion_p99_s"]) if slo.get("completion_p99_s") is not None else True)]
+        if len(ok):
+            best = ok.loc[(ok["throughput_lo"] / tp).idxmax()]
+            assert curves.loc[(w, tp), "lo_load"] == best["load"], (w, tp)
+            assert curves.loc[(w, tp), "lo"] == pytest.approx(best["throughput_lo"] / tp)
+        else:
+            assert np.isnan(curves.loc[(w, tp), "lo"])
+        assert curves.loc[(w, tp), "any_slo"] == pytest.approx((g["throughput_hi"] / tp).max())
+    m = read_table(d / "measurements.csv").set_index(["workload", "tp", "load"])
     chosen = report.figures["fig-capacity"].data["chosen"].set_index("workload")
-    assert chosen.loc["chat", "per_gpu_rps"] == pytest.approx(6.596 / 4)
-    assert chosen.loc["code", "per_gpu_rps"] == pytest.approx(11.116 / 4)
-    # The explanation line of each class: capacity against demand, and the SLO checks.
-    assert "2 × TP4@C96 = 8 GPUs; capacity 13.19 req/s for a demand of 12 req/s (fulfillment 1.000)" in report.html
-    assert "completion p99 15.98 s ≤ 30 s" in report.html
+    why = report.html[report.html.index('<ul id="why">'):]
+    for w, a in built["result"]["allocation"].items():
+        row = m.loc[(w, a["tp"], a["load"])]  # every committed cell is measured
+        assert chosen.loc[w, "per_gpu_rps"] == pytest.approx(row["throughput_rps"] / a["tp"])
+        cap = a["replicas"] * row["throughput_rps"]
+        demand = next(x["demand_rps"] for x in built["records"][0]["workloads"] if x["name"] == w)
+        assert (f"{a['replicas']} × TP{a['tp']}@{a['load']} = {a['replicas'] * a['tp']} GPUs; capacity {cap:.2f} req/s "
+                f"for a demand of {demand:g} req/s (fulfillment {min(1.0, cap / demand):.3f})") in why
+    # chat: 2 × TP4@C96, each measured at 6.596 req/s; its completion p99 15.98 s against 30 s.
+    assert "2 × TP4@C96 = 8 GPUs; capacity 13.19 req/s for a demand of 12 req/s (fulfillment 1.000)" in why
+    assert "completion p99 15.98 s ≤ 30 s" in why
     knee = report.figures["fig-capacity"].data["knee"].set_index("workload")["tp"]
     assert set(knee.index) == {"chat", "code"}
-    assert knee["code"] == 4  # code TP4@C96: 11.116/4 per GPU beats TP2 and TP8
 
 
 def test_gap_figure_data_and_certificate(written: tuple[Path, Any], campaign_dir: tuple[Path, dict[str, Any]]) -> None:
     _, report = written
     rounds = [r for r in campaign_dir[1]["records"] if r["type"] == "round"]
+    meas = [r for r in campaign_dir[1]["records"] if r["type"] == "measurement"]
     d = report.figures["fig-gap"].data
     assert d["rounds"]["gpu_seconds"].tolist() == [r["gpu_seconds"] for r in rounds]
     assert d["rounds"]["min_fulfillment"].tolist() == [r["gap"]["min_fulfillment"] for r in rounds]
     assert d["certificate"]["round"].tolist() == [rounds[-1]["round"]]
     assert d["certificate"]["certificate"].tolist() == ["certified-feasible"]
-    # GPU-seconds never decrease along the campaign.
+    # The last round's spend is the whole campaign's: every measurement's GPU-seconds, result.json's total.
+    assert rounds[-1]["gpu_seconds"] == sum(r["gpu_seconds"] for r in meas) == campaign_dir[1]["result"]["gpu_seconds"] == CERTIFIED_GPU_SECONDS
     assert np.all(np.diff(d["rounds"]["gpu_seconds"]) >= 0)
 
 
-def test_diagnostics_pick_low_dimensional_vars(written: tuple[Path, Any]) -> None:
+def test_diagnostics_pick_low_dimensional_vars(written: tuple[Path, Any], campaign_dir: tuple[Path, dict[str, Any]]) -> None:
     _, report = written
+    fit = campaign_dir[1]["result"]["certificate"]["diagnostics"]
     v = report.figures["fig-diagnostics"].data["variables"]
     names = v["variable"].tolist()
     assert names[0] == "knee"
-    assert "latent" not in names and "knee_z_eps" not in names
-    assert set(v["kind"]) == {"rank"} and set(v["n_chains"]) == {2}
+    assert not {"latent", "capacity", "class_z", "y"} & set(names)
+    # The certifying fit's chains and draws (result.json), as rank plots.
+    assert set(v["kind"]) == {"rank"} and set(v["n_chains"]) == {fit["chains"]} and fit["chains"] >= 2
+    assert set(v["n_draws"]) == {fit["draws"]}
     p = _parse(report.html)
     assert "diagnostics-table" in report.html and p.errors == []
 
 
-def test_report_cli_on_interrupted_campaign_without_posterior(tmp_path: Path) -> None:
-    """A killed campaign: no result.json, no posterior, a partial last journal line."""
+def test_report_cli_on_interrupted_campaign_without_posterior(shipped_runs: Runs, tmp_path: Path) -> None:
+    """A campaign killed after round 2 (no result.json), then cut mid-write by a kill and
+    before its first posterior.nc: a partial last journal line and no posterior."""
     from fleetsieve_bayes.cli import main
 
-    build_campaign_dir(tmp_path, finished=False, header_workloads=False, posterior=False, n_rounds=2)
-    with open(tmp_path / "journal.jsonl", "a") as fh:
+    d = copy_run(shipped_runs.killed, tmp_path / "c")
+    (d / "posterior.nc").unlink()  # bounds.csv is written before posterior.nc: a kill between them
+    with open(d / "journal.jsonl", "a") as fh:
         fh.write('{"type":"measurement","seq":')  # a write cut by a kill
     out = tmp_path / "sub" / "r.html"
-    assert main(["report", str(tmp_path), "--out", str(out), "--campaign", str(CAMPAIGN)]) == 0
+    assert main(["report", str(d), "--out", str(out), "--campaign", str(CAMPAIGN)]) == 0
     text = out.read_text()
     assert text.startswith("<!DOCTYPE html>")
     p = _parse(text)
     assert p.errors == []
     assert set(p.figures) == {"fig-gap", "fig-capacity", "fig-tails", "fig-allocations"}
     assert ("final", "chat", "tp") not in p.cells  # no result.json → no final column
-    assert ("conservative", "chat", "tp") in p.cells
+    last = [r for r in journal(d) if r["type"] == "round"][-1]
+    assert last["round"] == 2
+    for w, a in last["conservative"]["allocation"].items():
+        assert p.cells[("conservative", w, "tp")] == str(a["tp"]) and p.cells[("conservative", w, "replicas")] == str(a["replicas"])
     assert "No posterior.nc yet" in text
-    assert "campaign file" in text  # SLO lines come from --campaign
+    assert f"SLOs from: campaign file {CAMPAIGN}" in text  # --campaign overrides the header's SLOs
     assert main(["report", str(tmp_path / "nope")]) == 2
 
 
-def test_report_errors_are_one_line(tmp_path: Path) -> None:
+def test_report_of_the_killed_run_reads_its_journal(shipped_runs: Runs, tmp_path: Path) -> None:
+    from fleetsieve_bayes.reporting.report import write_report
+
+    d = copy_run(shipped_runs.killed, tmp_path / "c")
+    _, report = write_report(d)
+    rounds = [r for r in journal(d) if r["type"] == "round"]
+    gap = report.figures["fig-gap"].data["rounds"]
+    assert gap["gpu_seconds"].tolist() == [r["gpu_seconds"] for r in rounds] and len(rounds) == 2
+    assert "SLOs from: journal header" in report.html
+    cert = report.figures["fig-gap"].data["certificate"]
+    assert cert["round"].tolist() == [2] and cert["certificate"].tolist() == ["undecided"]  # nothing certified yet
+
+
+def test_report_errors_are_one_line(shipped_runs: Runs, tmp_path: Path) -> None:
     from fleetsieve_bayes.reporting.report import write_report
 
     with pytest.raises(InputError, match="no journal.jsonl"):
         write_report(tmp_path)
-    build_campaign_dir(tmp_path, posterior=False)
-    (tmp_path / "bounds.csv").write_text("workload,tp\nchat,2\n")
+    d = copy_run(shipped_runs.certified, tmp_path / "c")
+    (d / "bounds.csv").write_text("workload,tp\nchat,2\n")
     with pytest.raises(InputError, match=r"bounds\.csv: missing column\(s\) load"):
-        write_report(tmp_path)
+        write_report(d)
+
+
+def test_the_campaign_is_what_run_writes(campaign_dir: tuple[Path, dict[str, Any]]) -> None:
+    """The directory the report, status, plan and verify tests read: the journal header at the
+    writer's version, with its fingerprint, the candidates and each window's replicate."""
+    from fleetsieve_bayes.campaign.journal import HEADER_VERSION
+
+    d, built = campaign_dir
+    header = built["records"][0]
+    assert header["type"] == "header" and header["version"] == HEADER_VERSION
+    assert {"campaign", "prior_card", "table"} <= set(header["fingerprint"])
+    assert len(header["cells"]) == CANDIDATES == built["result"]["candidates"]
+    assert all(r["replicate"] == 0 for r in built["records"] if r["type"] == "measurement")
+    assert built["result"]["measured"] == [{**r["cell"], "replicate": 0} for r in built["records"] if r["type"] == "measurement"]
 
 
 def test_report_module_does_not_import_jax() -> None:

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_dirs import (
+    CANDIDATES,
+    CERTIFIED_ALLOCATION,
+    CERTIFIED_CELLS,
+    CERTIFIED_GPU_SECONDS,
+    Runs,
+    copy_run,
+    journal,
+)
 from rich.console import Console
-from test_report import FINAL, build_campaign_dir
 
 from fleetsieve_bayes.campaign.journal import campaign_lock
 from fleetsieve_bayes.commands.status import render_status, status_json
@@ -19,9 +28,10 @@ from fleetsieve_bayes.reporting.report import load_campaign_dir
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    d = tmp_path_factory.mktemp("finished")
-    return d, build_campaign_dir(d, posterior=False)
+def finished(shipped_runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A copy of the certified run, its journal and result.json."""
+    d = copy_run(shipped_runs.certified, tmp_path_factory.mktemp("finished"))
+    return d, {"records": journal(d), "result": json.loads((d / "result.json").read_text())}
 
 
 def test_status_json_of_finished_campaign(finished: tuple[Path, dict[str, Any]]) -> None:
@@ -29,47 +39,71 @@ def test_status_json_of_finished_campaign(finished: tuple[Path, dict[str, Any]])
     s = status_json(load_campaign_dir(d))
     meas = [r for r in built["records"] if r["type"] == "measurement"]
     rounds = [r for r in built["records"] if r["type"] == "round"]
-    assert s["state"] == "finished" and s["status"] == "certified-feasible"
-    assert s["candidates"] == 22
-    assert s["measured_cells"] == len(meas) == 9
-    assert s["gpu_seconds"] == pytest.approx(sum(r["gpu_seconds"] for r in meas)) == built["result"]["gpu_seconds"]
+    assert s["state"] == "finished" and s["status"] == "certified-feasible" == built["result"]["status"]
+    assert s["candidates"] == CANDIDATES == len(built["records"][0]["cells"])
+    assert s["measured_cells"] == len(meas) == len(built["result"]["measured"]) == CERTIFIED_CELLS
+    assert s["gpu_seconds"] == pytest.approx(sum(r["gpu_seconds"] for r in meas)) == built["result"]["gpu_seconds"] == CERTIFIED_GPU_SECONDS
     assert [(m["workload"], m["tp"], m["load"]) for m in s["measured"]] == [(r["cell"]["workload"], r["cell"]["tp"], r["cell"]["load"]) for r in meas]
-    assert s["certificate"] == {"status": "certified-feasible", "reason": rounds[-1]["reason"], "gap": rounds[-1]["gap"], "round": len(rounds)}
-    assert s["conservative"]["allocation"] == FINAL and s["optimistic"]["allocation"] == FINAL
-    assert s["result"]["allocation"] == FINAL
+    assert s["certificate"] == {"status": "certified-feasible", "reason": rounds[-1]["reason"], "gap": rounds[-1]["gap"],
+                                "round": len(rounds), "joint": rounds[-1]["joint"]}
+    assert s["certificate"]["joint"]["diagnostics"]["converged"] is True  # the certifying fit's
+    assert s["conservative"]["allocation"] == rounds[-1]["conservative"]["allocation"] == CERTIFIED_ALLOCATION
+    assert s["optimistic"]["allocation"] == rounds[-1]["optimistic"]["allocation"]
+    assert s["result"]["allocation"] == built["result"]["allocation"] == CERTIFIED_ALLOCATION
 
 
-def test_status_of_running_and_killed_campaign(tmp_path: Path) -> None:
-    build_campaign_dir(tmp_path, finished=False, posterior=False, n_rounds=2)
-    with open(tmp_path / "journal.jsonl", "a") as fh:
+def test_status_of_running_and_killed_campaign(shipped_runs: Runs, tmp_path: Path) -> None:
+    d = copy_run(shipped_runs.killed, tmp_path / "c")  # SIGKILLed right after round 2's measurement
+    records = journal(d)
+    with open(d / "journal.jsonl", "a") as fh:
         fh.write('{"type":"round","round":3,')  # cut by a kill mid-write
-    with campaign_lock(tmp_path):  # a run holds the directory
-        view = load_campaign_dir(tmp_path)
+    with campaign_lock(d):  # a run holds the directory
+        view = load_campaign_dir(d)
         assert view.state == "running"
-    view = load_campaign_dir(tmp_path)
+    view = load_campaign_dir(d)
     assert view.state == "stopped" and view.result is None
     s = status_json(view)
-    assert s["status"] == "undecided" and s["rounds"] == 2 and s["measured_cells"] == 8
-    assert s["next"] == {"workload": "code", "tp": 4, "load": "C96"}
+    rounds = [r for r in records if r["type"] == "round"]
+    meas = [r for r in records if r["type"] == "measurement"]
+    assert s["status"] == "undecided" and s["rounds"] == len(rounds) == 2 and s["measured_cells"] == len(meas) == 8
+    assert s["gpu_seconds"] == pytest.approx(sum(r["gpu_seconds"] for r in meas))
+    assert s["next"] == rounds[-1]["chosen"] == meas[-1]["cell"]
     assert s["next_state"] == "last chosen cell (measured)"
-    # Kill between the round record and its measurement: the chosen cell is cut off.
-    lines = (tmp_path / "journal.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "journal.jsonl").write_text("".join(lines[:-2]))
-    s = status_json(load_campaign_dir(tmp_path))
+    # Killed one append earlier, between the round record and its measurement: the chosen cell is cut off.
+    lines = (d / "journal.jsonl").read_text().splitlines(keepends=True)
+    (d / "journal.jsonl").write_text("".join(lines[:-2]))
+    s = status_json(load_campaign_dir(d))
     assert s["next_state"] == "chosen next, not measured (interrupted)" and s["measured_cells"] == 7
+    assert s["next"] == rounds[-1]["chosen"]
 
 
 def test_status_text_shows_cells_certificate_allocations_and_gap(finished: tuple[Path, dict[str, Any]]) -> None:
-    d, _ = finished
+    d, built = finished
     buf = io.StringIO()
     render_status(load_campaign_dir(d), Console(file=buf, width=160, color_system=None))
     out = buf.getvalue()
-    assert "certified-feasible" in out
-    assert "cells measured: 9 / 22" in out and "GPU-seconds: 12,000" in out
+    assert "status: certified-feasible" in out
+    assert f"cells measured: {CERTIFIED_CELLS} / {CANDIDATES}" in out and f"GPU-seconds: {CERTIFIED_GPU_SECONDS:,.0f}" in out
+    last = [r for r in built["records"] if r["type"] == "round"][-1]
+    assert f"round {last['round']}: certified-feasible" in out
     assert "gap: critical 0, min fulfillment 0.000, goodput 0.000" in out
-    assert "TP4@C96 ×2 (8 GPUs)" in out  # both classes, each allocation
-    assert out.count("TP4@C96 ×2 (8 GPUs)") == 6
-    assert "chat TP4@C128" in out and "46.4" in out  # the measured cell that violates the SLO
+    # Each class's conservative, optimistic and final allocation.
+    allocs = [last["conservative"]["allocation"], last["optimistic"]["allocation"], built["result"]["allocation"]]
+    for w in ("chat", "code"):
+        row = next(line for line in out.splitlines() if line.strip("│ ").startswith(w + " "))
+        want = [f"TP{a[w]['tp']}@{a[w]['load']} ×{a[w]['replicas']} ({a[w]['tp'] * a[w]['replicas']} GPUs)" for a in allocs]
+        assert [c.strip() for c in row.strip("│ ").split("│")[1:]] == want, row
+    # The measured cells, in the journal's order, each with its row: chat TP2@C32 missed its SLO.
+    table = out[out.index("Measured cells"):]
+    at = 0
+    for i, r in enumerate(r for r in built["records"] if r["type"] == "measurement"):
+        c = r["cell"]
+        line = next(x for x in table.splitlines() if f" {c['workload']} TP{c['tp']}@{c['load']} " in x)
+        assert line.split("│")[1].strip() == str(i + 1) and f"{r['phase']} r{r['round']}" in line
+        assert table.index(line) > at
+        at = table.index(line)
+    chat2 = next(x for x in table.splitlines() if " chat TP2@C32 " in x)
+    assert [x.strip() for x in chat2.split("│")[4:8]] == ["2.41", "2.90", "38.5", "0.981"]
 
 
 def test_status_errors(tmp_path: Path) -> None:

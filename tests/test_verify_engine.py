@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from campaign_dirs import build_campaign_dir
 from test_engine import _server, tiny_model, vllm_python  # noqa: F401 - fixtures
-from test_report import build_campaign_dir
 from test_verify_prometheus import _neighbours, _wait_up
 
 from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync, summarize, token_range

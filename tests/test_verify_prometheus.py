@@ -7,7 +7,7 @@ tests fail, never skip, when it is missing.
 from __future__ import annotations
 
 import json
-import threading
+import math
 import time
 import urllib.parse
 import urllib.request
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report import build_campaign_dir
+from campaign_dirs import build_campaign_dir
 
 from fleetsieve_bayes.backends.loadgen import LoadSpec, run_cell_sync
 from fleetsieve_bayes.backends.traces import Schedule
@@ -50,6 +50,27 @@ def _wait_up(base: str, n: int, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"Prometheus did not scrape {n} targets in {timeout_s:g} s")
 
 
+def _wait_for_value(base: str, promql: str, value: float, timeout_s: float = 60.0) -> None:
+    """Poll Prometheus until the instant query ``promql`` (one number) reads ``value``: a
+    scrape of that state has landed in its storage. Fails naming the last reading."""
+    deadline = time.monotonic() + timeout_s
+    got: list = []
+    while time.monotonic() < deadline:
+        got = _query(base, promql)
+        if got and float(got[0]["value"][1]) == value:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus did not read {promql} = {value:g} within {timeout_s:g} s (last: {got})")
+
+
+def _window_since(t0: float, margin_s: float = 30.0) -> float:
+    """A window, in whole seconds, reaching back past ``t0`` (Unix time) by ``margin_s``."""
+    return float(math.ceil(time.time() - t0 + margin_s))
+
+
+FINISHED = 'sum(vllm:request_success_total{class="chat"})'
+
+
 def _traffic(url: str, n: int, rate: float) -> None:
     sched = Schedule(np.arange(n) / rate, np.full(n, 8), np.full(n, 12), np.arange(n))
     run_cell_sync(LoadSpec(endpoint=url, model="m", warmup_s=0.0, duration_s=n / rate, request_timeout_s=30.0), sched)
@@ -68,30 +89,45 @@ def test_prometheus_reading_is_within_one_bucket_of_the_direct_one(tmp_path: Pat
     write_plan(build_plan(d, 2, 8), tmp_path / "plan", ["launch"])
     with running_fake_server(*FLAGS, model="m") as chat:
         host = chat.split("//")[1]
+        t0 = time.time()  # before Prometheus' first sample: the window reaches back past it
         with running_prometheus({"chat": [host]}, scrape_interval_s=1.0) as prom:
             _wait_up(prom, 1)
-            time.sleep(2.0)  # samples before the traffic
-
-            def drive() -> None:
-                _traffic(chat, 60, 15.0)
-                time.sleep(2.5)  # the last state scraped
-
-            t0 = time.monotonic()
-            direct = read_direct({"chat": [chat + "/metrics"]}, 0.0, during=drive)["chat"]
-            window = time.monotonic() - t0 + 2.0  # covers the traffic and a sample before it
+            _wait_for_value(prom, FINISHED, 0.0)  # a sample before the traffic
+            direct = read_direct({"chat": [chat + "/metrics"]}, 0.0, during=lambda: _traffic(chat, 60, 15.0))["chat"]
+            _wait_for_value(prom, FINISHED, 60.0)  # the last state scraped (every series of one scrape lands at once)
+            # Every sample Prometheus holds is in the window: zeros before the traffic, then
+            # its counts, then the same counts again.
+            window = _window_since(t0)
             via = read_prometheus(prom, {"chat": 'class="chat"'}, window)["chat"]
-            rc = cli_main(["verify", str(tmp_path / "plan"), "--prometheus", prom,
-                           "--window", f"{window:.0f}s", "--json"])
-    assert rc == 0
-    report = json.loads(capsys.readouterr().out)
+            reports = []
+            for selector in ((), ("--selector", 'job="vllm-{workload}"')):  # by the class label, by the job's name
+                rc = cli_main(["verify", str(tmp_path / "plan"), "--prometheus", prom,
+                               "--window", f"{window:.0f}s", "--json", *selector])
+                assert rc == 0
+                reports.append(json.loads(capsys.readouterr().out))
+            # Matchers no series holds: no class read, one line naming each class's.
+            rc = cli_main(["verify", str(tmp_path / "plan"), "--prometheus", prom, "--window", f"{window:.0f}s",
+                           "--selector", 'job="prod-{workload}"'])
+            err = capsys.readouterr().err.strip()
+            assert rc == 2 and len(err.splitlines()) == 1, err
+            assert 'no vllm:* series for any class ({job="prod-chat"}, {job="prod-code"})' in err, err
     with capsys.disabled():
         print(f"\ndirect: finished {direct.finished:g}, TTFT p99 in [{direct.ttft_p99.lo:g}, {direct.ttft_p99.hi:g}], "
               f"e2e p99 in [{direct.completion_p99.lo:g}, {direct.completion_p99.hi:g}]; Prometheus ({window:.1f} s): "
               f"finished {via.finished:.2f}, TTFT p99 in [{via.ttft_p99.lo:g}, {via.ttft_p99.hi:g}] "
               f"(histogram_quantile {via.ttft_p99.interpolated:.4f}), e2e p99 in [{via.completion_p99.lo:g}, "
               f"{via.completion_p99.hi:g}] (histogram_quantile {via.completion_p99.interpolated:.4f})")
+    report, by_job = reports
     assert report["source"]["kind"] == "prometheus"
-    assert [c["workload"] for c in report["classes"]] == ["chat"] and report["unread_classes"] == ["code"]
+    assert report["source"]["selectors"] == {"chat": 'class="chat"', "code": 'class="code"'}
+    assert by_job["source"]["selectors"] == {"chat": 'job="vllm-chat"', "code": 'job="vllm-code"'}
+    for r in (report, by_job):
+        assert [c["workload"] for c in r["classes"]] == ["chat"] and r["unread_classes"] == ["code"]
+        c = r["classes"][0]
+        # The raw samples' differences: exact whatever the selector that found the series.
+        for key, b in (("ttft_p99_s", via.ttft_p99), ("completion_p99_s", via.completion_p99)):
+            assert (c["metrics"][key]["lo"], c["metrics"][key]["hi"], c["metrics"][key]["count"]) == (b.lo, b.hi, b.count)
+        assert c["replicas_seen"] == 1
     assert direct.finished == 60 and direct.served == 60
     # increase() extrapolates to the window's edges: counts agree within a few percent.
     assert via.finished == pytest.approx(60, rel=0.15) and via.success_rate == pytest.approx(1.0)
@@ -113,15 +149,15 @@ def test_counter_increase_counts_a_reset_from_zero() -> None:
 def test_prometheus_counter_reset_and_missing_class(tmp_path: Path) -> None:
     from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
-    with (running_fake_server(*FLAGS, "--metrics-reset-after", "10", model="m") as chat,
-          running_prometheus({"chat": [chat.split("//")[1]]}, scrape_interval_s=1.0) as prom):
-        _wait_up(prom, 1)
-        time.sleep(1.5)
-        traffic = threading.Thread(target=_traffic, args=(chat, 40, 20.0))
-        traffic.start()
-        time.sleep(6.0)
-        with pytest.raises(EnvironmentProblem, match="reset"):
-            read_prometheus(prom, {"chat": 'class="chat"'}, 20.0)
-        with pytest.raises(InputError, match="no vllm:\\* series for class code"):
-            read_prometheus(prom, {"code": 'class="code"'}, 20.0)
-        traffic.join()
+    with running_fake_server(*FLAGS, "--metrics-reset-after", "10", model="m") as chat:
+        t0 = time.time()
+        with running_prometheus({"chat": [chat.split("//")[1]]}, scrape_interval_s=1.0) as prom:
+            _wait_up(prom, 1)
+            _wait_for_value(prom, FINISHED, 0.0)  # a sample of the first process
+            _traffic(chat, 40, 20.0)  # counters zeroed and the start time moved at the 10th finish
+            _wait_for_value(prom, FINISHED, 30.0)  # a sample after the restart: the 30 finished since
+            window = _window_since(t0)
+            with pytest.raises(EnvironmentProblem, match="reset"):
+                read_prometheus(prom, {"chat": 'class="chat"'}, window)
+            with pytest.raises(InputError, match="no vllm:\\* series for class code"):
+                read_prometheus(prom, {"code": 'class="code"'}, window)
