@@ -5,7 +5,9 @@ holds one of `slots` engine slots, so with output length L the service time
 is L × step and the capacity slots / (L × step). The server's sleeps make
 those times lower bounds; above them the tests assert orderings (first token
 before last, requests sent in arrival order and while earlier ones still wait
-for a slot), never a wall-clock ceiling: the CI machine is small and shared.
+for a slot), never a wall-clock ceiling: the CI machine is small and shared. How close
+the throughput comes to the capacity under overload is a timing of the machine, measured
+by benchmarks/loadgen_capacity.py.
 """
 
 from __future__ import annotations
@@ -77,8 +79,19 @@ def test_overload_saturates_at_capacity_and_tails_grow(server: str) -> None:
     rec = run_cell_sync(_spec(server, warmup, duration), plan)
     s = summarize(rec, warmup, duration)
     assert s["offered_rps"] == pytest.approx(40.0)
-    capacity = SLOTS / (OUT * STEP)
-    assert s["throughput_rps"] == pytest.approx(capacity, rel=0.15)
+    # Never above capacity, on any machine: a slot holds a request for at least the service
+    # time S = OUT × STEP (the server's sleeps), so the i-th completion (0-based) comes at least
+    # ceil((i + 1) / SLOTS) × S after the first request was sent (the client's clock, the
+    # server's events: a token is read after it is sent, a request served after it is sent).
+    service = OUT * STEP
+    done = np.sort(rec.loc[rec["ok"], "last_token_s"].to_numpy(np.float64))
+    earliest = rec["sent_s"].min() + np.ceil(np.arange(1, len(done) + 1) / SLOTS) * service
+    assert len(done) == len(rec) and (done >= earliest - 1e-6).all()
+    # Hence at most SLOTS × (duration / S + 1) completions in the window: the capacity, plus one
+    # per slot at its edge. How close to the capacity it comes is a timing of this machine
+    # (benchmarks/loadgen_capacity.py).
+    capacity = SLOTS / service
+    assert s["throughput_rps"] <= capacity + SLOTS / duration < s["offered_rps"]
     # The queue grows by ~20 req/s: the last window arrivals wait ~2 s for a slot.
     assert s["ttft_p99_s"] > 1.0
     assert s["completion_p99_s"] > s["ttft_p99_s"]
