@@ -24,7 +24,6 @@ from campaign_dirs import (
     CERTIFIED_ALLOCATION,
     CERTIFIED_GPU_SECONDS,
     Runs,
-    build_campaign_dir,  # noqa: F401 - tests/test_verify.py imports it from here
     copy_run,
     journal,
 )
