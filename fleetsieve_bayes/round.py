@@ -89,6 +89,7 @@ __all__ = [
     "repeat_options",
     "step",
     "decide_round",
+    "stop_undecided",
     "measured_state",
     "server_failures",
     "measured_only_table",
@@ -551,6 +552,28 @@ def assess(
         if choice is not None:
             att_json["answer_choice"] = choice
     return Assessment(view, attempt, decision, final, allocate_s, att_json, acting, settled)
+
+
+def stop_undecided(
+    state: CampaignState, settings: DecisionSettings, a: Assessment, posterior: Any, *, seed: int
+) -> Assessment:
+    """``a`` (a round that would acquire) stopped ``undecided`` before its chosen cell, as the
+    profiling budget stops it (:mod:`fleetsieve_bayes.campaign.budget`): it answers with the
+    usual uncertified answer (:func:`answer_rule`) on the round's own view and draws."""
+    grid, problem = state.grid, state.problem
+
+    def allocate(values: np.ndarray) -> Allocation:
+        return allocate_milp(grid, values, problem)
+
+    decision = RoundDecision(UNDECIDED, False, "conservative")
+    shown = posterior if a.attempt is None else a.attempt.posterior
+    final, choice = _final_allocation(state, settings, a.view, decision, allocate, shown, seed)
+    att_json = None
+    if a.view.attainment is not None:
+        att_json = _attainment_state(state, settings, a.view, final)
+        if choice is not None:
+            att_json["answer_choice"] = choice
+    return a._replace(decision=decision, final=final, attainment_json=att_json)
 
 
 def answer_rule(status: str, settings: DecisionSettings) -> str | None:

@@ -197,6 +197,11 @@ class Campaign:
     # [[fleet.pools]] (empty: one unnamed pool of `gpus`) and [fleet] usd_per_hour_max.
     pools: tuple[FleetPool, ...] = ()
     usd_per_hour_max: float | None = None
+    # [stopping] max_gpu_seconds / max_wall_s: the profiling budget (None: no limit; campaign.budget).
+    max_gpu_seconds: float | None = None
+    max_wall_s: float | None = None
+    # [stopping] alternatives: ranked fleets result.json lists beside the answer.
+    alternatives: int = 5
 
     @property
     def pool_names(self) -> tuple[str, ...] | None:
@@ -285,6 +290,7 @@ _MODEL_KEYS = {
 }
 _STOPPING_KEYS = {
     "epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell", "uncertified_answer",
+    "max_gpu_seconds", "max_wall_s", "alternatives",
 }
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -386,6 +392,9 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
     max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
     answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
+    budget = {k: ctx.number(f"[stopping] {k}", stopping[k], lo=0.0, lo_open=True)
+              for k in ("max_gpu_seconds", "max_wall_s") if k in stopping}
+    alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", 5), lo=1)
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
@@ -419,6 +428,8 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         uncertified_answer=answer,
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
+        alternatives=alternatives,
+        **budget,
     )
     return campaign
 

@@ -29,6 +29,7 @@ from fleetsieve_bayes.campaign.journal import (
     Header,
     MeasurementRecord,
     RoundRecord,
+    held_budget,
     read_records,
     unique_rounds,
 )
@@ -66,6 +67,8 @@ class CampaignView(NamedTuple):
     epsilon: float | None
     gpus: int | None
     slo_source: str  # where the SLOs came from (for the reader)
+    # The profiling budget it last ran under ({max_gpu_seconds, max_wall_s}, None: no limit).
+    budget: dict[str, float | None] | None = None
 
     @property
     def n_candidates(self) -> int:
@@ -74,6 +77,29 @@ class CampaignView(NamedTuple):
     @property
     def gpu_seconds(self) -> float:
         return float(sum(r.gpu_seconds for r in self.measurements))
+
+    @property
+    def spent_gpu_seconds(self) -> float:
+        """GPU-seconds against the budget: result.json's (cancelled cells included) when
+        finished, else the measured windows'."""
+        if self.result is not None and _is_number(self.result.get("gpu_seconds")):
+            return float(self.result["gpu_seconds"])
+        return self.gpu_seconds
+
+    def budget_line(self) -> str | None:
+        """``GPU-seconds 9,600 of 9,600 budget`` (and the wall clock's), None without a budget."""
+        b = self.budget or {}
+        parts = []
+        if b.get("max_gpu_seconds") is not None:
+            parts.append(f"GPU-seconds {self.spent_gpu_seconds:,.0f} of {float(b['max_gpu_seconds']):,.0f}")
+        if b.get("max_wall_s") is not None:
+            wall = (self.result or {}).get("profiling_wall_s")
+            spent = "?" if not _is_number(wall) else f"{float(wall):,.0f}"
+            parts.append(f"profiling wall {spent} s of {float(b['max_wall_s']):,.0f} s")
+        if not parts:
+            return None
+        stopped = bool(((self.result or {}).get("budget") or {}).get("stopped"))
+        return "budget: " + ", ".join(parts) + (" — stopped by the budget" if stopped else "")
 
     @property
     def last_round(self) -> RoundRecord | None:
@@ -231,6 +257,7 @@ def load_campaign_dir(directory: str | Path, *, campaign_file: str | Path | None
         epsilon=epsilon,
         gpus=gpus,
         slo_source=source,
+        budget=held_budget(records),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.settings import CERTIFY_INFERENCE, UNCERTIFIED_ANSWER
 
-__all__ = ["campaign_inputs", "file_digest", "object_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
+__all__ = ["campaign_inputs", "campaign_digest", "file_digest", "object_digest", "fingerprint", "mismatch", "reuse_refusal", "diff_paths"]
 
 
 def file_digest(path: Path | None) -> str | None:
@@ -77,6 +77,10 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             # Only when set: a directory started before the key existed resumes unchanged.
             **({"uncertified_answer": campaign.uncertified_answer}
                if campaign.uncertified_answer != UNCERTIFIED_ANSWER else {}),
+            # The profiling budget and the alternatives listed: only when set, likewise.
+            **{k: getattr(campaign, k) for k in ("max_gpu_seconds", "max_wall_s")
+               if getattr(campaign, k, None) is not None},
+            **({"alternatives": campaign.alternatives} if getattr(campaign, "alternatives", 5) != 5 else {}),
         },
         "workloads": {
             w.name: w.to_json()
@@ -108,7 +112,7 @@ def fingerprint(
 ) -> dict[str, str]:
     """Digest of every decision input, by name."""
     out = {
-        "campaign": _digest(_without_paths(campaign_inputs(campaign))),
+        "campaign": campaign_digest(campaign),
         "prior_card": file_digest(card_file) or "",
         "inference": _preset_digest(preset),
         "table": file_digest(campaign.measurement.table) or "",
@@ -121,6 +125,11 @@ def fingerprint(
 
         out["certify_inference"] = _preset_digest(load_preset(campaign.certify_inference))
     return out
+
+
+def campaign_digest(campaign: Campaign) -> str:
+    """The fingerprint's ``campaign`` entry: the digest of the settings, paths aside."""
+    return _digest(_without_paths(campaign_inputs(campaign)))
 
 
 def _preset_digest(preset: Any) -> str:

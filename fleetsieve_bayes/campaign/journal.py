@@ -59,6 +59,8 @@ __all__ = [
     "parse_record",
     "rounds_of",
     "unique_rounds",
+    "BUDGET_KEYS",
+    "held_budget",
     "campaign_lock",
 ]
 
@@ -358,9 +360,17 @@ class RoundRecord(NamedTuple):
     joint: dict[str, Any] | None = None
     # The chosen cell is measured again (a deliberate repeat: its next window).
     repeat: bool = False
+    # A stop by the profiling budget (campaign/budget.py): the budget, what was spent, the
+    # cell the round would have measured and what the next cells would buy; else None.
+    stop: dict[str, Any] | None = None
+    # A stopping round's ranked alternative fleets (docs/contracts.md, result.json); else None.
+    alternatives: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
+        for key in ("stop", "alternatives"):  # written only when set: older journals read the same
+            if d[key] is None:
+                del d[key]
         d["conservative"] = self.conservative.to_json()
         d["optimistic"] = self.optimistic.to_json()
         d["chosen"] = None if self.chosen is None else self.chosen.to_json()
@@ -405,6 +415,8 @@ class RoundRecord(NamedTuple):
             final=None if raw.get("final") is None else side("final"),
             joint=None if raw.get("joint") is None else f.dict_("joint"),
             repeat=_flag(f, "repeat"),
+            stop=None if raw.get("stop") is None else f.dict_("stop"),
+            alternatives=None if raw.get("alternatives") is None else f.list_("alternatives"),
         )
 
 
@@ -443,6 +455,23 @@ def unique_rounds(rounds: Iterable[RoundRecord]) -> list[RoundRecord]:
     for r in rounds:
         by_no[r.round] = r
     return [by_no[k] for k in sorted(by_no)]
+
+
+BUDGET_KEYS = ("max_gpu_seconds", "max_wall_s")
+
+
+def held_budget(records: Iterable[Any]) -> dict[str, float | None]:
+    """The profiling budget a campaign directory last ran under: its header's ``[stopping]
+    max_gpu_seconds`` and ``max_wall_s`` (None: no limit), raised by each later ``budget``
+    record a resume with a higher budget appended (:mod:`fleetsieve_bayes.campaign.budget`)."""
+    out: dict[str, float | None] = dict.fromkeys(BUDGET_KEYS)
+    for r in records:
+        if isinstance(r, Header):
+            stopping = (r.inputs or {}).get("stopping") or {}
+            out = {k: stopping.get(k) for k in BUDGET_KEYS}
+        elif isinstance(r, dict) and r.get("type") == "budget":
+            out = {k: r.get(k) for k in BUDGET_KEYS}
+    return out
 
 
 class Journal:

@@ -17,9 +17,15 @@ import pandas as pd
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.atomic import atomic_write_text
+from fleetsieve_bayes.campaign.budget import BUDGET_REASON, budget_json
 from fleetsieve_bayes.campaign.journal import Journal, RoundRecord, unique_rounds
 from fleetsieve_bayes.campaign.makespan import profiling_wall_s
 from fleetsieve_bayes.campaign.windows import window_rows
+from fleetsieve_bayes.decision.certificate import (
+    CERTIFIED_FEASIBLE,
+    CERTIFIED_INFEASIBLE,
+    EXHAUSTED,
+)
 from fleetsieve_bayes.table import startup_gpu_seconds, write_table
 
 __all__ = [
@@ -29,6 +35,7 @@ __all__ = [
     "write_round_files",
     "placements",
     "result_json",
+    "stop_reason",
     "write_result",
 ]
 
@@ -167,6 +174,8 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "seeded": [_window_json(r) for r in meas if r.seeded],
         "reused_from": None if header is None or header.reused_from is None else header.reused_from["directory"],
         "production": _production_json(setup, grid, journal, alloc),
+        "stop_reason": stop_reason(setup.campaign, final),
+        "budget": budget_json(setup.campaign, journal.records, final),
         **_attainment_json(setup.campaign, final.joint, final.outcome),
     }
     pools = getattr(setup.campaign, "pools", ())
@@ -186,6 +195,22 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
                 e["windows"] += 1
             result["profiling_by_gpu"] = by
     return result
+
+
+def stop_reason(campaign: Any, final: RoundRecord) -> str:
+    """result.json's ``stop_reason``: ``certificate`` (certified either way), ``exhausted``,
+    ``budget`` (the profiling budget), ``max_rounds``, or ``nothing-to-measure`` (undecided
+    with no cell or window left that could settle it)."""
+    if final.stop and final.stop.get("reason") == BUDGET_REASON:
+        return BUDGET_REASON
+    if final.outcome in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE):
+        return "certificate"
+    if final.outcome == EXHAUSTED:
+        return "exhausted"
+    max_rounds = getattr(campaign, "max_rounds", None)
+    if max_rounds is not None and final.round > max_rounds:
+        return "max_rounds"
+    return "nothing-to-measure"
 
 
 def _answer(campaign: Any, status: str) -> str | None:

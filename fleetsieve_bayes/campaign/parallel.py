@@ -63,6 +63,7 @@ import numpy as np
 from fleetsieve_bayes.allocation.milp import allocate_milp
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.campaign.budget import Budget, next_cells, spent, stop_json
 from fleetsieve_bayes.campaign.config import Campaign
 from fleetsieve_bayes.campaign.executor import (
     Done,
@@ -113,6 +114,7 @@ from fleetsieve_bayes.round import (
     open_cells,
     pending_design,
     round_key,
+    stop_undecided,
 )
 from fleetsieve_bayes.seeds import round_seed
 
@@ -210,6 +212,7 @@ class _Flight:
     restart: list[tuple[int, dict[str, Any]]]  # resumed cells not yet started again
     design: list[int]  # initial-design cells not yet started
     failures: list[tuple[int, str]] = field(default_factory=list)  # (cell, harness error)
+    blocked: int | None = None  # this decision's first pick the profiling budget refused
 
 
 class _Step(NamedTuple):
@@ -219,6 +222,7 @@ class _Step(NamedTuple):
     assessment: Assessment  # the real (unconditioned) state, the attempt, the stopping rule
     t_fit: float
     t_alloc: float
+    stop: dict[str, Any] | None = None  # a stop by the profiling budget (campaign/budget.py)
 
     @property
     def real(self) -> Belief:
@@ -364,7 +368,7 @@ def _drive(ctx: _Context, fl: _Flight, state: CampaignState) -> _Outcome:
                 timings = {"fit_s": step.t_fit, "allocate_s": step.t_alloc, "acquire_s": 0.0}
                 final_rec = _round_record(
                     ctx, fl.next_round, step.real, n_measured, step.status, None, timings,
-                    step.assessment.final, joint=step.joint,
+                    step.assessment.final, joint=step.joint, stop=step.stop,
                 )
                 ctx.on_event("round", record_dict(final_rec))
                 return _Outcome(step.status, final_rec, cancelled, plan_times, plan_cpu)
@@ -405,11 +409,33 @@ def _decide(ctx: _Context, fl: _Flight, state: CampaignState, posterior: Any, t_
     # unmeasured, and only a certificate stops the campaign while some fly.
     decision = a.decision
     status = None
+    fl.blocked = None
     if not decision.acquire and (not fl.flight or decision.status in (CERTIFIED_FEASIBLE, CERTIFIED_INFEASIBLE)):
         status = decision.status
     elif decision.acquire and candidates.any() and _free_cells(ctx, candidates) > 0:
         _acquire(ctx, fl, state, posterior, a, candidates, (t_fit, t_alloc))
+    if status is None and decision.acquire and not fl.flight and fl.blocked is not None:
+        # Nothing in flight and the next pick does not fit the budget: stop undecided.
+        budget = Budget.of(ctx.campaign)
+        gpu, wall = spent(ctx.journal.records)
+        cells = next_cells(state, settings, a, posterior, fl.next_round, budget, gpu, fl.blocked)
+        a = stop_undecided(state, settings, a, posterior, seed=round_key(state.seed, fl.next_round).attempt_seed)
+        stop = stop_json(budget, ctx.grid, fl.blocked, gpu, wall, cells)
+        return _Step(a.decision.status, a, t_fit, t_alloc, stop)
     return _Step(status, a, t_fit, t_alloc)
+
+
+def _fits_budget(ctx: _Context, fl: _Flight, c: int) -> bool:
+    """Whether starting ``c`` now keeps the campaign within its profiling budget: GPU-seconds
+    spent, those the cells in flight will spend and ``c``'s; on the campaign clock, ``c``'s
+    expected finish (:mod:`fleetsieve_bayes.campaign.budget`)."""
+    budget = Budget.of(ctx.campaign)
+    if not budget.is_set:
+        return True
+    cost = ctx.grid.cost_gpu_s
+    gpu, _ = spent(ctx.journal.records)
+    committed = float(sum(cost[k] for k in fl.flight))
+    return budget.allows(gpu + committed + float(cost[c]), ctx.executor.now() + float(ctx.expected[c]))
 
 
 def _acquire(
@@ -552,6 +578,9 @@ def _admit(ctx: _Context, fl: _Flight, c: int, reserved: int | None, believed: t
     """Start ``c`` now if it fits and (with a reservation) does not delay it; its started
     record lists ``believed``, the cells its pick was conditioned on."""
     need, group = int(ctx.tp[c]), int(ctx.group[c])
+    if not _fits_budget(ctx, fl, c):
+        fl.blocked = c if fl.blocked is None else fl.blocked
+        return False
     if not ctx.pool.fits(need, group):
         return False
     now = ctx.executor.now()
@@ -726,12 +755,13 @@ def _round_record(
     joint: dict[str, Any] | None = None,
     *,
     repeat: bool = False,
+    stop: dict[str, Any] | None = None,
 ) -> RoundRecord:
     """Append one round record (the real state's certificate and allocations) and return it."""
     rec = round_record(
         ctx.grid, round_no, real, outcome=outcome, measured_cells=n_measured,
         gpu_seconds=_spent(ctx.journal.records), chosen=chosen, timings=timings, final=final, joint=joint,
-        repeat=repeat,
+        repeat=repeat, stop=stop,
     )
     ctx.journal.append(rec)
     return rec

@@ -113,6 +113,8 @@ def round_record(
     final: Allocation | None,
     joint: dict[str, Any] | None,
     repeat: bool = False,
+    stop: dict[str, Any] | None = None,
+    alternatives: list[dict[str, Any]] | None = None,
 ) -> RoundRecord:
     """A round's record: ``view``'s certificate and both allocations
     (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did
@@ -135,4 +137,6 @@ def round_record(
         final=None if final is None else side_of(final, grid),
         joint=joint,
         repeat=bool(repeat),
+        stop=stop,
+        alternatives=alternatives,
     )

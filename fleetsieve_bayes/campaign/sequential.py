@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.backends import Backend
+from fleetsieve_bayes.campaign.budget import Budget, next_cells, reopens, spent, stop_json
 from fleetsieve_bayes.campaign.directory import finite_or_none
 from fleetsieve_bayes.campaign.hooks import RunHooks
 from fleetsieve_bayes.campaign.journal import Journal, RoundRecord, open_journal
@@ -54,7 +55,9 @@ from fleetsieve_bayes.round import (
     new_state,
     observe,
     pending_design,
+    round_key,
     step,
+    stop_undecided,
 )
 
 __all__ = ["run_sequential", "WARM_START_DIR"]
@@ -102,6 +105,7 @@ def _drive(
     from fleetsieve_bayes.model.warm_start import load_warm_start, save_warm_start
 
     grid = state.grid
+    budget = Budget.of(setup.campaign)
     while True:
         check_interrupt()  # a Ctrl-C that a finaliser swallowed still stops here
         design = pending_design(state)
@@ -111,7 +115,7 @@ def _drive(
                 write_measurements(out, journal)
             continue
         done = [r for r in journal.rounds if r.round == state.round]
-        if done:
+        if done and not (done[-1].outcome != "measure" and reopens(done[-1], budget)):
             rec = done[-1]
             if rec.outcome != "measure":
                 return rec
@@ -127,16 +131,41 @@ def _drive(
             state = state._replace(warm_start=load_warm_start(out / WARM_START_DIR, before_round=state.round))
         measured = state.measured
         release_compiled_if_crowded()
+        before = state
         state, rnd = step(state, setup.settings)
         save_warm_start(out / WARM_START_DIR, rnd.posterior, round_no=rnd.round)
         # Persist this round's view for status/report before the record that commits to it.
         write_round_files(out, grid, rnd.shown, rnd.assessment.view.bounds, measured)
-        rec = _round_record(journal, state, rnd, int(measured.sum()))
+        rnd, stop = _within_budget(setup, journal, before, rnd, budget)
+        rec = _round_record(journal, state, rnd, int(measured.sum()), stop)
         journal.append(rec)
         on_event("round", rec.to_json())
 
 
-def _round_record(journal: Journal, state: CampaignState, rnd: RoundOutcome, measured_cells: int) -> RoundRecord:
+def _within_budget(
+    setup: CampaignSetup, journal: Journal, state: CampaignState, rnd: RoundOutcome, budget: Budget
+) -> tuple[RoundOutcome, dict[str, Any] | None]:
+    """``rnd`` as it stands when its chosen cell fits the budget (or none is set); else the
+    round stopped ``undecided`` before it, with the budget stop's record
+    (:mod:`fleetsieve_bayes.campaign.budget`)."""
+    if rnd.phase != "acquire" or rnd.chosen is None or not budget.is_set:
+        return rnd, None
+    c = rnd.chosen
+    gpu, wall = spent(journal.records)
+    if budget.allows(gpu + float(state.grid.cost_gpu_s[c]), wall + float(state.grid.duration_s[c])):
+        return rnd, None
+    a = rnd.assessment
+    assert a is not None
+    cells = next_cells(state, setup.settings, a, rnd.posterior, rnd.round, budget, gpu, c)
+    seed = round_key(state.seed, rnd.round).attempt_seed
+    a = stop_undecided(state, setup.settings, a, rnd.posterior, seed=seed)
+    stopped = rnd._replace(phase="final", status=a.decision.status, chosen=None, assessment=a, repeat=False)
+    return stopped, stop_json(budget, state.grid, c, gpu, wall, cells)
+
+
+def _round_record(
+    journal: Journal, state: CampaignState, rnd: RoundOutcome, measured_cells: int, stop: dict[str, Any] | None = None,
+) -> RoundRecord:
     a = rnd.assessment
     assert a is not None and rnd.timings is not None
     return round_record(
@@ -151,6 +180,7 @@ def _round_record(journal: Journal, state: CampaignState, rnd: RoundOutcome, mea
         final=a.final,
         joint=a.joint_json(),
         repeat=rnd.repeat,
+        stop=stop,
     )
 
 

@@ -283,13 +283,19 @@ def _new_header(setup: CampaignSetup, grid: CellGrid, reused_from: dict[str, Any
     )
 
 
-def _check_header(out: Path, header: Header, setup: CampaignSetup, grid: CellGrid) -> None:
-    """Refuse to resume a directory started with other decision inputs, naming what changed."""
+def _check_header(out: Path, header: Header, setup: CampaignSetup, grid: CellGrid, records: list[Any]) -> Any:
+    """Refuse to resume a directory started with other decision inputs, naming what changed;
+    a raised profiling budget is no change (:func:`~fleetsieve_bayes.campaign.budget.check_resume`):
+    returns the ``budget`` record to append for it, else None."""
+    from fleetsieve_bayes.campaign.budget import check_resume
+    from fleetsieve_bayes.campaign.fingerprint import campaign_digest
+
+    as_header, raised = check_resume(out, setup.campaign, records)
     what = mismatch(
         header.fingerprint,
-        setup.fingerprint,
+        {**setup.fingerprint, "campaign": campaign_digest(as_header)},
         header.inputs,
-        setup.inputs,
+        campaign_inputs(as_header),
         old_seed=header.seed,
         old_strategy=header.strategy,
     )
@@ -305,6 +311,7 @@ def _check_header(out: Path, header: Header, setup: CampaignSetup, grid: CellGri
             f"resume with the same inputs, or re-plan from its measurements with "
             f"--reuse-measurements {out} --out NEW_DIR"
         )
+    return raised
 
 
 def _reused_rows(setup: CampaignSetup, grid: CellGrid) -> tuple[list[SeedRow], dict[str, Any]]:
@@ -369,9 +376,14 @@ def begin(setup: CampaignSetup, out: Path, journal: Journal, grid: CellGrid, on_
         reused_from = None
         if setup.reuse is not None:
             reused, reused_from = _reused_rows(setup, grid)
+        from fleetsieve_bayes.campaign.budget import check_design
+
+        check_design(setup.campaign, grid, {cell for cell, _, _ in [*reused, *setup.seed_rows]})
         journal.append(_new_header(setup, grid, reused_from))
     else:
-        _check_header(out, header, setup, grid)
+        raised = _check_header(out, header, setup, grid, journal.records)
+        if raised is not None:
+            journal.append(raised)
         on_event("resume", {"measured": len(journal.measurements), "candidates": grid.n_cells})
         want = (header.reused_from or {}).get("measurements", 0)
         have = sum(1 for r in journal.measurements if (r.source or "").startswith("reused from"))

@@ -47,6 +47,8 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "candidates": view.n_candidates,
         "measured_cells": len(view.measurements),
         "gpu_seconds": view.gpu_seconds,
+        "budget": None if not any((view.budget or {}).values()) else {**(view.budget or {}),
+                                                                       "gpu_seconds": view.spent_gpu_seconds},
         "rounds": len(view.rounds),
         "measured": [
             {
@@ -170,6 +172,8 @@ def render_status(view: CampaignView, console: Any) -> None:
         f"   strategy: {view.header.strategy}   seed: {view.header.seed}"
     )
     console.print(head)
+    if view.budget_line() is not None:
+        console.print(view.budget_line(), highlight=False)
     last = view.last_round
     if last is not None:
         g = last.gap

@@ -404,6 +404,9 @@ def build_report(
     ]
     if view.result is not None and view.result.get("profiling_wall_s") is not None:
         cards.append(("profiling wall clock", f"{float(view.result['profiling_wall_s']):,.0f} s"))
+    budget = view.budget_line()
+    if budget is not None:
+        cards.append(("profiling budget", budget.removeprefix("budget: ")))
     from fleetsieve_bayes.campaign.makespan import read_in_flight
 
     flying = read_in_flight(view.directory)
