@@ -10,51 +10,25 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from fake_vllm import write_fake_vllm_campaign
 
 import fleetsieve_bayes.decision.bounds  # noqa: F401 - the decision loop: an import error fails here, never skips
-from fleetsieve_bayes.backends.traces import write_azure_trace
 from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.table import read_table
 from fleetsieve_bayes.testing import fake_server_command
 
 
 def test_vllm_campaign_certifies_on_the_fake_engine(tmp_path, capsys) -> None:
-    n = 40
-    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))  # 5 req/s
-    cmd = json.dumps(fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1", "--tp-slots"))
-    (tmp_path / "campaign.toml").write_text(f"""
-name = "fake-vllm"
-[fleet]
-gpus = 4
-[model]
-family = "generic"
-inference = "fast"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [1, 2]
-gpus = [0, 1]
-loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0.5
-duration_s = 1.5
-readiness_timeout_s = 30
-request_timeout_s = 5
-stop_timeout_s = 5
-[stopping]
-epsilon = 0.05
-slo_attainment = "point"
-[[workloads]]
-name = "chat"
-demand_rps = 8.0
-critical = true
-slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
-""")
+    cmd = fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1", "--tp-slots")
+    campaign = write_fake_vllm_campaign(
+        tmp_path, cmd, name="fake-vllm", tp=(1, 2), model_lines='inference = "fast"',
+        loads="{ low = 1.0, mid = 2.0, high = 4.0 }", warmup_s=0.5, duration_s=1.5, readiness_timeout_s=30,
+        stopping='[stopping]\nepsilon = 0.05\nslo_attainment = "point"', demand_rps=8.0, critical=True,
+        slo="{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }", n_requests=40,
+    )
     out = tmp_path / "run"
-    rc = main(["run", str(tmp_path / "campaign.toml"), "--out", str(out), "--quiet", "--json"])
+    rc = main(["run", str(campaign), "--out", str(out), "--quiet", "--json"])
     assert rc == 0
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "certified-feasible"
@@ -75,37 +49,14 @@ slo = {{ success_min = 0.99, ttft_p99_s = 0.5, completion_p99_s = 2.0 }}
 def test_certified_with_no_replicas_says_which_slo_is_missed(tmp_path, capsys) -> None:
     # No cell can meet a 1 ms TTFT p99: the certificate is "feasible, no replicas". The
     # summary and `status` must say why, at the class's best measured cell.
-    n = 40
-    write_azure_trace(tmp_path / "chat.csv", np.arange(n) * 0.2, np.full(n, 8), np.full(n, 10))
-    cmd = json.dumps(fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1"))
-    (tmp_path / "campaign.toml").write_text(f"""
-name = "fake-miss"
-[fleet]
-gpus = 4
-[model]
-family = "generic"
-[measurement]
-backend = "vllm"
-model = "fake-model"
-command = {cmd}
-tp = [1, 2]
-gpus = [0, 1]
-loads = {{ low = 1.0, mid = 2.0, high = 4.0 }}
-traces = {{ chat = "chat.csv" }}
-warmup_s = 0.5
-duration_s = 1.5
-readiness_timeout_s = 30
-request_timeout_s = 5
-stop_timeout_s = 5
-[stopping]
-slo_attainment = "point"
-[[workloads]]
-name = "chat"
-demand_rps = 8.0
-slo = {{ success_min = 0.99, ttft_p99_s = 0.001 }}
-""")
+    cmd = fake_server_command("--slots", "2", "--token-delay", "0.01", "--tp-speedup", "1")
+    campaign = write_fake_vllm_campaign(
+        tmp_path, cmd, name="fake-miss", tp=(1, 2), loads="{ low = 1.0, mid = 2.0, high = 4.0 }",
+        warmup_s=0.5, duration_s=1.5, readiness_timeout_s=30, stopping='[stopping]\nslo_attainment = "point"',
+        demand_rps=8.0, slo="{ success_min = 0.99, ttft_p99_s = 0.001 }", n_requests=40,
+    )
     out = tmp_path / "run"
-    assert main(["run", str(tmp_path / "campaign.toml"), "--out", str(out)]) == 0
+    assert main(["run", str(campaign), "--out", str(out)]) == 0
     summary = capsys.readouterr().out
     assert "certified-feasible" in summary and "start-up GPU-seconds" in summary
     line = next(x for x in summary.splitlines() if x.strip().startswith("chat:"))
