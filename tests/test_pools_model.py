@@ -77,7 +77,7 @@ def test_several_pools_need_a_card_with_a_gpu_axis() -> None:
     grid = grid_from_table(fleet.table, tuple(w["name"] for w in fleet.campaign["workloads"]),
                            pools=tuple(fleet.info["types"]))
     with pytest.raises(InputError, match=r"the prior card has no \[gpu_axis\] section.*priors derive --also-gpus"):
-        grid_gpu_inputs(grid, load_card(GENERIC))
+        grid_gpu_inputs(grid, load_card("dense-31b-fp8-h100"))  # the generic card has one
 
 
 def test_a_cell_on_a_pool_is_its_grid_key() -> None:

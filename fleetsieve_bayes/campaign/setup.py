@@ -193,7 +193,7 @@ def _check_gpu_axis(campaign: Campaign, card: Any) -> None:
         if p.gpu.lower() not in on_axis:
             raise InputError(
                 f"{campaign.path}: [[fleet.pools]] #{j + 1} gpu: {p.gpu!r} is not on the prior card's GPU axis "
-                f"({', '.join(axis.gpus)})"
+                f"({', '.join(axis.gpus)}); add a row for it to the card's [gpu_axis] (`priors derive --also-gpus`)"
             )
 
 

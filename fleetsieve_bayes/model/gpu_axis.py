@@ -226,7 +226,9 @@ def grid_gpu_inputs(grid: CellGrid, card: object) -> tuple[np.ndarray, np.ndarra
             f"({', '.join(grid.pools)}) needs: write one with `priors derive --also-gpus`"
         )
     ref = axis.reference.lower()
-    if grid.n_pools == 1 and grid.pools[0].lower() == ref:
+    # One pool on the card's own GPU, or on any GPU for a card of "any" (the generic card,
+    # scale-free: its axis only relates several types to one another).
+    if grid.n_pools == 1 and (grid.pools[0].lower() == ref or getattr(card, "card_gpu", "") == "any"):
         return None
     offset = np.clip(cell_log_ratios(grid, axis), -_LOG_RATIO_CLIP, _LOG_RATIO_CLIP)
     dev = [j for j, p in enumerate(grid.pools) if p.lower() != ref]
@@ -250,10 +252,12 @@ def _toml(v: object) -> str:
 
 
 def card_with_axis(card_text: str, axis: GpuAxis) -> str:
-    """A prior card's TOML text with ``axis`` as its ``[gpu_axis]`` section (appended; the text must have none)
-    and, where its ``[capacity]`` does not say, ``tp_departures = "orthogonal"`` (the departures a
-    mixed-GPU certifying fit converges with: :func:`fleetsieve_bayes.model.joint.tp_departure`)."""
+    """A prior card's TOML text with ``axis`` as its ``[gpu_axis]`` section (appended, replacing the
+    card's own, e.g. the generic card's weakly informative one) and, where its ``[capacity]`` does
+    not say, ``tp_departures = "orthogonal"`` (the departures a mixed-GPU certifying fit converges
+    with: :func:`fleetsieve_bayes.model.joint.tp_departure`)."""
     lines = ["", "[gpu_axis]"] + [f"{k} = {_toml(v)}" for k, v in card_section(axis).items()]
+    card_text = re.sub(r"(?ms)^\[gpu_axis\][^\n]*\n.*?(?=^\[|\Z)", "", card_text)
     text = card_text
     if "tp_departures" not in tomllib.loads(card_text).get("capacity", {}):
         text = re.sub(r"(?m)^(\[capacity\][^\n]*)$", lambda m: m.group(1) + '\ntp_departures = "orthogonal"', text,
