@@ -45,7 +45,6 @@ def _trail(result: dict) -> tuple:
         ("max_gpu_seconds = -5\n", "[stopping] max_gpu_seconds: must be > 0, got -5"),
         ("max_wall_s = 0.0\n", "[stopping] max_wall_s: must be > 0, got 0.0"),
         ('max_gpu_seconds = "lots"\n', "[stopping] max_gpu_seconds: expected a number, got 'lots'"),
-        ("alternatives = 0\n", "[stopping] alternatives: must be >= 1, got 0"),
     ],
 )
 def test_a_zero_negative_or_non_numeric_budget_is_one_line_naming_file_and_field(

@@ -200,8 +200,6 @@ class Campaign:
     # [stopping] max_gpu_seconds / max_wall_s: the profiling budget (None: no limit; campaign.budget).
     max_gpu_seconds: float | None = None
     max_wall_s: float | None = None
-    # [stopping] alternatives: ranked fleets result.json lists beside the answer.
-    alternatives: int = 5
 
     @property
     def pool_names(self) -> tuple[str, ...] | None:
@@ -290,7 +288,7 @@ _MODEL_KEYS = {
 }
 _STOPPING_KEYS = {
     "epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell", "uncertified_answer",
-    "max_gpu_seconds", "max_wall_s", "alternatives",
+    "max_gpu_seconds", "max_wall_s",
 }
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -394,7 +392,6 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
     budget = {k: ctx.number(f"[stopping] {k}", stopping[k], lo=0.0, lo_open=True)
               for k in ("max_gpu_seconds", "max_wall_s") if k in stopping}
-    alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", 5), lo=1)
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
@@ -428,7 +425,6 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         uncertified_answer=answer,
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
-        alternatives=alternatives,
         **budget,
     )
     return campaign

@@ -77,10 +77,9 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             # Only when set: a directory started before the key existed resumes unchanged.
             **({"uncertified_answer": campaign.uncertified_answer}
                if campaign.uncertified_answer != UNCERTIFIED_ANSWER else {}),
-            # The profiling budget and the alternatives listed: only when set, likewise.
+            # The profiling budget: only when set, likewise.
             **{k: getattr(campaign, k) for k in ("max_gpu_seconds", "max_wall_s")
                if getattr(campaign, k, None) is not None},
-            **({"alternatives": campaign.alternatives} if getattr(campaign, "alternatives", 5) != 5 else {}),
         },
         "workloads": {
             w.name: w.to_json()

@@ -363,14 +363,11 @@ class RoundRecord(NamedTuple):
     # A stop by the profiling budget (campaign/budget.py): the budget, what was spent, the
     # cell the round would have measured and what the next cells would buy; else None.
     stop: dict[str, Any] | None = None
-    # A stopping round's ranked alternative fleets (docs/contracts.md, result.json); else None.
-    alternatives: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
-        for key in ("stop", "alternatives"):  # written only when set: older journals read the same
-            if d[key] is None:
-                del d[key]
+        if self.stop is None:
+            del d["stop"]  # written only for a budget stop: older journals read the same
         d["conservative"] = self.conservative.to_json()
         d["optimistic"] = self.optimistic.to_json()
         d["chosen"] = None if self.chosen is None else self.chosen.to_json()
@@ -416,7 +413,6 @@ class RoundRecord(NamedTuple):
             joint=None if raw.get("joint") is None else f.dict_("joint"),
             repeat=_flag(f, "repeat"),
             stop=None if raw.get("stop") is None else f.dict_("stop"),
-            alternatives=None if raw.get("alternatives") is None else f.list_("alternatives"),
         )
 
 

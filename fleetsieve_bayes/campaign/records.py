@@ -114,7 +114,6 @@ def round_record(
     joint: dict[str, Any] | None,
     repeat: bool = False,
     stop: dict[str, Any] | None = None,
-    alternatives: list[dict[str, Any]] | None = None,
 ) -> RoundRecord:
     """A round's record: ``view``'s certificate and both allocations
     (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did
@@ -138,5 +137,4 @@ def round_record(
         joint=joint,
         repeat=bool(repeat),
         stop=stop,
-        alternatives=alternatives,
     )
