@@ -1,8 +1,8 @@
 """The shipped H100 campaign for tests, at the package's default level or at ``"point"``.
 
-At the default level (0.9) the shipped grid ends undecided: one row per cell, so chat
+At the default level (0.9) the shipped grid ends undecided: one row per cell, so code
 TP4@C96, whose attainment posterior straddles 0.9, cannot be repeated, and no other
-hope is left once code TP4@C128 and chat TP8@C128 are measured. The metric rule
+hope is left once code TP8@C128, chat TP4@C128 and chat TP8@C128 are measured. The metric rule
 (``slo_attainment = "point"``) certifies the oracle fleet at 10,800 GPU-seconds; the
 tests pinned to that decision use the variants below.
 """
