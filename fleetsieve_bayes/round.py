@@ -90,6 +90,7 @@ __all__ = [
     "step",
     "decide_round",
     "stop_undecided",
+    "with_alternatives",
     "measured_state",
     "server_failures",
     "measured_only_table",
@@ -226,6 +227,9 @@ class Assessment(NamedTuple):
     # (:func:`settled_view`).
     acting: Belief | None = None
     settled: tuple[int, ...] = ()
+    # A stopping round's ranked alternative fleets (:func:`with_alternatives`; the round
+    # record's ``alternatives``); None while it acquires, or with ``alternatives = 0``.
+    alternatives: dict[str, Any] | None = None
 
     @property
     def acting_view(self) -> Belief:
@@ -573,7 +577,54 @@ def stop_undecided(
         att_json = _attainment_state(state, settings, a.view, final)
         if choice is not None:
             att_json["answer_choice"] = choice
-    return a._replace(decision=decision, final=final, attainment_json=att_json)
+    a = a._replace(decision=decision, final=final, attainment_json=att_json, alternatives=None)
+    return with_alternatives(state, settings, a, posterior, seed=seed)
+
+
+def with_alternatives(
+    state: CampaignState, settings: DecisionSettings, a: Assessment, posterior: Any, *, seed: int
+) -> Assessment:
+    """``a`` (a stopping round) with its ranked alternative fleets
+    (:func:`~fleetsieve_bayes.decision.alternatives.rank_alternatives`): the answer, both
+    allocations and the most frequent per-draw optima, checked on one set of draws — the
+    certification attempt's when the round made one, else ``posterior`` (the round's cheap
+    fit) — with the attempt's ``seed``, so the answer's chances are the joint check's.
+    ``a`` itself when it has them already or ``settings.alternatives`` is 0.
+
+    The result (the round record's ``alternatives``): ``{"posterior": "certifying" |
+    "round", "draws": n, "ranked": [entry, ...]}``, each entry as result.json's
+    ``alternatives`` (docs/contracts.md)."""
+    if a.alternatives is not None or settings.alternatives <= 0:
+        return a
+    from fleetsieve_bayes.allocation.problem import allocation_to_json
+    from fleetsieve_bayes.decision.alternatives import rank_alternatives
+    from fleetsieve_bayes.decision.attempt import joint_kernel
+    from fleetsieve_bayes.decision.bounds import slo_levels
+
+    grid, problem, view = state.grid, state.problem, a.view
+    shown = posterior if a.attempt is None else a.attempt.posterior
+    levels = slo_levels(grid, settings.slo_attainment)
+    at = levels is not None and view.attainment is not None
+    ranked, draws = rank_alternatives(
+        grid, problem, [a.final, view.conservative, view.optimistic], shown.latent, shown.noise, state.observed,
+        state.measured, settings.epsilon, count=settings.alternatives, seed=seed, kernel=joint_kernel(grid, problem),
+        attainment=view.attainment.draws if at else None, levels=levels if at else None,
+    )
+    entries = []
+    for i, alt in enumerate(ranked):
+        cells = alt.allocation.committed()
+        entries.append({
+            "rank": i + 1,
+            "allocation": allocation_to_json(alt.allocation, grid),
+            "p_epsilon_optimal": alt.p_epsilon_optimal,
+            "p_slo_met": alt.p_slo_met,
+            "gpus": int(alt.allocation.gpus_used),
+            **({} if alt.allocation.usd_per_hour is None else {"usd_per_hour": float(alt.allocation.usd_per_hour)}),
+            "measured_cells": [Cell(*grid.key(c)).to_json() for c in cells if state.measured[c]],
+            "predicted_cells": [Cell(*grid.key(c)).to_json() for c in cells if not state.measured[c]],
+        })
+    source = "round" if a.attempt is None else "certifying"
+    return a._replace(alternatives={"posterior": source, "draws": draws, "ranked": entries})
 
 
 def answer_rule(status: str, settings: DecisionSettings) -> str | None:
@@ -889,6 +940,8 @@ def step(
     posterior = fit_round(state, key.fit_seed, settings)
     fit_s = time.perf_counter() - t0
     a = assess(state, settings, posterior, attempt_seed=key.attempt_seed)
+    if not a.decision.acquire:
+        a = with_alternatives(state, settings, a, posterior, seed=key.attempt_seed)
     chosen: int | None = None
     acquire_s = 0.0
     if a.decision.acquire:

@@ -26,6 +26,7 @@ __all__ = [
     "UNCERTIFIED_ANSWER",
     "ANSWER_CONFIDENCE",
     "PROBABLE_CONFIDENCES",
+    "ALTERNATIVES",
     "DecisionSettings",
     "DEFAULT_SETTINGS",
 ]
@@ -123,6 +124,8 @@ ANSWER_CONFIDENCE = ((0.5, 0.8), (0.8, 0.5))
 # "probable": the confidences whose answers it weighs (with the conservative answer),
 # most cautious first; of answers equally likely to be ε-optimal the more cautious one.
 PROBABLE_CONFIDENCES = (0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
+# Ranked fleets a finished campaign lists beside its answer (result.json's alternatives).
+ALTERNATIVES = 5
 
 
 class DecisionSettings(NamedTuple):
@@ -144,6 +147,8 @@ class DecisionSettings(NamedTuple):
         uncertified_answer: at an attainment level, the allocation an undecided or
             exhausted campaign answers with (:data:`UNCERTIFIED_ANSWERS`, or a
             confidence in [0.5, 1); ``[stopping] uncertified_answer``).
+        alternatives: ranked fleets a finished campaign lists beside its answer
+            (``[stopping] alternatives``; 0: none; :mod:`fleetsieve_bayes.decision.alternatives`).
     """
 
     epsilon: float = 0.05
@@ -156,6 +161,7 @@ class DecisionSettings(NamedTuple):
     max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
     certify_inference: str = CERTIFY_INFERENCE
     uncertified_answer: str | float = UNCERTIFIED_ANSWER
+    alternatives: int = ALTERNATIVES
 
     @classmethod
     def from_campaign(cls, campaign: Any) -> DecisionSettings:
@@ -176,6 +182,7 @@ class DecisionSettings(NamedTuple):
             max_windows_per_cell=int(getattr(campaign, "max_windows_per_cell", MAX_WINDOWS_PER_CELL)),
             certify_inference=str(getattr(campaign, "certify_inference", CERTIFY_INFERENCE)),
             uncertified_answer=getattr(campaign, "uncertified_answer", UNCERTIFIED_ANSWER),
+            alternatives=int(getattr(campaign, "alternatives", ALTERNATIVES)),
         )
 
 

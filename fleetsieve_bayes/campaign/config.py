@@ -21,6 +21,7 @@ from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
 from fleetsieve_bayes.decision.intervals import DEFAULT_SLO_ATTAINMENT, POINT, check_level
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.settings import (
+    ALTERNATIVES,
     CERTIFY_INFERENCE,
     KNEE_GUARD,
     MODEL_MARGIN,
@@ -200,6 +201,8 @@ class Campaign:
     # [stopping] max_gpu_seconds / max_wall_s: the profiling budget (None: no limit; campaign.budget).
     max_gpu_seconds: float | None = None
     max_wall_s: float | None = None
+    # [stopping] alternatives: ranked fleets result.json lists beside the answer (0: none).
+    alternatives: int = ALTERNATIVES
 
     @property
     def pool_names(self) -> tuple[str, ...] | None:
@@ -288,7 +291,7 @@ _MODEL_KEYS = {
 }
 _STOPPING_KEYS = {
     "epsilon", "credible_level", "max_rounds", "risk", "slo_attainment", "max_windows_per_cell", "uncertified_answer",
-    "max_gpu_seconds", "max_wall_s",
+    "max_gpu_seconds", "max_wall_s", "alternatives",
 }
 _WORKLOAD_KEYS = {"name", "demand_rps", "critical", "floor", "slo", "slo_attainment"}
 _SLO_KEYS = {"success_min", "ttft_p99_s", "completion_p99_s"}
@@ -392,6 +395,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
     budget = {k: ctx.number(f"[stopping] {k}", stopping[k], lo=0.0, lo_open=True)
               for k in ("max_gpu_seconds", "max_wall_s") if k in stopping}
+    alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", ALTERNATIVES), lo=0)
 
     workloads = _parse_workloads(ctx, raw)
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
@@ -425,6 +429,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         uncertified_answer=answer,
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
+        alternatives=alternatives,
         **budget,
     )
     return campaign

@@ -42,6 +42,7 @@ __all__ = [
     "CampaignView",
     "load_campaign_dir",
     "read_result",
+    "fleet_words",
     "is_locked",
     "read_measurements",
     "read_bounds",
@@ -102,6 +103,38 @@ class CampaignView(NamedTuple):
         return "budget: " + ", ".join(parts) + (" — stopped by the budget" if stopped else "")
 
     @property
+    def alternatives(self) -> list[dict[str, Any]]:
+        """result.json's ranked alternative fleets (empty while running, or when it ranks none)."""
+        return list((self.result or {}).get("alternatives") or [])
+
+    def alternative_rows(self) -> list[dict[str, str]]:
+        """The ranking as text, one row per alternative: ``rank``, ``fleet`` (``chat TP4@C96 ×2,
+        code TP4@C96 ×2``), ``p_epsilon_optimal``, ``p_slo_met``, ``gpus``, ``usd_per_hour``
+        (empty where unpriced) and ``predicted`` (the cells it rests on that are only predicted)."""
+        rows = []
+        for e in self.alternatives:
+            usd = e.get("usd_per_hour")
+            rows.append({
+                "rank": str(e.get("rank")),
+                "fleet": fleet_words(e.get("allocation"), self.workloads),
+                "p_epsilon_optimal": _prob(e.get("p_epsilon_optimal")),
+                "p_slo_met": _prob(e.get("p_slo_met")),
+                "gpus": str(e.get("gpus")),
+                "usd_per_hour": "" if not _is_number(usd) else f"{float(usd):,.2f}",
+                "predicted": ", ".join(f"{c['workload']} TP{c['tp']}@{c['load']}" for c in e.get("predicted_cells") or [])
+                or "none (all measured)",
+            })
+        return rows
+
+    def alternatives_title(self) -> str:
+        """``Alternatives (ranked by P(ε-optimal) on 6,400 certifying draws)``."""
+        d = (self.result or {}).get("alternatives_draws") or {}
+        if not _is_number(d.get("draws")):
+            return "Alternatives (ranked by P(ε-optimal))"
+        which = f" {d['posterior']}" if d.get("posterior") else ""
+        return f"Alternatives (ranked by P(ε-optimal) on {int(d['draws']):,}{which} draws)"
+
+    @property
     def last_round(self) -> RoundRecord | None:
         return self.rounds[-1] if self.rounds else None
 
@@ -121,6 +154,25 @@ class CampaignView(NamedTuple):
             return self.result.get("allocation")
         last = self.last_round
         return None if last is None else last.conservative.allocation
+
+
+def fleet_words(alloc: dict[str, Any] | None, workloads: tuple[str, ...] = ()) -> str:
+    """An allocation in words: ``chat TP4@C96 ×2, code TP4@C96 ×2`` (a pool's GPU type after
+    its cell; a class given nothing: ``code none``); ``infeasible`` for None."""
+    if alloc is None:
+        return "infeasible"
+    parts = []
+    for w in list(workloads) + [w for w in alloc if w not in workloads]:
+        a = alloc.get(w)
+        if a is None:
+            continue
+        on = f" {a['gpu']}" if a.get("gpu") else ""
+        parts.append(f"{w} TP{a['tp']}@{a['load']} ×{a['replicas']}{on}" if a.get("replicas") else f"{w} none")
+    return ", ".join(parts)
+
+
+def _prob(x: Any) -> str:
+    return "—" if not _is_number(x) else f"{float(x):.3f}"
 
 
 def is_locked(directory: Path) -> bool:
@@ -180,6 +232,13 @@ def read_result(path: Path) -> dict[str, Any]:
                 e.get("tp") is not None and not _is_number(e.get("tp"))
             ):
                 raise InputError(f"{path}: field 'allocation.{w}' must be {{tp, load, replicas}}, got {e!r}"[:300])
+    alts = result.get("alternatives")
+    if alts is not None:
+        if not isinstance(alts, list):
+            raise bad("alternatives", "a list or null")
+        for i, e in enumerate(alts):
+            if not isinstance(e, dict) or not isinstance(e.get("allocation"), dict) or not _is_number(e.get("rank")):
+                raise InputError(f"{path}: field 'alternatives[{i}]' must be {{rank, allocation, ...}}, got {e!r}"[:300])
     for field in ("objective", "certificate", "timings"):
         if result.get(field) is not None and not isinstance(result[field], dict):
             raise bad(field, "an object or null")

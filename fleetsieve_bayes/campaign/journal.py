@@ -317,6 +317,26 @@ def _flag(f: _Fields, name: str) -> bool:
     return v
 
 
+def _alternatives(f: _Fields) -> dict[str, Any]:
+    """A round record's ``alternatives``: ``{posterior, draws, ranked: [entry, ...]}``, each
+    entry's rank, allocation and chances checked (the cell lists kept as written)."""
+    d = f.dict_("alternatives")
+    ranked = f.list_("alternatives.ranked", obj=d)
+    f.int_("alternatives.draws", obj=d)
+    for i, e in enumerate(ranked):
+        name = f"alternatives.ranked[{i}]"
+        if not isinstance(e, dict):
+            raise f.fail(name, f"must be an object, got {e!r}")
+        f.int_(f"{name}.rank", obj=e)
+        f.allocation(f"{name}.allocation", f.get(f"{name}.allocation", obj=e))
+        for k in ("p_epsilon_optimal", "p_slo_met", "gpus"):
+            f.float_(f"{name}.{k}", obj=e)
+        for k in ("measured_cells", "predicted_cells"):
+            for j, c in enumerate(f.list_(f"{name}.{k}", obj=e)):
+                f.cell(f"{name}.{k}[{j}]", c)
+    return d
+
+
 def _replicate(f: _Fields) -> int:
     r = f.int_("replicate", 0)
     if r < 0:
@@ -363,11 +383,15 @@ class RoundRecord(NamedTuple):
     # A stop by the profiling budget (campaign/budget.py): the budget, what was spent, the
     # cell the round would have measured and what the next cells would buy; else None.
     stop: dict[str, Any] | None = None
+    # A stopping round's ranked alternative fleets ({posterior, draws, ranked}: round.py's
+    # with_alternatives; result.json's alternatives); else None.
+    alternatives: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {"type": "round", **self._asdict()}
-        if self.stop is None:
-            del d["stop"]  # written only for a budget stop: older journals read the same
+        for key in ("stop", "alternatives"):  # written only when set: older journals read the same
+            if d[key] is None:
+                del d[key]
         d["conservative"] = self.conservative.to_json()
         d["optimistic"] = self.optimistic.to_json()
         d["chosen"] = None if self.chosen is None else self.chosen.to_json()
@@ -413,6 +437,7 @@ class RoundRecord(NamedTuple):
             joint=None if raw.get("joint") is None else f.dict_("joint"),
             repeat=_flag(f, "repeat"),
             stop=None if raw.get("stop") is None else f.dict_("stop"),
+            alternatives=None if raw.get("alternatives") is None else _alternatives(f),
         )
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "placements",
     "result_json",
     "stop_reason",
+    "alternatives_json",
     "write_result",
 ]
 
@@ -176,6 +177,7 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
         "production": _production_json(setup, grid, journal, alloc),
         "stop_reason": stop_reason(setup.campaign, final),
         "budget": budget_json(setup.campaign, journal.records, final),
+        **alternatives_json(setup.campaign, final),
         **_attainment_json(setup.campaign, final.joint, final.outcome),
     }
     pools = getattr(setup.campaign, "pools", ())
@@ -195,6 +197,20 @@ def result_json(setup: Any, grid: CellGrid, journal: Journal, final: RoundRecord
                 e["windows"] += 1
             result["profiling_by_gpu"] = by
     return result
+
+
+def alternatives_json(campaign: Any, final: RoundRecord) -> dict[str, Any]:
+    """result.json's ``alternatives`` (the final round's ranked fleets, at most ``[stopping]
+    alternatives`` of them) and ``alternatives_draws`` (which posterior, how many draws);
+    both null when the round ranked none (``alternatives = 0``, or a journal older than them)."""
+    alt = final.alternatives
+    count = int(getattr(campaign, "alternatives", 5))
+    if alt is None or count <= 0:
+        return {"alternatives": None, "alternatives_draws": None}
+    return {
+        "alternatives": list(alt["ranked"])[:count],
+        "alternatives_draws": {"posterior": alt.get("posterior"), "draws": alt.get("draws")},
+    }
 
 
 def stop_reason(campaign: Any, final: RoundRecord) -> str:

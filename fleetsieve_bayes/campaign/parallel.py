@@ -115,6 +115,7 @@ from fleetsieve_bayes.round import (
     pending_design,
     round_key,
     stop_undecided,
+    with_alternatives,
 )
 from fleetsieve_bayes.seeds import round_seed
 
@@ -366,9 +367,11 @@ def _drive(ctx: _Context, fl: _Flight, state: CampaignState) -> _Outcome:
             if step.status is not None:
                 cancelled = _cancel_in_flight(ctx, fl)
                 timings = {"fit_s": step.t_fit, "allocate_s": step.t_alloc, "acquire_s": 0.0}
+                ranked = with_alternatives(state, ctx.setup.settings, step.assessment, posterior,
+                                           seed=round_key(state.seed, fl.next_round).attempt_seed)
                 final_rec = _round_record(
                     ctx, fl.next_round, step.real, n_measured, step.status, None, timings,
-                    step.assessment.final, joint=step.joint, stop=step.stop,
+                    step.assessment.final, joint=step.joint, stop=step.stop, alternatives=ranked.alternatives,
                 )
                 ctx.on_event("round", record_dict(final_rec))
                 return _Outcome(step.status, final_rec, cancelled, plan_times, plan_cpu)
@@ -756,12 +759,13 @@ def _round_record(
     *,
     repeat: bool = False,
     stop: dict[str, Any] | None = None,
+    alternatives: dict[str, Any] | None = None,
 ) -> RoundRecord:
     """Append one round record (the real state's certificate and allocations) and return it."""
     rec = round_record(
         ctx.grid, round_no, real, outcome=outcome, measured_cells=n_measured,
         gpu_seconds=_spent(ctx.journal.records), chosen=chosen, timings=timings, final=final, joint=joint,
-        repeat=repeat, stop=stop,
+        repeat=repeat, stop=stop, alternatives=alternatives,
     )
     ctx.journal.append(rec)
     return rec

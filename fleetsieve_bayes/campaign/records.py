@@ -114,10 +114,12 @@ def round_record(
     joint: dict[str, Any] | None,
     repeat: bool = False,
     stop: dict[str, Any] | None = None,
+    alternatives: dict[str, Any] | None = None,
 ) -> RoundRecord:
     """A round's record: ``view``'s certificate and both allocations
     (a :class:`~fleetsieve_bayes.decision.batch.Belief`), and what the round did
-    (``repeat``: ``chosen`` is measured again)."""
+    (``repeat``: ``chosen`` is measured again; ``alternatives``: a stopping round's ranked
+    fleets, :func:`fleetsieve_bayes.round.with_alternatives`)."""
     cert = view.certificate
     return RoundRecord(
         round=round_no,
@@ -137,4 +139,5 @@ def round_record(
         joint=joint,
         repeat=bool(repeat),
         stop=stop,
+        alternatives=alternatives,
     )

@@ -181,6 +181,7 @@ def _round_record(
         joint=a.joint_json(),
         repeat=rnd.repeat,
         stop=stop,
+        alternatives=a.alternatives,
     )
 
 

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hosts", default=None,
                    help="comma-separated host name of each node (default node-0, node-1, …)")
     p.add_argument("--namespace", default=None, help="Kubernetes namespace of the manifests")
+    p.add_argument("--alternative", type=int, default=None, metavar="K",
+                   help="plan result.json's K-th ranked alternative fleet (1: the top-ranked) instead of its allocation")
     p.add_argument("--allow-uncertified", action="store_true",
                    help="plan an uncertified or infeasible campaign's allocation, marked as such everywhere")
     p.set_defaults(func=main)
@@ -42,10 +44,13 @@ def main(args: argparse.Namespace) -> int:
     if not formats:
         raise InputError("--format: name at least one of launch, k8s")
     plan = build_plan(args.directory, args.nodes, args.gpus_per_node, allow_uncertified=args.allow_uncertified,
-                      model=args.model, image=args.image, namespace=args.namespace,
+                      model=args.model, image=args.image, namespace=args.namespace, alternative=args.alternative,
                       hosts=None if args.hosts is None else [h.strip() for h in args.hosts.split(",")])
     written = write_plan(plan, args.out, formats)
     mark = "" if plan["certified"] else "  [UNCERTIFIED]"
+    alt = plan.get("alternative")
+    if alt:
+        mark += f"  [alternative {alt['rank']}, P(ε-optimal) {float(alt['p_epsilon_optimal']):.3f}]"
     print(f"plan: {args.out} ({plan['status']}{mark}): {plan['gpus_used']} of "
           f"{plan['nodes'] * plan['gpus_per_node']} GPUs on {plan['nodes']} node(s), packing {plan['packing_method']}")
     for c in plan["classes"]:

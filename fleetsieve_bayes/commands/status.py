@@ -77,6 +77,8 @@ def status_json(view: CampaignView) -> dict[str, Any]:
         "next": None if last is None or last.chosen is None else last.chosen.to_json(),
         "next_state": None if last is None or last.chosen is None else _chosen_state(view, last.chosen),
         "result": view.result,
+        # result.json's ranked alternative fleets (null while running, or when it ranks none).
+        "alternatives": (view.result or {}).get("alternatives"),
         "in_flight": read_in_flight(view.directory),
         "unserved": _unserved(view),
     })
@@ -154,6 +156,23 @@ def _allocations_table(view: CampaignView, last: Any) -> Any:
     return at
 
 
+def _alternatives_table(view: CampaignView) -> Any:
+    """result.json's ranked alternatives: rank, fleet, P(ε-optimal), P(SLO met), GPUs, $/h
+    (where priced) and the cells each rests on that are only predicted."""
+    from rich.table import Table
+
+    rows = view.alternative_rows()
+    priced = any(r["usd_per_hour"] for r in rows)
+    t = Table(title=view.alternatives_title(), title_justify="left")
+    for col, just in (("#", "right"), ("fleet", "left"), ("P(ε-optimal)", "right"), ("P(SLO met)", "right"),
+                      ("GPUs", "right"), *((("$/h", "right"),) if priced else ()), ("predicted cells", "left")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        t.add_row(r["rank"], r["fleet"], r["p_epsilon_optimal"], r["p_slo_met"], r["gpus"],
+                  *((r["usd_per_hour"],) if priced else ()), r["predicted"])
+    return t
+
+
 def render_status(view: CampaignView, console: Any) -> None:
     """Print the status of ``view`` as rich tables on ``console``."""
     from rich.table import Table
@@ -211,6 +230,8 @@ def render_status(view: CampaignView, console: Any) -> None:
             rows = [r.row for r in view.measurements]
             for w, u in unserved(view.result.get("allocation"), view.slos, rows).items():
                 console.print(describe_unserved(w, u, view.result), highlight=False)
+        if view.alternatives:
+            console.print(_alternatives_table(view))
 
     mt = Table(title="Measured cells", title_justify="left")
     for col, just in (("#", "right"), ("cell", "left"), ("phase", "left"), ("req/s", "right"), ("TTFT p99", "right"), ("compl. p99", "right"), ("success", "right"), ("GPU-s", "right")):

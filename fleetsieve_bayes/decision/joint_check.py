@@ -76,6 +76,8 @@ __all__ = [
     "make_joint_check",
     "joint_check",
     "answer_chances",
+    "CandidateChecks",
+    "check_candidates",
     "apply_joint_check",
 ]
 
@@ -173,6 +175,8 @@ def evaluate_on_tables(
 
 class _Kernel(NamedTuple):
     run: Callable[..., tuple]
+    # Several present allocations on one set of tables (one solve): see :func:`check_candidates`.
+    run_many: Callable[..., tuple] | None = None
 
 
 def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Callable | None = None) -> _Kernel:
@@ -190,14 +194,16 @@ def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Calla
     total = float(np.sum(problem.demand))
     n_cells = grid.n_cells
 
-    def run(key, latent, noise, observed, measured, cell, replicas, present: bool, epsilon: float, attainment=None, levels=None):
+    def tables(key, latent, noise, observed, measured, attainment=None, levels=None):
         t, t_hidden = joint_tables(key, latent, noise, observed, measured)
         if attainment is not None:
             att = attainment.astype(t.dtype)
             lim = (smin.astype(t.dtype)[cclass], tmax.astype(t.dtype)[cclass], cmax.astype(t.dtype)[cclass])
             t, _ = level_tables(t, t, att, att, levels.astype(t.dtype), *lim)
             t_hidden = t
-        opt = solve(t)
+        return t, t_hidden
+
+    def verdict(t, t_hidden, opt, cell, replicas, present: bool, epsilon: float):
         lam_ = lam.astype(t.dtype)
         args = (cclass, lam_, floor_req.astype(t.dtype), smin.astype(t.dtype), tmax.astype(t.dtype), cmax.astype(t.dtype))
         r, g, meets, _ = evaluate_on_tables(t, cell, replicas, present, *args)
@@ -209,6 +215,12 @@ def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Calla
         dr = jnp.where(opt.feasible, opt.min_fulfillment - r, 0.0)
         dg = jnp.where(opt.feasible, (opt.goodput - g) / total, 0.0)
         ok = ~crit_wrong & (dr <= epsilon) & (dg <= epsilon)
+        return ok, slo_ok, dr, dg
+
+    def run(key, latent, noise, observed, measured, cell, replicas, present: bool, epsilon: float, attainment=None, levels=None):
+        t, t_hidden = tables(key, latent, noise, observed, measured, attainment, levels)
+        opt = solve(t)
+        ok, slo_ok, dr, dg = verdict(t, t_hidden, opt, cell, replicas, present, epsilon)
         # Cells that threaten the decision: committed by a draw's optimum where
         # the candidate is not ε-optimal, and not measured yet.
         oc = jnp.where(opt.replicas > 0, opt.cell, -1)  # (D, K)
@@ -217,7 +229,22 @@ def make_joint_check(grid: CellGrid, problem: AllocationProblem, *, solve: Calla
         threat = jnp.mean(hit & ~ok[:, None] & ~jnp.asarray(measured, bool)[None], axis=0)
         return ok, slo_ok, opt.feasible, dr, dg, threat
 
-    return _Kernel(run=jax.jit(run, static_argnames=("present", "epsilon")))
+    def run_many(key, latent, noise, observed, measured, cells, replicas, epsilon: float, attainment=None, levels=None):
+        t, t_hidden = tables(key, latent, noise, observed, measured, attainment, levels)
+        opt = solve(t)
+
+        def one(cell, reps):
+            ok, slo_ok, _, _ = verdict(t, t_hidden, opt, cell, reps, True, epsilon)
+            return ok, slo_ok
+
+        ok, slo_ok = jax.vmap(one)(cells, replicas)  # (A, D) each
+        reps = jnp.where(opt.cell >= 0, opt.replicas, 0)
+        return ok, slo_ok, opt.feasible, jnp.where(reps > 0, opt.cell, -1), reps
+
+    return _Kernel(
+        run=jax.jit(run, static_argnames=("present", "epsilon")),
+        run_many=jax.jit(run_many, static_argnames=("epsilon",)),
+    )
 
 
 def joint_check(
@@ -307,6 +334,66 @@ def answer_chances(
                                     kernel=kernel, attainment=attainment, levels=levels).p_epsilon_optimal
         out[i] = seen[key]
     return out
+
+
+class CandidateChecks(NamedTuple):
+    """Result of :func:`check_candidates`: ``A`` allocations on one set of joint tables."""
+
+    p_epsilon_optimal: np.ndarray  # (A,)
+    p_slo_met: np.ndarray  # (A,)
+    n_draws: int
+    optimum_cell: np.ndarray  # int (n_draws, n_classes): each draw's optimum, −1 for a class given nothing
+    optimum_replicas: np.ndarray  # int (n_draws, n_classes)
+    feasible: np.ndarray  # bool (n_draws,): the draw's critical floors are reachable
+
+
+def check_candidates(
+    grid: CellGrid,
+    problem: AllocationProblem,
+    cells: np.ndarray,
+    replicas: np.ndarray,
+    latent: np.ndarray,
+    noise: np.ndarray,
+    observed: np.ndarray,
+    measured: np.ndarray,
+    epsilon: float,
+    *,
+    attainment: np.ndarray | None = None,
+    levels: np.ndarray | None = None,
+    seed: int = 0,
+    kernel: _Kernel | None = None,
+) -> CandidateChecks:
+    """The joint check of several present allocations (``cells``, ``replicas``: ``(A, n_classes)``,
+    cell −1 for a class given nothing) on the same posterior tables, solved once: what
+    :func:`joint_check` gives each of them with this ``seed`` (its ``p_epsilon_optimal`` and
+    ``p_slo_met``), and each draw's optimum (the actions
+    :mod:`~fleetsieve_bayes.decision.regret_acquisition` weighs are the most frequent of them).
+    Other arguments as :func:`joint_check`."""
+    kernel = kernel or make_joint_check(grid, problem)
+    assert kernel.run_many is not None
+    cells = np.asarray(cells, np.int32).reshape(-1, grid.n_classes)
+    replicas = np.asarray(replicas, np.int32).reshape(-1, grid.n_classes)
+    n = cells.shape[0]
+    width = max(8, 1 << max(n - 1, 0).bit_length())  # a few shapes: one compile each
+    pad = np.arange(width) % max(n, 1)
+    if n == 0:
+        cells, replicas = np.full((1, grid.n_classes), -1, np.int32), np.zeros((1, grid.n_classes), np.int32)
+    dt = jnp.asarray(latent).dtype
+    obs = np.where(np.asarray(measured, bool)[:, None], np.nan_to_num(np.asarray(observed, np.float64), nan=1.0, posinf=1e9), 1.0)
+    ok, slo_ok, feas, oc, orep = kernel.run_many(
+        jax.random.PRNGKey(seed), jnp.asarray(latent), jnp.asarray(noise), jnp.asarray(obs, dt),
+        jnp.asarray(measured, bool), jnp.asarray(cells[pad]), jnp.asarray(replicas[pad]), float(epsilon),
+        *(() if attainment is None else (jnp.asarray(attainment, dt), jnp.asarray(levels))),
+    )
+    ok, slo_ok = np.asarray(ok, bool)[:n], np.asarray(slo_ok, bool)[:n]
+    return CandidateChecks(
+        p_epsilon_optimal=ok.mean(axis=1) if n else np.zeros(0),
+        p_slo_met=slo_ok.mean(axis=1) if n else np.zeros(0),
+        n_draws=int(np.asarray(feas).shape[0]),
+        optimum_cell=np.asarray(oc, np.int64),
+        optimum_replicas=np.asarray(orep, np.int64),
+        feasible=np.asarray(feas, bool),
+    )
 
 
 def apply_joint_check(

@@ -69,6 +69,7 @@ from fleetsieve_bayes.model.joint import obs_logpdf
 __all__ = [
     "RegretScores",
     "Actions",
+    "action_set",
     "LevelRegret",
     "level_regret_inputs",
     "regret_tables",
@@ -142,10 +143,13 @@ class RegretScores(NamedTuple):
     actions: Actions | None = None  # the action set the scores were taken over
 
 
-def _actions(
+def action_set(
     cells: np.ndarray, reps: np.ndarray, feasible: np.ndarray, candidate: Allocation | None, max_actions: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The action set: ``cell (A, K)``, ``replicas (A, K)``, ``present (A,)``."""
+    """The action set: ``candidate`` (when feasible), then the ``max_actions`` most frequent
+    draw optima (``cells``, ``reps``: ``(D, K)``, a class given nothing at −1 / 0;
+    ``feasible (D,)``), most frequent first, then "no allocation" when some draw cannot meet
+    the critical floors. Returns ``cell (A, K)``, ``replicas (A, K)``, ``present (A,)``."""
     k = cells.shape[1]
     acts: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
     if candidate is not None and candidate.feasible:
@@ -251,7 +255,7 @@ def regret_scores(
         t_dec = t
     opt = solve(t_dec)
     cells = np.where(np.asarray(opt.replicas) > 0, np.asarray(opt.cell), -1)
-    a_cell, a_reps, a_present = _actions(cells, np.asarray(opt.replicas), np.asarray(opt.feasible), candidate, max_actions)
+    a_cell, a_reps, a_present = action_set(cells, np.asarray(opt.replicas), np.asarray(opt.feasible), candidate, max_actions)
     reg = _regret_matrix(t_dec, opt, jnp.asarray(a_cell), jnp.asarray(a_reps), jnp.asarray(a_present), problem)  # (A, D)
     n_draws = int(latent.shape[0])
     threshold = float(min(0.5, max(DEFAULT_ESS_THRESHOLD, DEFAULT_MIN_EFFECTIVE_DRAWS / n_draws)))

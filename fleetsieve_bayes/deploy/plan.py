@@ -44,6 +44,7 @@ __all__ = [
     "build_plan",
     "write_plan",
     "read_plan",
+    "uncertified_note",
     "load_kind",
     "replica_command",
 ]
@@ -138,6 +139,45 @@ def _predictions(view: CampaignView) -> dict[tuple[str, int, str], dict[str, Any
     return out
 
 
+def _planned_allocation(view: CampaignView, alternative: int | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The allocation to plan: result.json's (else the last round's optimistic one), or its
+    ranked alternative ``alternative`` (1-based) with that alternative's entry.
+
+    Raises:
+        InputError: no alternatives, ``alternative`` out of range, or no allocation with replicas.
+    """
+    alt = None
+    if alternative is not None:
+        ranked = (view.result or {}).get("alternatives")
+        if not ranked:
+            raise InputError(f"{view.directory}: result.json ranks no alternatives (a campaign that has not "
+                             "finished, ran with [stopping] alternatives = 0, or predates them); plan it without --alternative")
+        if not 1 <= alternative <= len(ranked):
+            raise InputError(f"--alternative {alternative}: {view.directory} ranks {len(ranked)} alternative(s); "
+                             f"choose 1 to {len(ranked)}")
+        alt = ranked[alternative - 1]
+        alloc = alt.get("allocation")
+    else:
+        alloc = view.decided_allocation
+        if not alloc:
+            last = view.last_round
+            alloc = None if last is None else last.optimistic.allocation
+    if not alloc or not any(int((a or {}).get("replicas") or 0) for a in alloc.values()):
+        raise InputError(f"{view.directory}: campaign ({view.status}) has no allocation with replicas to deploy")
+    return alloc, alt
+
+
+def uncertified_note(plan: dict[str, Any]) -> str:
+    """Why a plan is not certified, in one line (empty for a certified plan)."""
+    if plan["certified"]:
+        return ""
+    alt = plan.get("alternative")
+    if alt:
+        return (f"alternative {alt['rank']} of campaign {plan['campaign']} ({plan['status']}), not its certified "
+                f"allocation: P(ε-optimal) {float(alt['p_epsilon_optimal']):.3f}")
+    return f"planned with --allow-uncertified from a campaign that is {plan['status']}; its SLOs are not certified"
+
+
 def _file_digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
@@ -213,6 +253,7 @@ def build_plan(
     image: str = "vllm/vllm-openai:latest",
     namespace: str | None = None,
     hosts: Sequence[str] | None = None,
+    alternative: int | None = None,
 ) -> dict[str, Any]:
     """The deployment plan of a campaign directory (the ``plan.json`` object).
 
@@ -228,11 +269,14 @@ def build_plan(
         namespace: Kubernetes namespace of the manifests (none: the default).
         hosts: host name of each node, for ``launch/prometheus.yml`` and the
             replicas' URLs (default ``node-0``, ``node-1``, …).
+        alternative: plan result.json's ranked alternative of this rank (1: the
+            top-ranked) instead of its allocation; ``certified`` only where it is the
+            certified allocation itself.
 
     Raises:
         InputError: not a campaign directory; uncertified without
-            ``allow_uncertified``; no allocation; a class whose replicas do
-            not fit the nodes (named, one line).
+            ``allow_uncertified``; no allocation; an alternative the directory does
+            not rank; a class whose replicas do not fit the nodes (named, one line).
     """
     if nodes < 1 or gpus_per_node < 1:
         raise InputError(f"--nodes and --gpus-per-node must be >= 1, got {nodes} and {gpus_per_node}")
@@ -246,12 +290,9 @@ def build_plan(
         why = "still running" if view.state == "running" else ("has no result.json" if view.result is None else status)
         raise InputError(f"{view.directory}: campaign is {why}, not certified-feasible; "
                          "refusing to plan it (pass --allow-uncertified to plan it anyway, marked uncertified)")
-    alloc = view.decided_allocation
-    if not alloc:
-        last = view.last_round
-        alloc = None if last is None else last.optimistic.allocation
-    if not alloc or not any(int((a or {}).get("replicas") or 0) for a in alloc.values()):
-        raise InputError(f"{view.directory}: campaign ({status}) has no allocation with replicas to deploy")
+    alloc, alt = _planned_allocation(view, alternative)
+    if alt is not None:
+        certified = certified and alloc == (view.result or {}).get("allocation")
 
     server = _server_template(view, model)
     preds = _predictions(view)
@@ -276,6 +317,11 @@ def build_plan(
             "reason": ((view.result or {}).get("certificate") or {}).get("reason"),
             "p_slo_met": ((view.result or {}).get("certificate") or {}).get("p_slo_met"),
             "p_epsilon_optimal": ((view.result or {}).get("certificate") or {}).get("p_epsilon_optimal"),
+        },
+        # The ranked alternative planned (``plan --alternative K``), else null.
+        "alternative": None if alt is None else {
+            k: alt[k] for k in ("rank", "p_epsilon_optimal", "p_slo_met", "gpus", "usd_per_hour",
+                                "measured_cells", "predicted_cells") if k in alt
         },
         "credible_level": h.credible_level,
         "nodes": nodes,
@@ -314,10 +360,7 @@ def _placements(packing: Packing, server: dict[str, Any], hosts: Sequence[str]) 
 
 
 def _launch_script(plan: dict[str, Any], node: int) -> str:
-    mark = "" if plan["certified"] else (
-        "# UNCERTIFIED: planned with --allow-uncertified from a campaign that is "
-        f"{plan['status']}; its SLOs are not certified.\n"
-    )
+    mark = "" if plan["certified"] else f"# UNCERTIFIED: {uncertified_note(plan)}.\n"
     lines = [
         "#!/usr/bin/env bash",
         f"# Node {node} of {plan['nodes']} ({plan['gpus_per_node']} GPUs): replicas of campaign "
@@ -394,7 +437,8 @@ def write_plan(plan: dict[str, Any], out: str | Path, formats: Sequence[str] = F
         docs = manifests(plan)
         validate_manifests([doc for _, group in docs for doc in group])
         (d / "k8s").mkdir(exist_ok=True)
-        head = "" if plan["certified"] else f"# UNCERTIFIED: campaign {plan['campaign']} is {plan['status']}.\n"
+        note = uncertified_note(plan) if plan.get("alternative") else f"campaign {plan['campaign']} is {plan['status']}"
+        head = "" if plan["certified"] else f"# UNCERTIFIED: {note}.\n"
         for name, group in docs:
             p = d / "k8s" / f"{name}.yaml"
             atomic_write_text(p, head + render_yaml(group))

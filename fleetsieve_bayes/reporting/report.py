@@ -218,6 +218,28 @@ figcaption{color:#555;font-size:.9em;padding:6px 8px 0}
 """
 
 
+def _alternatives_html(view: CampaignView) -> str:
+    """result.json's ranked alternatives (empty when it ranks none)."""
+    rows = view.alternative_rows()
+    if not rows:
+        return ""
+    priced = any(r["usd_per_hour"] for r in rows)
+    cols = [("rank", "#"), ("fleet", "fleet"), ("p_epsilon_optimal", "P(ε-optimal)"), ("p_slo_met", "P(SLO met)"),
+            ("gpus", "GPUs"), *([("usd_per_hour", "$/h")] if priced else []), ("predicted", "predicted cells")]
+    head = "".join(f"<th>{_esc(name)}</th>" for _, name in cols)
+    body = "".join(
+        f'<tr data-rank="{_esc(r["rank"])}">' + "".join(f'<td data-field="{k}">{_esc(r[k])}</td>' for k, _ in cols) + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<h3>{_esc(view.alternatives_title())}</h3>"
+        f'<table id="alternatives-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        '<p class="note">Each fleet\'s posterior probability of being ε-optimal and of meeting every SLO, all '
+        "on the same posterior draws; <b>predicted cells</b> are the operating points it commits to that were "
+        "never measured. <code>fleetsieve-bayes plan DIR --alternative K</code> plans the K-th.</p>"
+    )
+
+
 def _decision_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.DataFrame, idata: Any | None, figures: dict[str, Any]) -> list[str]:
     """The allocations, their objectives and why this fleet."""
     from fleetsieve_bayes.reporting import plots
@@ -245,6 +267,7 @@ def _decision_html(view: CampaignView, measurements: pd.DataFrame, bounds: pd.Da
             "the other end; the campaign is certified when they agree within ε and every committed cell is "
             "measured within its SLO. <b>final</b> is the allocation in result.json.</p>"
         )
+        parts.append(_alternatives_html(view))
         parts.append(_why_html(view, measurements))
         p = plots.plot_allocations({lab: allocs[lab][0] for lab in labels}, view.workloads, view.gpus)
         figures["fig-allocations"] = p
