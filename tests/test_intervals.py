@@ -79,7 +79,7 @@ def test_certificate_table_and_kernel_table_agree_cell_by_cell(repeatability):
     fns = kernel_functions(grid, problem, allocator_solve=lambda v: None)  # the tables need no allocator
     inp = prepare_inputs(
         jax.random.PRNGKey(0),
-        jnp.asarray(post.latent),
+        jnp.asarray(post.latent, jnp.float64),
         jnp.asarray(post.noise),
         jnp.asarray(np.nan_to_num(observed, nan=1.0, posinf=np.inf), jnp.float32),
         jnp.asarray(measured),
@@ -103,7 +103,7 @@ def test_candidate_collapses_to_its_fantasy_in_the_kernel():
     config = AcquisitionConfig(n_fantasies=4, credible_level=0.9, repeatability=0.0)
     fns = kernel_functions(grid, problem, allocator_solve=lambda v: None)
     obs = jnp.asarray(np.nan_to_num(observed, nan=1.0, posinf=np.inf), jnp.float32)
-    inp = prepare_inputs(jax.random.PRNGKey(1), jnp.asarray(post.latent), jnp.asarray(post.noise), obs, jnp.asarray(measured), fns, config)
+    inp = prepare_inputs(jax.random.PRNGKey(1), jnp.asarray(post.latent, jnp.float64), jnp.asarray(post.noise), obs, jnp.asarray(measured), fns, config)
     cons, opt, _, _ = candidate_tables(jnp.int32(3), inp, fns, config)
     # Candidate 3 collapsed (cons == opt == its fantasy), unmeasured cell 0 not.
     np.testing.assert_array_equal(np.asarray(cons[:, 3]), np.asarray(opt[:, 3]))

@@ -202,7 +202,7 @@ def test_kernel_reads_the_guarded_table():
     fns = kernel_functions(GRID, PROBLEM, allocator_solve=lambda v: None, knee_guard=1)
     obs = jnp.asarray(np.nan_to_num(OBSERVED, nan=1.0), jnp.float32)
     inp = prepare_inputs(
-        jax.random.PRNGKey(0), jnp.asarray(post.latent), jnp.asarray(post.noise), obs, jnp.asarray(MEASURED), fns, config
+        jax.random.PRNGKey(0), jnp.asarray(post.latent, jnp.float64), jnp.asarray(post.noise), obs, jnp.asarray(MEASURED), fns, config
     )
     cons_k, opt_k, _, _ = candidate_tables(jnp.int32(3), inp, fns, config)  # measure nothing
     np.testing.assert_allclose(np.asarray(opt_k[0], np.float64), optimistic_table(b), rtol=2e-6)

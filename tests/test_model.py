@@ -278,4 +278,4 @@ def test_observations_from_normals_agree_in_numpy_and_in_jax():
                                rtol=2e-5)
     np.testing.assert_allclose(np.asarray(sample_obs(jax.random.PRNGKey(0), jnp.asarray(latent), jnp.asarray(noise))),
                                np.asarray(obs_from_normals(jnp.asarray(latent), jnp.asarray(noise),
-                                                           jax.random.normal(jax.random.PRNGKey(0), z.shape))))
+                                                           jax.random.normal(jax.random.PRNGKey(0), z.shape, jnp.float32))))

@@ -267,8 +267,9 @@ def test_a_campaign_over_two_pools_measures_both(tmp_path: Path, pool_gpus: str)
     # `run_campaign` is what `fleetsieve-bayes run` calls once it has loaded the campaign.
     from fleetsieve_bayes.campaign.runner import run_campaign
 
-    # The generic card with a GPU axis: the A100 slower than the H100 (as the fake servers are).
-    card = (data_dir("priors") / "generic.toml").read_text() + f"""
+    # The generic card with its GPU axis replaced: the A100 slower than the H100 (as the fake servers are).
+    generic = (data_dir("priors") / "generic.toml").read_text()
+    card = generic[: generic.index("[gpu_axis]")] + f"""
 [gpu_axis]
 reference = "{H100}"
 gpus = ["{H100}", "{A100}"]
