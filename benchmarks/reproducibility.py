@@ -8,10 +8,13 @@ The settings are the host's default, ``XLA_FLAGS=--xla_cpu_max_isa=AVX2`` and
 vectors): three compilations of every kernel that round differently.
 
 Campaigns: the Quickstart's (``examples/h100_31b_fp8``) at its own level and at
-``"point"``, and fleets of the noisy suite (:mod:`fleetsieve_bayes.evaluation.noisy`,
-suite seed 0, at level 0.9).
+``"point"``, and fleets of the 40-fleet hard suite (``profiling_cost.py
+--suite``: :func:`fleetsieve_bayes.evaluation.synthetic.random_spec` with
+``hard=True``, suite seed 0, at the suite's ``"point"``); ``--noisy`` takes
+the noisy suite's fleets instead (:mod:`fleetsieve_bayes.evaluation.noisy`, at
+level 0.9, tens of rounds each).
 
-    python benchmarks/reproducibility.py                  # 3 suite fleets
+    python benchmarks/reproducibility.py                  # suite fleets 0, 1, 2
     python benchmarks/reproducibility.py --fleets 0,1,2 --publish
 
 Prints a markdown table and writes JSON (default
@@ -52,17 +55,26 @@ def trail(run_dir: Path) -> dict[str, Any]:
     return t
 
 
-def _campaigns(root: Path, fleets: list[int]) -> dict[str, Path]:
+def _campaigns(root: Path, fleets: list[int], noisy: bool) -> dict[str, Path]:
+    import numpy as np
+
     from benchmarks.shipped_campaign import point_copy
     from fleetsieve_bayes.evaluation.noisy import noisy_suite_fleet
-    from fleetsieve_bayes.evaluation.synthetic import write_synthetic
+    from fleetsieve_bayes.evaluation.synthetic import random_spec, synthetic_fleet, write_synthetic
 
     out = {"shipped (level 0.9)": SHIPPED,
            "shipped (point)": point_copy(SHIPPED, root / "shipped_point.toml", 'slo_attainment = "point"')}
     for k in fleets:
-        _, table, camp = noisy_suite_fleet(0, k)
-        write_synthetic(root / f"n{k:03d}", table, camp)
-        out[f"noisy n{k:03d} (level 0.9)"] = root / f"n{k:03d}" / "campaign.toml"
+        if noisy:
+            _, table, camp = noisy_suite_fleet(0, k)
+            name = f"noisy suite n{k:03d} (level 0.9)"
+        else:  # as profiling_cost.py --suite builds fleet k of suite seed 0
+            rng = np.random.default_rng([0, k])
+            table, camp = synthetic_fleet(rng, random_spec(rng, hard=True))
+            camp["name"] = f"synthetic-{k}"
+            name = f"hard suite c{k:03d} (point)"
+        write_synthetic(root / f"f{k:03d}", table, camp)
+        out[name] = root / f"f{k:03d}" / "campaign.toml"
     return out
 
 
@@ -77,7 +89,8 @@ def run_one(campaign: Path, isa: str, where: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fleets", default="0,1,2", help="noisy-suite fleets (comma-separated; '' for none)")
+    ap.add_argument("--fleets", default="0,1,2", help="suite fleets (comma-separated; '' for none)")
+    ap.add_argument("--noisy", action="store_true", help="the noisy suite's fleets, at level 0.9")
     ap.add_argument("--jobs", type=int, default=2, help="campaigns run side by side")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--publish", action="store_true")
@@ -85,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     fleets = [int(k) for k in args.fleets.split(",") if k.strip()]
     with tempfile.TemporaryDirectory(prefix="fsb-repro-") as tmp:
         root = Path(tmp)
-        campaigns = _campaigns(root, fleets)
+        campaigns = _campaigns(root, fleets, args.noisy)
         jobs = [(name, isa) for name in campaigns for isa in ISA_SETTINGS]
         with ThreadPoolExecutor(args.jobs) as pool:
             futures = {
