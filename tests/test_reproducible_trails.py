@@ -4,7 +4,7 @@ docs/method.md, "The same decision on every machine": float64, NUTS on a lattice
 stated tolerances keep float rounding out of every decision. Here the shipped campaign
 runs in a process compiled for SSE4.2 (no fused multiply-add, 128-bit vectors), and must
 give exactly the trail tests/test_campaign.py pins on the host's default code path; and
-fleets of the 40-fleet hard suite are pinned, one exact trail each
+three fleets of the 40-fleet hard suite are pinned, one exact trail each
 (benchmarks/reproducibility.py runs all of them under three settings).
 """
 
@@ -47,6 +47,8 @@ SUITE_TRAILS: dict[int, tuple[str, float, int, dict[str, str] | None]] = {
     0: ("certified-feasible", 27990.0, 25,
         {"chat": "TP4@N90 x1", "code": "TP4@C12 x1", "rank": "TP2@N48 x4", "batch": "TP8@C18 x2"}),
     1: ("certified-infeasible", 27690.0, 15, None),
+    2: ("certified-feasible", 6390.0, 14,
+        {"chat": "TP2@C4 x1", "code": "TP1@N8 x2", "rank": "TP2@C4 x1", "batch": "TP2@C5 x1"}),
 }
 
 
