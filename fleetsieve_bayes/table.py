@@ -14,7 +14,11 @@ zero. Nothing else may be NaN. The optional ``startup_s`` is the server
 start-up time a measured cell paid (0 when it reused a running server); it is
 not part of ``duration_s`` except for a start-up failure. The optional ``gpu``
 names the GPU type the row ran on (a pool's ``gpu`` in the campaign); empty or
-absent means the campaign's single pool.
+absent means the campaign's single pool. The optional ``config`` names the
+row's serving configuration in the campaign's ``[[configs]]`` catalogue; a row
+that names one may leave ``tp`` empty (read as 0 until the catalogue resolves it,
+:func:`fleetsieve_bayes.configs.resolve_configs`), and must for a disaggregated
+one.
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ COLUMNS: tuple[str, ...] = (
 # (e.g. "startup-oom"); such cells count as measured and infeasible.
 # `replicate`: the window's index among its cell's rows (0, 1, …; absent: 0).
 # `gpu`: the GPU type the row ran on (absent: the campaign's one type).
-OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "replicate", "gpu")
+# `config`: the row's entry of the campaign's [[configs]] catalogue (absent: its tp is its configuration).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("calibration", "seed", "failure", "startup_s", "replicate", "gpu", "config")
 # bounds.csv in a campaign directory: the final round's credible interval of
 # every cell (measured cells collapse to their measured values).
 BOUNDS_COLUMNS: tuple[str, ...] = (
@@ -149,7 +154,8 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         return f"{source}: {label} {i + row_offset}, column {col!r}"
 
     out["workload"] = _parse_labels(df["workload"], "workload", "empty workload name", where)
-    out["tp"] = _parse_tp(df["tp"], where)
+    configs = _parse_configs(df["config"]) if "config" in df.columns else None
+    out["tp"] = _parse_tp(df["tp"], where, configs)
     out["load"] = _parse_labels(df["load"], "load", "empty load label", where)
     for col in _FLOAT_COLUMNS:
         out[col] = _parse_metric(df[col], col, where)
@@ -169,6 +175,8 @@ def validate_table(df: pd.DataFrame, *, source: str = "<table>", row_offset: int
         ]
     if "gpu" in df.columns:  # GPU type of the row; "" = the campaign's single pool
         out["gpu"] = ["" if v is None or str(v).strip().lower() in _EMPTY else str(v).strip() for v in df["gpu"]]
+    if configs is not None:
+        out["config"] = configs
     _check_unique_cells(out, source=source, label=label, row_offset=row_offset)
     return out
 
@@ -187,10 +195,20 @@ def _parse_labels(values: Iterable[Any], col: str, empty_message: str, where: _W
     return labels
 
 
-def _parse_tp(values: Iterable[Any], where: _Where) -> np.ndarray:
-    """Tensor-parallel degrees, ``(n_rows,)`` int64; "2.0" is accepted, 2.5 is not."""
+def _parse_configs(values: Iterable[Any]) -> list[str]:
+    """The ``config`` column: stripped names, "" where empty."""
+    return ["" if v is None or str(v).strip().lower() in _EMPTY else str(v).strip() for v in values]
+
+
+def _parse_tp(values: Iterable[Any], where: _Where, configs: list[str] | None = None) -> np.ndarray:
+    """Tensor-parallel degrees, ``(n_rows,)`` int64; "2.0" is accepted, 2.5 is not.
+
+    A row that names a ``config`` may leave ``tp`` empty: 0 until its catalogue resolves it."""
     tps = []
     for i, v in enumerate(values):
+        if configs is not None and configs[i] and (v is None or str(v).strip().lower() in _EMPTY):
+            tps.append(0)
+            continue
         try:
             f = float(str(v).strip())
         except ValueError:
@@ -312,16 +330,20 @@ def _check_unique_cells(out: pd.DataFrame, *, source: str, label: str, row_offse
     the gap (a missing replicate).
     """
     gpus = [str(g) for g in out["gpu"]] if "gpu" in out.columns else [""] * len(out)
-    keys = list(zip(out["workload"], out["tp"], out["load"], gpus, strict=True))
+    # A row's configuration is its config's name where it names one, else its tp.
+    confs = out["config"].tolist() if "config" in out.columns else [""] * len(out)
+    ident = [c.lower() if c else int(t) for c, t in zip(confs, out["tp"], strict=True)]
+    keys = list(zip(out["workload"], ident, out["load"], gpus, strict=True))
     has_reps = "replicate" in out.columns
     reps = out["replicate"].to_numpy(np.int64) if has_reps else np.zeros(len(out), dtype=np.int64)
 
-    def cell(key: tuple[str, int, str, str]) -> str:
+    def cell(key: tuple[str, Any, str, str]) -> str:
         on = f", gpu={key[3]}" if key[3] else ""
-        return f"(workload={key[0]}, tp={key[1]}, load={key[2]}{on})"
+        what = f"config={key[1]}" if isinstance(key[1], str) else f"tp={key[1]}"
+        return f"(workload={key[0]}, {what}, load={key[2]}{on})"
 
-    first: dict[tuple[tuple[str, int, str, str], int], int] = {}
-    by_cell: dict[tuple[str, int, str, str], dict[int, int]] = {}
+    first: dict[tuple[tuple[str, Any, str, str], int], int] = {}
+    by_cell: dict[tuple[str, Any, str, str], dict[int, int]] = {}
     for i, (key, r) in enumerate(zip(keys, reps.tolist(), strict=True)):
         if (key, r) in first:
             what = f"duplicate replicate {r} of cell" if has_reps else "duplicate cell"

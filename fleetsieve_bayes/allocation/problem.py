@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fleetsieve_bayes.arrays import namespace
+from fleetsieve_bayes.configs import ServingConfig
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import METRICS, first_windows
 
@@ -67,22 +68,56 @@ class CellGrid(NamedTuple):
     """The candidate cells of a campaign, in a fixed order.
 
     Cells are sorted by workload (campaign order), then GPU pool (pool order),
-    then TP, then offered load. Every array has shape ``(n_cells,)``.
+    then configuration (TP, or catalogue order), then offered load. Every array
+    has shape ``(n_cells,)``.
 
     ``gpu`` is each cell's pool (an index into ``pools``, the GPU type names);
     ``None`` (the default) puts every cell on the one pool
     :data:`DEFAULT_POOL`. With one pool a cell's key is ``(workload, tp,
     load)``; with several it is ``(workload, tp, load, gpu)``.
+
+    ``configs``: the campaign's catalogue of serving configurations
+    (:mod:`fleetsieve_bayes.configs`) and ``config`` each cell's entry in it;
+    ``None`` (the default): every TP degree is its own aggregated
+    configuration. A catalogued cell's key names its configuration in place of
+    its TP: ``(workload, config, load[, gpu])``. ``tp`` is always the GPUs of
+    one replica of the cell's configuration (its TP when aggregated).
     """
 
     workloads: tuple[str, ...]  # class names, campaign order; (n_classes,)
     workload_idx: np.ndarray  # int64 (n_cells,)
-    tp: np.ndarray  # int64 (n_cells,)
+    tp: np.ndarray  # int64 (n_cells,): GPUs of one replica (the TP of an aggregated configuration)
     load: tuple[str, ...]  # load labels (n_cells,)
     offered_rps: np.ndarray  # float64 (n_cells,): arrival rate of the load setting
     duration_s: np.ndarray  # float64 (n_cells,): expected measurement duration
     gpu: np.ndarray | None = None  # int64 (n_cells,): pool of each cell; None: all on pool 0
     pools: tuple[str, ...] = (DEFAULT_POOL,)  # GPU type of each pool; (n_pools,)
+    config: np.ndarray | None = None  # int64 (n_cells,): catalogue entry of each cell; None: no catalogue
+    configs: tuple[ServingConfig, ...] | None = None  # the catalogue; (n_configs,)
+
+    @property
+    def catalogued(self) -> bool:
+        """Whether the campaign declares a catalogue of configurations."""
+        return self.configs is not None
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """GPUs of one replica of each cell, int64 ``(n_cells,)``."""
+        return np.asarray(self.tp, np.int64)
+
+    @property
+    def config_idx(self) -> np.ndarray:
+        """Each cell's configuration, int64 ``(n_cells,)``: its catalogue entry, or without a
+        catalogue the rank of its TP among the grid's TP degrees (one aggregated configuration each)."""
+        if self.config is not None:
+            return np.asarray(self.config, np.int64)
+        return np.searchsorted(np.unique(self.tp), self.tp).astype(np.int64)
+
+    def serving_config(self, i: int) -> ServingConfig:
+        """The configuration of cell ``i`` (an implicit ``TP{n}`` one without a catalogue)."""
+        if self.configs is not None and self.config is not None:
+            return self.configs[int(self.config[i])]
+        return ServingConfig(name=f"TP{int(self.tp[i])}", tp=int(self.tp[i]))
 
     @property
     def n_cells(self) -> int:
@@ -129,12 +164,16 @@ class CellGrid(NamedTuple):
         ladder; cell ``i`` among them). A failure or a tail there says something of
         the other loads; another GPU type or TP is another engine."""
         i = int(i)
-        return (self.workload_idx == self.workload_idx[i]) & (self.tp == self.tp[i]) & (
+        conf = self.config_idx
+        return (self.workload_idx == self.workload_idx[i]) & (conf == conf[i]) & (
             self.gpu_idx == self.gpu_idx[i])
 
     def key(self, i: int) -> tuple[Any, ...]:
-        """``(workload, tp, load)`` of cell ``i``; ``(workload, tp, load, gpu)`` with several pools."""
-        base = (self.workloads[int(self.workload_idx[i])], int(self.tp[i]), self.load[i])
+        """``(workload, tp, load)`` of cell ``i``; ``(workload, tp, load, gpu)`` with several pools.
+
+        A catalogued grid names the configuration in place of the TP: ``(workload, config, load[, gpu])``."""
+        conf: Any = self.serving_config(i).name if self.catalogued else int(self.tp[i])
+        base = (self.workloads[int(self.workload_idx[i])], conf, self.load[i])
         return base if self.n_pools == 1 else (*base, self.gpu_name(i))
 
     def gpu_name(self, i: int) -> str:
@@ -146,8 +185,10 @@ class CellGrid(NamedTuple):
         return {self.key(i): i for i in range(self.n_cells)}
 
     def describe(self, i: int) -> str:
-        w, tp, load = self.key(i)[:3]
-        return f"{w} TP{tp}@{load}" + ("" if self.n_pools == 1 else f" on {self.gpu_name(i)}")
+        """``chat TP4@C96`` (``chat agg-tp4-s256@C96`` in a catalogued grid), `` on H100`` with pools."""
+        w, conf, load = self.key(i)[:3]
+        name = conf if self.catalogued else f"TP{conf}"
+        return f"{w} {name}@{load}" + ("" if self.n_pools == 1 else f" on {self.gpu_name(i)}")
 
 
 class AllocationProblem(NamedTuple):
@@ -338,11 +379,14 @@ def grid_from_table(
     *,
     source: str = "table",
     pools: tuple[str, ...] | None = None,
+    configs: tuple[ServingConfig, ...] | None = None,
 ) -> CellGrid:
     """Candidate cells = every row of ``df`` whose workload is one of ``workloads``.
 
     ``pools``: the campaign's GPU types, in pool order (``None``: one unnamed
     pool; the table's ``gpu`` column, if any, may then hold one type only).
+    ``configs``: the campaign's catalogue; ``df`` must then be resolved
+    against it (:func:`fleetsieve_bayes.configs.resolve_configs`).
 
     Raises:
         InputError: a campaign workload has no row in the table, a row's GPU
@@ -357,7 +401,12 @@ def grid_from_table(
     order = {w: i for i, w in enumerate(workloads)}
     widx = rows["workload"].map(order).to_numpy(np.int64)
     gidx = _row_pools(rows, pools, source)
-    rows = rows.assign(_w=widx, _g=gidx).sort_values(["_w", "_g", "tp", "offered_rps", "load"], kind="stable")
+    if configs is not None:
+        cidx = rows["config"].map({c.name: j for j, c in enumerate(configs)}).to_numpy(np.int64)
+        rows = rows.assign(_w=widx, _g=gidx, _c=cidx).sort_values(
+            ["_w", "_g", "_c", "offered_rps", "load"], kind="stable")
+    else:
+        rows = rows.assign(_w=widx, _g=gidx).sort_values(["_w", "_g", "tp", "offered_rps", "load"], kind="stable")
     return CellGrid(
         workloads=tuple(workloads),
         workload_idx=rows["_w"].to_numpy(np.int64),
@@ -367,6 +416,8 @@ def grid_from_table(
         duration_s=rows["duration_s"].to_numpy(np.float64),
         gpu=None if pools == (DEFAULT_POOL,) else rows["_g"].to_numpy(np.int64),
         pools=pools,
+        config=None if configs is None else rows["_c"].to_numpy(np.int64),
+        configs=None if configs is None else tuple(configs),
     )
 
 
@@ -380,15 +431,16 @@ def values_from_table(grid: CellGrid, df: pd.DataFrame, *, source: str = "table"
         InputError: a cell of the grid has no row in ``df``.
     """
     df = first_windows(df)  # a cell with repeated windows: its replicate-0 row
-    cols = [df["workload"], df["tp"], df["load"]]
+    conf = df["config"] if grid.catalogued else df["tp"].astype(int)
+    cols = [df["workload"], conf, df["load"]]
     if grid.n_pools > 1:
         rows = df[df["workload"].isin(grid.workloads)]
         g = np.full(len(df), -1, np.int64)
         g[np.flatnonzero(df["workload"].isin(grid.workloads).to_numpy())] = _row_pools(rows, grid.pools, source)
         cols.append([grid.pools[j] if j >= 0 else None for j in g])
     lookup = {
-        (w, int(tp), str(load), *rest): i
-        for i, (w, tp, load, *rest) in enumerate(zip(*cols, strict=True))
+        (w, c, str(load), *rest): i
+        for i, (w, c, load, *rest) in enumerate(zip(*cols, strict=True))
     }
     metric_cols = df[list(METRICS)].to_numpy(np.float64)
     out = np.empty((grid.n_cells, len(METRICS)), dtype=np.float64)
@@ -460,7 +512,9 @@ def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | No
     """The ``allocation`` object of result.json (docs/contracts.md): ``{workload: {tp, load, replicas}}``, or None if infeasible.
 
     A class that gets no replica appears as ``{"tp": null, "load": null, "replicas": 0}``.
-    A grid that names its GPU pools adds each class's ``gpu`` (null for none).
+    A grid that names its GPU pools adds each class's ``gpu`` (null for none). A
+    catalogued grid adds each class's ``config`` and ``gpus_per_replica`` (``tp``
+    is then null for a disaggregated configuration).
     """
     if not alloc.feasible:
         return None
@@ -469,10 +523,15 @@ def allocation_to_json(alloc: Allocation, grid: CellGrid) -> dict[str, Any] | No
         c = int(alloc.cell[i])
         if c < 0 or int(alloc.replicas[i]) == 0:
             out[name] = {"tp": None, "load": None, "replicas": 0}
+            if grid.catalogued:
+                out[name] |= {"config": None, "gpus_per_replica": None}
             if grid.named_pools:
                 out[name]["gpu"] = None
         else:
-            out[name] = {"tp": int(grid.tp[c]), "load": grid.load[c], "replicas": int(alloc.replicas[i])}
+            cfg = grid.serving_config(c)
+            out[name] = {"tp": cfg.tp, "load": grid.load[c], "replicas": int(alloc.replicas[i])}
+            if grid.catalogued:
+                out[name] |= {"config": cfg.name, "gpus_per_replica": cfg.gpus}
             if grid.named_pools:
                 out[name]["gpu"] = grid.gpu_name(c)
     return out

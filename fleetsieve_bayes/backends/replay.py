@@ -22,6 +22,7 @@ from typing import Any
 from fleetsieve_bayes.allocation.problem import grid_from_table, row_pools
 from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.configs import resolve_configs
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table, replicates
 
@@ -66,14 +67,20 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     path = campaign.measurement.table
     assert path is not None  # validated with the campaign
     df = read_table(path)
+    configs = campaign.configs
+    if configs is not None:  # rows name catalogue entries; tp becomes each replica's GPUs
+        df = resolve_configs(df, configs, str(path), row_offset=2 if path.suffix.lower() != ".parquet" else 0)
+    elif "config" in df.columns and any(df["config"]):
+        raise InputError(f"{path}: column 'config' names configurations, but {campaign.path} declares no [[configs]]")
     # Several [[fleet.pools]]: one table holds every GPU type, a cell is keyed by its GPU too.
     pools = campaign.pool_names if campaign.pool_names and len(campaign.pool_names) > 1 else None
-    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=pools)
+    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=pools, configs=configs)
     df = df[df["workload"].isin(campaign.workload_names)]
     gpu = [()] * len(df) if pools is None else [(pools[j],) for j in row_pools(df, pools, str(path))]
     windows: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
     for r, rep, g in zip(df.to_dict(orient="records"), replicates(df).tolist(), gpu, strict=True):
-        windows.setdefault((r["workload"], int(r["tp"]), str(r["load"]), *g), {})[rep] = {
+        conf = r["config"] if configs is not None else int(r["tp"])
+        windows.setdefault((r["workload"], conf, str(r["load"]), *g), {})[rep] = {
             k: _plain(v) for k, v in r.items()
         }
 

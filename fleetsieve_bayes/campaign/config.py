@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fleetsieve_bayes.allocation.problem import AllocationProblem, check_demand
+from fleetsieve_bayes.configs import ServingConfig, parse_catalogue
 from fleetsieve_bayes.decision.intervals import DEFAULT_SLO_ATTAINMENT, POINT, check_level
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.settings import (
@@ -203,6 +204,8 @@ class Campaign:
     max_wall_s: float | None = None
     # [stopping] alternatives: ranked fleets result.json lists beside the answer (0: none).
     alternatives: int = ALTERNATIVES
+    # [[configs]]: the catalogue of serving configurations (None: each TP of the table is one).
+    configs: tuple[ServingConfig, ...] | None = None
 
     @property
     def pool_names(self) -> tuple[str, ...] | None:
@@ -283,7 +286,7 @@ class Campaign:
 
 
 # Allowed keys per section, so a typo is an error instead of a silent default.
-_TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads"}
+_TOP_KEYS = {"name", "fleet", "model", "measurement", "stopping", "workloads", "configs"}
 _FLEET_KEYS = {"gpus", "pools", "usd_per_hour_max"}
 _FLEET_POOL_KEYS = {"gpu", "count", "usd_per_gpu_hour", "nodes", "gpus_per_node"}
 _MODEL_KEYS = {
@@ -398,6 +401,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", ALTERNATIVES), lo=0)
 
     workloads = _parse_workloads(ctx, raw)
+    configs = parse_catalogue(raw["configs"], str(path)) if "configs" in raw else None
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
     if len(kinds) > 1:
         where = next(f"[[workloads]] {w.name!r} slo_attainment" for w in workloads if w.slo_attainment is not None)
@@ -430,6 +434,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
         alternatives=alternatives,
+        configs=configs,
         **budget,
     )
     return campaign

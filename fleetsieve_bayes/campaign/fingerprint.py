@@ -85,6 +85,8 @@ def campaign_inputs(campaign: Campaign) -> dict[str, Any]:
             w.name: w.to_json()
             for w in campaign.workloads
         },
+        # The catalogue of configurations: only when declared, likewise.
+        **({"configs": [c.to_json() for c in campaign.configs]} if getattr(campaign, "configs", None) else {}),
     }
 
 

@@ -132,9 +132,10 @@ class _Fields:
     def cell(self, name: str, v: Any) -> Cell:
         if not isinstance(v, dict):
             raise self.fail(name, f"must be an object {{workload, tp, load}}, got {v!r}")
+        conf = self.str_(f"{name}.config", obj=v) if "config" in v else self.int_(f"{name}.tp", obj=v)
         return Cell(
             self.str_(f"{name}.workload", obj=v),
-            self.int_(f"{name}.tp", obj=v),
+            conf,
             str(self.get(f"{name}.load", obj=v)),
             str(v.get("gpu") or ""),
         )
@@ -154,6 +155,9 @@ class _Fields:
             if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int)):
                 raise self.fail(f"{name}.{w}.tp", f"must be an integer or null, got {tp!r}")
             out[str(w)] = {"tp": tp, "load": None if e.get("load") is None else str(e["load"]), "replicas": reps}
+            if "config" in e:  # a catalogued campaign names each class's configuration
+                out[str(w)]["config"] = None if e["config"] is None else str(e["config"])
+                out[str(w)]["gpus_per_replica"] = e.get("gpus_per_replica")
             if e.get("gpu") is not None:  # a campaign of several pools names each class's GPU type
                 out[str(w)]["gpu"] = str(e["gpu"])
         return out
@@ -165,11 +169,13 @@ class Cell(tuple):
 
     A plain tuple of 3 or 4 items (``gpu`` empty: 3), so ``tuple(cell)`` is the
     grid's key of the cell (:meth:`fleetsieve_bayes.allocation.problem.CellGrid.key`).
+    In a campaign with a ``[[configs]]`` catalogue the second item is the
+    configuration's name (a ``str``) in place of the TP.
     """
 
     __slots__ = ()
 
-    def __new__(cls, workload: str, tp: int, load: str, gpu: str = "") -> Cell:
+    def __new__(cls, workload: str, tp: int | str, load: str, gpu: str = "") -> Cell:
         items = (workload, tp, load) if not gpu else (workload, tp, load, gpu)
         return super().__new__(cls, items)
 
@@ -182,7 +188,17 @@ class Cell(tuple):
 
     @property
     def tp(self) -> int:
+        """The TP of a cell without a catalogue (its configuration); see :attr:`config`."""
         return self[1]
+
+    @property
+    def config(self) -> int | str:
+        """The cell's configuration: its TP, or its catalogue entry's name."""
+        return self[1]
+
+    @property
+    def catalogued(self) -> bool:
+        return isinstance(self[1], str)
 
     @property
     def load(self) -> str:
@@ -194,12 +210,14 @@ class Cell(tuple):
         return self[3] if len(self) > 3 else ""
 
     def to_json(self) -> dict[str, Any]:
-        out = {"workload": self.workload, "tp": self.tp, "load": self.load}
+        conf = {"config": self[1]} if self.catalogued else {"tp": self[1]}
+        out = {"workload": self.workload, **conf, "load": self.load}
         return {**out, "gpu": self.gpu} if self.gpu else out
 
     @property
     def label(self) -> str:
-        return f"{self.workload} TP{self.tp}@{self.load}" + (f" on {self.gpu}" if self.gpu else "")
+        name = self[1] if self.catalogued else f"TP{self[1]}"
+        return f"{self.workload} {name}@{self.load}" + (f" on {self.gpu}" if self.gpu else "")
 
 
 class Header(NamedTuple):

@@ -92,12 +92,19 @@ class CampaignResult(NamedTuple):
 
 def write_measurements(out: Path, journal: Journal) -> None:
     """``measurements.csv``: every window measured so far, each with its ``replicate``
-    (nothing before the first)."""
+    (nothing before the first). A catalogued campaign's rows name their ``config``,
+    and give ``tp`` only for an aggregated one."""
     rows = window_rows(journal.measurements)
     if not rows:
         return
+    frame = pd.DataFrame(rows)
+    header = journal.header
+    catalogue = ((header.inputs or {}).get("configs") if header is not None else None) or []
+    if catalogue and "config" in frame.columns:  # tp as the table gives it: the aggregated TP, else empty
+        tp_of = {str(c["name"]).lower(): c.get("tp") for c in catalogue}
+        frame["tp"] = pd.array([tp_of.get(str(n).lower()) for n in frame["config"]], dtype="Int64")
     tmp = out / ".measurements.csv.tmp"
-    write_table(pd.DataFrame(rows), tmp)
+    write_table(frame, tmp)
     tmp.replace(out / "measurements.csv")
 
 

@@ -165,9 +165,10 @@ def optimistic_table(bounds: Bounds) -> np.ndarray:
 
 
 def bounds_frame(grid: CellGrid, bounds: Bounds, measured_mask: np.ndarray) -> pd.DataFrame:
-    """``bounds.csv``: one row per cell with :data:`BOUNDS_COLUMNS`."""
+    """``bounds.csv``: one row per cell with :data:`BOUNDS_COLUMNS` (a catalogued grid adds
+    ``config`` and ``gpus_per_replica``, and ``tp`` is empty for a disaggregated configuration)."""
     lo, hi = bounds.lo, bounds.hi
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "workload": [grid.workloads[int(w)] for w in grid.workload_idx],
             "tp": grid.tp.astype(np.int64),
@@ -184,6 +185,12 @@ def bounds_frame(grid: CellGrid, bounds: Bounds, measured_mask: np.ndarray) -> p
         },
         columns=list(BOUNDS_COLUMNS),
     )
+    if grid.catalogued:  # name each cell's configuration; tp only where it is an aggregated TP
+        confs = [grid.serving_config(i) for i in range(grid.n_cells)]
+        frame["tp"] = pd.array([c.tp for c in confs], dtype="Int64")
+        frame.insert(2, "config", [c.name for c in confs])
+        frame.insert(3, "gpus_per_replica", [c.gpus for c in confs])
+    return frame
 
 
 class Attainment(NamedTuple):
