@@ -209,6 +209,7 @@ def build_strategy(setup: CampaignSetup, grid: CellGrid, problem: Any) -> Strate
 
 def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
     """Rows of ``[measurement] seed_tables`` for the campaign's workloads, validated, first table first."""
+    from fleetsieve_bayes.configs import resolve_configs
     from fleetsieve_bayes.table import read_table
 
     out: list[SeedRow] = []
@@ -216,6 +217,8 @@ def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
     for i, path in enumerate(campaign.measurement.seed_tables):
         try:
             df = read_table(path)
+            if campaign.configs is not None:  # rows name catalogue entries; tp: each replica's GPUs
+                df = resolve_configs(df, campaign.configs, str(path), row_offset=2)
         except InputError as exc:
             raise _field_error(campaign, f"[measurement] seed_tables[{i}]", exc) from None
         for line, r in enumerate(df.to_dict(orient="records"), start=2):
@@ -223,7 +226,8 @@ def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
                 continue
             row = plain_row({k: (None if v is pd.NA else v) for k, v in r.items()})
             gpu = str(r.get("gpu") or "") if campaign.pool_names and len(campaign.pool_names) > 1 else ""
-            out.append((Cell(str(r["workload"]), int(r["tp"]), str(r["load"]), gpu), row, f"seed table {path} line {line}"))
+            conf = str(r["config"]) if campaign.configs is not None else int(r["tp"])
+            out.append((Cell(str(r["workload"]), conf, str(r["load"]), gpu), row, f"seed table {path} line {line}"))
     return out
 
 

@@ -108,7 +108,9 @@ on_release(_KERNELS.clear)  # fleetsieve_bayes.jax_cache.release_compiled
 
 def joint_kernel(grid: CellGrid, problem: AllocationProblem) -> Any:
     """The joint-check kernel of ``(grid, problem)``, compiled once per campaign."""
-    key = repr((grid.workloads, grid.load, grid.tp.tolist(), grid.workload_idx.tolist(), [np.asarray(a).tolist() for a in problem])).encode()
+    key = repr((grid.workloads, grid.load, grid.tp.tolist(), grid.workload_idx.tolist(),
+                [np.asarray(a).tolist() for a in problem],
+                *(() if grid.config is None else (grid.config.tolist(),)))).encode()
     if key not in _KERNELS:
         _KERNELS.clear()  # one campaign at a time: keep one compiled kernel
         _KERNELS[key] = make_joint_check(grid, problem)

@@ -17,6 +17,21 @@ over the classes). Where a class has more types than TPs, each type left
 without a probe gets one at the class's middle TP. A (class, TP) that a type
 does not offer goes to the next type in the rotation that does. A grid of one
 pool gets exactly the single-type design.
+
+A grid with a catalogue of configurations (``[[configs]]``) cannot afford one
+probe per (class, configuration): 63 configurations would spend the design's
+whole budget. Each class probes instead, at its median load:
+
+- every aggregated TP degree once, its engine variant (the catalogue's entries
+  of that TP) chosen in rotation over classes and TPs, so that across the
+  classes every engine setting is seen;
+- :data:`DISAGGREGATED_PROBES` disaggregated configurations, evenly spaced in
+  their order by GPUs per replica and offset by class, so that different
+  classes see different worker mixes.
+
+That is what the model shares strength through: the capacity curve in TP from
+the aggregated probes, the engine covariates from the rotation, and the
+composition of disaggregated replicas from a few measured mixes.
 """
 
 from __future__ import annotations
@@ -29,7 +44,12 @@ from fleetsieve_bayes.allocation.problem import CellGrid
 # callers that import them with the design.
 from fleetsieve_bayes.decision.strategies.registry import STRATEGY_NAMES
 
-__all__ = ["initial_design", "STRATEGY_NAMES"]
+__all__ = ["initial_design", "STRATEGY_NAMES", "DISAGGREGATED_PROBES"]
+
+# Disaggregated configurations each class probes in a catalogued design: two
+# mixes per class, so that with 3 classes six mixes (a spread of worker ratios
+# and per-role TPs) are measured before the acquisition starts.
+DISAGGREGATED_PROBES = 2
 
 
 def _median_load(grid: CellGrid, where: np.ndarray) -> int:
@@ -41,6 +61,8 @@ def _median_load(grid: CellGrid, where: np.ndarray) -> int:
 
 def initial_design(grid: CellGrid) -> list[int]:
     """Cell indices of the initial design, in measurement order (class, then TP)."""
+    if grid.catalogued:
+        return _catalogue_design(grid)
     cells: list[int] = []
     gpu = grid.gpu_idx
     for w in range(grid.n_classes):
@@ -60,4 +82,35 @@ def initial_design(grid: CellGrid) -> list[int]:
             on = in_w & (gpu == g)
             tps_g = np.unique(grid.tp[on])
             cells.append(_median_load(grid, on & (grid.tp == tps_g[(len(tps_g) - 1) // 2])))
+    return cells
+
+
+def _catalogue_design(grid: CellGrid) -> list[int]:
+    """The catalogued design (module docstring): per class, each aggregated TP once (engine
+    variant in rotation) and :data:`DISAGGREGATED_PROBES` disaggregated mixes, at the median load."""
+    assert grid.configs is not None
+    conf = grid.config_idx
+    gpu = grid.gpu_idx
+    cells: list[int] = []
+    for w in range(grid.n_classes):
+        in_w = grid.workload_idx == w
+        offered = sorted({int(c) for c in conf[in_w]})
+        agg = [c for c in offered if not grid.configs[c].disaggregated]
+        dis = sorted((c for c in offered if grid.configs[c].disaggregated),
+                     key=lambda c: (grid.configs[c].gpus, c))
+        picks: list[int] = []
+        for j, tp in enumerate(sorted({grid.configs[c].tp for c in agg})):
+            variants = [c for c in agg if grid.configs[c].tp == tp]
+            picks.append(variants[(w + j) % len(variants)])
+        k = min(DISAGGREGATED_PROBES, len(dis))
+        if k:
+            step = max(1, len(dis) // (k * max(grid.n_classes, 1)))
+            chosen = {(((2 * i + 1) * len(dis)) // (2 * k) + w * step) % len(dis) for i in range(k)}
+            picks += [dis[i] for i in sorted(chosen)]
+        types = np.unique(gpu[in_w])
+        for j, c in enumerate(picks):
+            at = in_w & (conf == c)
+            g = next((int(types[(j + w + s) % types.size]) for s in range(types.size)
+                      if np.any(at & (gpu == types[(j + w + s) % types.size]))), int(types[0]))
+            cells.append(_median_load(grid, at & (gpu == g)))
     return cells

@@ -208,8 +208,8 @@ def load_ladder(
 
 def grid_ladder(grid: Any, steps: int = KNEE_GUARD) -> LoadLadder:
     """:func:`load_ladder` of a :class:`~fleetsieve_bayes.allocation.problem.CellGrid`
-    (its classes, TPs, loads and GPU pools)."""
-    return load_ladder(grid.workload_idx, grid.tp, grid.offered_rps, steps, grid.gpu_idx)
+    (its classes, configurations, loads and GPU pools)."""
+    return load_ladder(grid.workload_idx, grid.config_idx, grid.offered_rps, steps, grid.gpu_idx)
 
 
 def guard_state(observed: Any, measured: Any, ladder: LoadLadder, repeatability: float) -> tuple[Any, Any]:

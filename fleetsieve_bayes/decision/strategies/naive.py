@@ -25,7 +25,7 @@ def grid_order(grid: CellGrid) -> np.ndarray:
     """The ``grid`` strategy's fixed order: workload, TP ascending, offered load ascending, label; ``(n_cells,)``."""
     labels = np.asarray(grid.load, dtype=object)
     label_rank = np.unique(labels, return_inverse=True)[1]
-    return np.lexsort((np.arange(grid.n_cells), label_rank, grid.offered_rps, grid.tp, grid.workload_idx))
+    return np.lexsort((np.arange(grid.n_cells), label_rank, grid.offered_rps, grid.config_idx, grid.workload_idx))
 
 
 def build_random(ctx: StrategyContext) -> Select:
