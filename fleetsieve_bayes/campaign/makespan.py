@@ -28,9 +28,11 @@ def record_dict(rec: Any) -> dict[str, Any]:
     return to_json() if callable(to_json) else {}
 
 
-def cell_key(cell: Any) -> tuple[str, int, str]:
+def cell_key(cell: Any) -> tuple[str, int | str, str]:
+    """``(workload, tp or config name, load)`` of a cell or its journal JSON."""
     d = cell if isinstance(cell, dict) else (cell.to_json() if hasattr(cell, "to_json") else dict(cell))
-    return (str(d["workload"]), int(d["tp"]), str(d["load"]))
+    conf = str(d["config"]) if "config" in d else int(d["tp"])
+    return (str(d["workload"]), conf, str(d["load"]))
 
 
 def _num(v: Any) -> float:

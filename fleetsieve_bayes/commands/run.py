@@ -91,7 +91,8 @@ def main(args: argparse.Namespace) -> int:
                   f"(P = {ch['p_epsilon_optimal']:.2f})")
         for name, a in (r["allocation"] or {}).items():
             if a["replicas"]:
-                print(f"  {name}: TP{a['tp']} @ {a['load']} x{a['replicas']}")
+                conf = f"{a['config']} ({a['gpus_per_replica']} GPUs)" if a.get("config") else f"TP{a['tp']}"
+                print(f"  {name}: {conf} @ {a['load']} x{a['replicas']}")
             else:
                 print(f"  {describe_unserved(name, why.get(name, {}), r)}")
         if r.get("production"):
