@@ -270,7 +270,8 @@ def level_inputs(
     """:class:`LevelInputs` from a window-noise posterior and its
     :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds` (same ``seed``:
     the same departures)."""
-    from fleetsieve_bayes.model.joint import offset_moments, offset_normals, success_offsets
+    from fleetsieve_bayes.model.success import success_offsets
+    from fleetsieve_bayes.model.window_noise import offset_moments, offset_normals
 
     latent = jnp.asarray(posterior.latent)
     n, s1 = offset_moments(latent, jnp.asarray(posterior.noise), posterior.windows)
@@ -545,7 +546,10 @@ def _level_candidate_tables(
     near 1 per draw) flips on the slightest reweighting — noise, not
     information. Returns ``(cons, opt)`` each ``(F, C, 4)`` through
     :func:`fleetsieve_bayes.decision.intervals.level_tables`."""
-    from fleetsieve_bayes.model.joint import offsets_from_moments, probabilities_given_offsets
+    from fleetsieve_bayes.model.window_noise import (
+        offsets_from_moments,
+        probabilities_given_offsets,
+    )
 
     lv = inp.level
     n_cells = inp.latent.shape[1]
@@ -572,7 +576,7 @@ def _window_fantasy(inp: KernelInputs, e: jax.Array, y: jax.Array) -> jax.Array:
     """Fantasy windows ``(F, 4)`` of cell ``e`` at the level: throughput and tails
     the draw's curve times its current departure and one window's noise (the
     window-noise model's predictive of a new window), success ``y``'s own."""
-    from fleetsieve_bayes.model.joint import offsets_from_moments
+    from fleetsieve_bayes.model.window_noise import offsets_from_moments
 
     lv = inp.level
     d = inp.d_f
@@ -632,7 +636,7 @@ def kernel_functions(
     sample_obs: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
     knee_guard: int = KNEE_GUARD,
 ) -> KernelFunctions:
-    """The kernel's functions; defaults: the JAX allocator and :mod:`fleetsieve_bayes.model.joint`'s noise.
+    """The kernel's functions; defaults: the JAX allocator and :mod:`fleetsieve_bayes.model.observation`'s noise.
 
     ``knee_guard``: steps of the grid's :func:`~fleetsieve_bayes.decision.intervals.load_ladder`.
     """
@@ -641,10 +645,10 @@ def kernel_functions(
 
         allocator_solve = make_jax_allocator(grid, problem).solve
     if obs_logpdf is None or sample_obs is None:
-        from fleetsieve_bayes.model import joint as _model
+        from fleetsieve_bayes.model import observation as _observation
 
-        obs_logpdf = obs_logpdf or _model.obs_logpdf
-        sample_obs = sample_obs or _model.sample_obs
+        obs_logpdf = obs_logpdf or _observation.obs_logpdf
+        sample_obs = sample_obs or _observation.sample_obs
     ladder = grid_ladder(grid, knee_guard)
     return KernelFunctions(
         allocator_solve, obs_logpdf, sample_obs, float(np.sum(problem.demand)), LoadLadder(*map(jnp.asarray, ladder))

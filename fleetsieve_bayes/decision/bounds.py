@@ -34,12 +34,9 @@ from fleetsieve_bayes.decision.intervals import (
     model_intervals,
     with_measured,
 )
-from fleetsieve_bayes.model.joint import (
-    cell_offsets,
-    probabilities_given_offsets,
-    sample_obs,
-    served_nothing,
-)
+from fleetsieve_bayes.model.data import served_nothing
+from fleetsieve_bayes.model.observation import sample_obs
+from fleetsieve_bayes.model.window_noise import cell_offsets, probabilities_given_offsets
 from fleetsieve_bayes.table import BOUNDS_COLUMNS
 
 __all__ = [

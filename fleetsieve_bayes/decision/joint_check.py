@@ -65,7 +65,7 @@ from fleetsieve_bayes.decision.certificate import (
     Certificate,
 )
 from fleetsieve_bayes.decision.intervals import level_tables
-from fleetsieve_bayes.model.joint import sample_obs
+from fleetsieve_bayes.model.observation import sample_obs
 from fleetsieve_bayes.numerics import at_least
 
 __all__ = [

@@ -64,7 +64,7 @@ from fleetsieve_bayes.decision.acquisition import (
 )
 from fleetsieve_bayes.decision.intervals import level_tables
 from fleetsieve_bayes.decision.joint_check import joint_tables
-from fleetsieve_bayes.model.joint import obs_logpdf
+from fleetsieve_bayes.model.observation import obs_logpdf
 
 __all__ = [
     "RegretScores",
@@ -115,11 +115,8 @@ def level_regret_inputs(
     one departure per draw (key ``seed``) and the attainment it gives. ``measured (n_cells,)``
     bool and ``observed (n_cells, 4)``: a measured cell none of whose windows served
     attains 0 in every draw (as in :func:`~fleetsieve_bayes.decision.bounds.attainment_bounds`)."""
-    from fleetsieve_bayes.model.joint import (
-        cell_offsets,
-        probabilities_given_offsets,
-        served_nothing,
-    )
+    from fleetsieve_bayes.model.data import served_nothing
+    from fleetsieve_bayes.model.window_noise import cell_offsets, probabilities_given_offsets
 
     latent = jnp.asarray(posterior.latent)
     dt = latent.dtype

@@ -67,6 +67,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model import inference as _inference
+from fleetsieve_bayes.model.data import model_data
 from fleetsieve_bayes.model.diagnostics import (
     MINOR_MODE_LP_GAP,
     convergence_diagnostics,
@@ -75,7 +76,6 @@ from fleetsieve_bayes.model.diagnostics import (
     minor_mode_chains,
 )
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
-from fleetsieve_bayes.model.joint import model_data
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 
 __all__ = [

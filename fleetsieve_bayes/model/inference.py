@@ -56,21 +56,13 @@ from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.jax_cache import on_release
 from fleetsieve_bayes.model import sampling_progress as _progress
+from fleetsieve_bayes.model.class_prior import init_unconstrained
+from fleetsieve_bayes.model.data import ModelData, gpu_dev_count, model_data, tp_dev_count
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
-from fleetsieve_bayes.model.joint import (
-    COORDINATES,
-    NOISE_DF,
-    ModelData,
-    fleet_model,
-    from_transformed,
-    gpu_dev_count,
-    init_unconstrained,
-    model_data,
-    obs_from_normals,
-    tp_dev_count,
-)
+from fleetsieve_bayes.model.joint import COORDINATES, fleet_model
 from fleetsieve_bayes.model.lattice import on_lattice, snap_start
+from fleetsieve_bayes.model.observation import NOISE_DF, from_transformed, obs_from_normals
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.model.storage import load_idata, save_posterior

@@ -1,0 +1,333 @@
+"""The model's inputs: a campaign's cells and measurement windows as fixed-shape arrays.
+
+:class:`ModelData` is everything :func:`fleetsieve_bayes.model.joint.fleet_model` reads
+(per cell ``(n_cells, ...)``, per class ``(n_classes,)``), built by :func:`model_data`;
+:class:`WindowRows` holds every measurement window by cell (``(n_rows, 4)``, padded to a
+multiple of :data:`ROW_BUCKET`), built by :func:`window_rows`. This module also owns the
+rules on which observations count:
+
+* :func:`usable_mask`: which measured metrics enter the continuous likelihood (a
+  failed cell, 0 throughput or 0 success, enters none; a non-finite tail drops
+  only that metric);
+* :func:`load_failures`: which failed runs are evidence of overload (a failure at
+  a load its class, GPU type and TP served below it and none above; the model's
+  factor is :data:`fleetsieve_bayes.model.joint.FAILURE_SHARPNESS`);
+* :func:`served_nothing`: measured cells without one usable window;
+* the sizes of the GPU and TP axes (:func:`gpu_dev_count`, :func:`tp_dev_count`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.scales import TINY as _TINY
+from fleetsieve_bayes.model.scales import metric_transform
+
+__all__ = [
+    "ModelData",
+    "WindowRows",
+    "ROW_BUCKET",
+    "usable_mask",
+    "model_data",
+    "gpu_dev_count",
+    "tp_departure_sd",
+    "tp_dev_count",
+    "served_nothing",
+    "window_rows",
+    "load_failures",
+]
+
+# Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
+ROW_BUCKET = 16
+
+
+class ModelData(NamedTuple):
+    """Fixed-shape inputs of :func:`~fleetsieve_bayes.model.joint.fleet_model` (all jnp arrays).
+
+    ``n_classes`` is ``n_classes_max`` (padded classes have no cells and follow
+    their prior).
+    """
+
+    widx: jnp.ndarray  # int32 (n_cells,): class of each cell
+    u: jnp.ndarray  # (n_cells,): log2(TP)
+    log_offered: jnp.ndarray  # (n_cells,): log offered_rps
+    u_lo: jnp.ndarray  # (): smallest log2(TP) of the grid
+    u_hi: jnp.ndarray  # (): largest log2(TP) of the grid
+    cap_ref: jnp.ndarray  # (n_classes,): log median(offered_rps / TP) of the class
+    load_ref: jnp.ndarray  # (n_classes,): median log offered_rps of the class
+    observed: jnp.ndarray  # (n_cells, 4): natural units, placeholders (1.0) where not usable
+    fit_mask: jnp.ndarray  # bool (n_cells, 4): metric enters the likelihood
+    measured: jnp.ndarray  # bool (n_cells,)
+    failed_under_load: jnp.ndarray  # bool (n_cells,): see :func:`load_failures`
+    # Every measurement window, several per cell (None: one value per cell, the
+    # Student-t likelihood of ``observed``; see :class:`WindowRows`).
+    windows: WindowRows | None = None
+    # The GPU axis (None: every cell on the card's GPU): per cell the roofline
+    # log ratios (capacity, ttft, completion) of its GPU type to the card's
+    # reference, (n_cells, 3), and which non-reference type it runs on,
+    # one-hot (n_cells, n_gpu_dev) (a zero row: the reference). See
+    # :func:`fleetsieve_bayes.model.gpu_axis.grid_gpu_inputs`.
+    gpu_offset: jnp.ndarray | None = None
+    gpu_onehot: jnp.ndarray | None = None
+    # Which of the grid's TP degrees each cell runs at, one-hot (n_cells, n_tp)
+    # (columns in increasing TP): the per-(class, TP) departures from the
+    # smooth curves in TP (:func:`~fleetsieve_bayes.model.curves.tp_departure`) read it.
+    tp_onehot: jnp.ndarray | None = None
+    tp_log2: jnp.ndarray | None = None  # (n_tp,) log2 of the grid's TP degrees (tp_onehot's columns)
+
+
+class WindowRows(NamedTuple):
+    """The measurement windows of a campaign, indexed by cell (jnp arrays).
+
+    ``rows (n_rows, 4)`` natural units (1.0 where not usable), ``cell int32
+    (n_rows,)`` the cell of each row, ``mask bool (n_rows, 4)`` the metric
+    enters the likelihood (:func:`usable_mask` of the row; padding rows are all
+    False). ``n_rows`` is padded to a multiple of :data:`ROW_BUCKET` so a
+    campaign's program recompiles only every few repeats.
+    """
+
+    rows: jnp.ndarray
+    cell: jnp.ndarray
+    mask: jnp.ndarray
+    # Success's likelihood per cell (see success.success_loglik): ``single bool
+    # (n_rows,)`` the row is its cell's only success window (closed form);
+    # the rows of cells with two or more, ``shared int32 (n_shared,)`` (row
+    # indices, padded to a multiple of ROW_BUCKET, possibly 0), their cells
+    # renumbered ``shared_cell int32 (n_shared,)`` into slots whose grid cell
+    # is ``shared_slot int32 (n_shared,)``, ``shared_mask bool (n_shared,)``
+    # (Gauss-Hermite over the departure the windows share).
+    single: jnp.ndarray | None = None
+    shared: jnp.ndarray | None = None
+    shared_cell: jnp.ndarray | None = None
+    shared_slot: jnp.ndarray | None = None
+    shared_mask: jnp.ndarray | None = None
+    # ``rank int32 (n_rows,)``: a usable success row's place among its cell's
+    # by descending value (0 the highest; ties by row order), the order in
+    # which success_node_loglik labels windows plain or burst.
+    rank: jnp.ndarray | None = None
+
+
+def usable_mask(
+    observed: np.ndarray, measured_mask: np.ndarray, failed: np.ndarray | None = None
+) -> np.ndarray:
+    """Which measured metrics enter the continuous likelihood.
+
+    Args:
+        observed: ``(n_cells, 4)`` natural units (anything where not measured).
+        measured_mask: bool ``(n_cells,)``.
+        failed: optional bool ``(n_cells,)`` (the table's ``failure`` label).
+
+    Returns:
+        bool ``(n_cells, 4)``: measured, not a failed cell (throughput > 0 and
+        success > 0 and not labelled failed), and the metric itself finite and > 0.
+    """
+    obs = np.asarray(observed, dtype=np.float64)
+    m = np.asarray(measured_mask, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        ok_cell = (
+            m & np.isfinite(obs[:, 0]) & (obs[:, 0] > 0) & np.isfinite(obs[:, 3]) & (obs[:, 3] > 0)
+        )
+        if failed is not None:
+            ok_cell &= ~np.asarray(failed, dtype=bool)
+        ok_metric = np.isfinite(obs) & (obs > 0)
+    return ok_cell[:, None] & ok_metric
+
+
+def model_data(
+    grid: CellGrid,
+    observed: np.ndarray,
+    measured_mask: np.ndarray,
+    n_classes_max: int | None = None,
+    *,
+    failed: np.ndarray | None = None,
+    server_failed: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    row_cell: np.ndarray | None = None,
+    gpu: tuple[np.ndarray, np.ndarray] | None = None,
+) -> ModelData:
+    """Build the model's fixed-shape inputs.
+
+    Args:
+        grid: the candidate cells.
+        observed: ``(n_cells, 4)`` METRICS values; only rows where
+            ``measured_mask`` is True are read (NaN elsewhere is fine).
+        measured_mask: bool ``(n_cells,)``.
+        n_classes_max: pad the class axis to this size (default ``grid.n_classes``).
+        failed: optional bool ``(n_cells,)`` of cells labelled as failures.
+        server_failed: optional bool ``(n_cells,)`` of failed cells whose
+            server never served (start-up failures, the memory guard): not
+            evidence of overload (:func:`load_failures`).
+        rows: optional ``(n_rows, 4)`` every measurement window (natural
+            units), with ``row_cell int (n_rows,)`` its cell: the window-noise
+            likelihood (:func:`~fleetsieve_bayes.model.joint.fleet_model`) reads these instead of
+            ``observed``. A measured cell without a row (a failure inferred
+            for every load of its TP) adds nothing to the likelihood, as its
+            failed value would not.
+        gpu: the GPU axis, ``(offset (n_cells, 3), onehot (n_cells, n_gpu_dev))``
+            (:func:`fleetsieve_bayes.model.gpu_axis.grid_gpu_inputs`); None:
+            every cell on the card's GPU. A class's capacity reference
+            (``cap_ref``) is then on the reference GPU's scale.
+    """
+    n = grid.n_cells
+    observed = np.asarray(observed, dtype=np.float64).reshape(n, 4)
+    measured = np.asarray(measured_mask, dtype=bool).reshape(n)
+    fit = usable_mask(observed, measured, failed)
+    clean = np.where(fit, observed, 1.0)
+    n_classes = grid.n_classes if n_classes_max is None else int(n_classes_max)
+    if n_classes < grid.n_classes:
+        raise ValueError(f"n_classes_max={n_classes} < {grid.n_classes} classes in the grid")
+    u = np.log2(grid.tp.astype(np.float64))
+    per_gpu = grid.offered_rps / grid.tp
+    if gpu is not None:  # each cell's load on the reference GPU's scale
+        per_gpu = per_gpu / np.exp(np.asarray(gpu[0], np.float64)[:, 0])
+    cap_ref = np.zeros(n_classes)
+    load_ref = np.zeros(n_classes)
+    overall = float(np.median(per_gpu[per_gpu > 0])) if np.any(per_gpu > 0) else 1.0
+    log_load = np.log(np.maximum(grid.offered_rps, _TINY))
+    overall_load = float(np.median(log_load)) if n else 0.0
+    for w in range(n_classes):
+        sel = (grid.workload_idx == w) & (per_gpu > 0)
+        cap_ref[w] = math.log(float(np.median(per_gpu[sel])) if sel.any() else overall)
+        load_ref[w] = float(np.median(log_load[sel])) if sel.any() else overall_load
+    return ModelData(
+        widx=jnp.asarray(grid.workload_idx, dtype=jnp.int32),
+        u=jnp.asarray(u),
+        log_offered=jnp.asarray(np.log(np.maximum(grid.offered_rps, _TINY))),
+        u_lo=jnp.asarray(float(u.min())),
+        u_hi=jnp.asarray(float(u.max())),
+        cap_ref=jnp.asarray(cap_ref),
+        load_ref=jnp.asarray(load_ref),
+        observed=jnp.asarray(clean),
+        fit_mask=jnp.asarray(fit),
+        measured=jnp.asarray(measured),
+        failed_under_load=jnp.asarray(load_failures(grid, measured, fit, server_failed)),
+        windows=None if rows is None else window_rows(rows, row_cell, measured, failed),
+        gpu_offset=None if gpu is None else jnp.asarray(np.asarray(gpu[0], np.float64)),
+        gpu_onehot=None if gpu is None else jnp.asarray(np.asarray(gpu[1], np.float64)),
+        tp_onehot=jnp.asarray(
+            (grid.tp[:, None] == np.unique(grid.tp)[None, :]).astype(np.float64).reshape(n, -1)
+        ),
+        tp_log2=jnp.asarray(np.log2(np.unique(grid.tp).astype(np.float64))),
+    )
+
+
+def gpu_dev_count(data: ModelData) -> int:
+    """Non-reference GPU types of the model's GPU axis (0: no axis)."""
+    return 0 if data.gpu_onehot is None else int(data.gpu_onehot.shape[1])
+
+
+def tp_departure_sd(card: PriorCard) -> tuple[float, float, float]:
+    """The card's per-(class, TP) departure scales ``(capacity, ttft, completion)``
+    (``[capacity] tp_sd``, ``[ttft] tp_sd``, ``[completion] tp_sd``; log scale)."""
+    return (card.capacity_tp_sd, card.ttft_tp_sd, card.completion_tp_sd)
+
+
+def tp_dev_count(data: ModelData, card: PriorCard) -> int:
+    """TP degrees of the per-(class, TP) departures (0: the card switches them off)."""
+    if data.tp_onehot is None or not any(s > 0 for s in tp_departure_sd(card)):
+        return 0
+    return int(data.tp_onehot.shape[1])
+
+
+def served_nothing(windows: WindowRows, measured: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """bool ``(n_cells,)``: measured cells whose value is a failure (no metric usable,
+    :func:`usable_mask`) and without one usable window: every window of them failed —
+    the server never served, or nothing succeeded — or they are known to fail
+    without a window of their own (a start-up failure at another load of their
+    class, GPU type and TP). The window-noise posterior knows nothing of such a
+    cell, so at an attainment level it is read as measured: it meets its SLOs in
+    no window (``decision/bounds.py``, ``attainment_bounds``). A cell believed
+    measured (a cell in flight, at its believed values) is not one.
+
+    Args:
+        windows: the fit's :class:`WindowRows`; ``measured`` bool ``(n_cells,)``;
+            ``observed (n_cells, 4)`` the cells' values (read where measured).
+    """
+    measured = np.asarray(measured, bool)
+    failed = measured & ~usable_mask(observed, measured).any(axis=1)
+    usable = np.zeros(measured.shape[0], bool)
+    usable[np.asarray(windows.cell)[np.asarray(windows.mask).any(axis=-1)]] = True
+    return failed & ~usable
+
+
+def window_rows(
+    rows: np.ndarray, row_cell: np.ndarray, measured: np.ndarray, failed: np.ndarray | None = None
+) -> WindowRows:
+    """:class:`WindowRows` of ``rows (n_rows, 4)`` at cells ``row_cell (n_rows,)``.
+
+    A row enters where its cell is measured and the row itself is usable
+    (:func:`usable_mask`: a failed window — 0 throughput or success, or a
+    ``failed`` cell — tells the continuous likelihood nothing).
+    """
+    rows = np.asarray(rows, np.float64).reshape(-1, 4)
+    cell = np.asarray(row_cell, np.int64).reshape(-1)
+    measured = np.asarray(measured, bool)
+    if cell.shape[0] != rows.shape[0]:
+        raise ValueError(f"row_cell has {cell.shape[0]} entries for {rows.shape[0]} rows")
+    if cell.size and (cell.min() < 0 or cell.max() >= measured.shape[0]):
+        raise ValueError("row_cell names a cell outside the grid")
+    f = None if failed is None else np.asarray(failed, bool)[cell]
+    mask = usable_mask(rows, measured[cell], f)
+    n_pad = -(-max(rows.shape[0], 1) // ROW_BUCKET) * ROW_BUCKET
+    pad = n_pad - rows.shape[0]
+    clean = np.concatenate([np.where(mask, rows, 1.0), np.ones((pad, 4))])
+    ok = mask[:, 3]
+    per_cell = np.bincount(cell[ok], minlength=measured.shape[0])
+    single = ok & (per_cell[cell] == 1)
+    shared = np.flatnonzero(ok & (per_cell[cell] > 1))
+    slots, local = np.unique(cell[shared], return_inverse=True)
+    n_shared = -(-shared.size // ROW_BUCKET) * ROW_BUCKET
+    value = np.where(ok, metric_transform(np.where(mask, rows, 1.0), np)[:, 3], -np.inf)
+    order = np.lexsort((np.arange(cell.size), -value, cell))
+    rank = np.empty(cell.size, np.int64)
+    start = np.searchsorted(cell[order], cell[order], side="left")
+    rank[order] = np.arange(cell.size) - start
+    fill = n_shared - shared.size
+    return WindowRows(
+        rows=jnp.asarray(clean),
+        cell=jnp.asarray(np.concatenate([cell, np.zeros(pad, np.int64)]), jnp.int32),
+        mask=jnp.asarray(np.concatenate([mask, np.zeros((pad, 4), bool)])),
+        single=jnp.asarray(np.concatenate([single, np.zeros(pad, bool)])),
+        shared=jnp.asarray(np.concatenate([shared, np.zeros(fill, np.int64)]), jnp.int32),
+        shared_cell=jnp.asarray(np.concatenate([local.reshape(-1), np.zeros(fill, np.int64)]), jnp.int32),
+        shared_slot=jnp.asarray(np.concatenate([slots, np.zeros(n_shared - slots.size, np.int64)]), jnp.int32),
+        shared_mask=jnp.asarray(np.concatenate([np.ones(shared.size, bool), np.zeros(fill, bool)])),
+        rank=jnp.asarray(np.concatenate([rank, np.zeros(pad, np.int64)]), jnp.int32),
+    )
+
+
+def load_failures(
+    grid: CellGrid, measured: np.ndarray, fit_mask: np.ndarray, server_failed: np.ndarray | None = None
+) -> np.ndarray:
+    """bool ``(n_cells,)``: measured cells that failed (no metric usable) where
+    the same class, GPU type and TP served a lower load and no higher one — the engine
+    fell over under load, not at start-up (a start-up OOM fails every load of
+    its TP; a flaky start-up at one load is ``server_failed``). A failure
+    beneath a load that worked is a fluke, not overload: tails and failures
+    only grow with the load.
+
+    Args:
+        grid: the candidate cells.
+        measured: bool ``(n_cells,)``.
+        fit_mask: bool ``(n_cells, 4)`` (:func:`usable_mask`).
+        server_failed: optional bool ``(n_cells,)``: failed cells whose server
+            never served (a start-up failure): never counted.
+    """
+    measured = np.asarray(measured, bool)
+    working = np.asarray(fit_mask, bool).any(axis=1)
+    failed = measured & ~working
+    if server_failed is not None:
+        failed &= ~np.asarray(server_failed, bool)
+    out = np.zeros(grid.n_cells, bool)
+    for c in np.flatnonzero(failed):
+        same = grid.same_curve(c) & working
+        below = np.any(same & (grid.offered_rps < grid.offered_rps[c]))
+        above = np.any(same & (grid.offered_rps > grid.offered_rps[c]))
+        out[c] = bool(below and not above)
+    return out
