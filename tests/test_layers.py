@@ -19,7 +19,7 @@ ROOT = "fleetsieve_bayes"
 # (layer name, module prefixes): a module belongs to the layer of its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("errors", "arrays", "resources", "settings", "seeds", "validation", "atomic", "exports",
-              "jax_cache", "table", "arviz_import", "interrupts", "numerics")),
+              "jax_cache", "table", "arviz_import", "interrupts", "numerics", "configs")),
     ("allocation", ("allocation",)),
     ("model", ("model",)),
     ("decision", ("decision",)),

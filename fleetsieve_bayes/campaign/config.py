@@ -396,12 +396,10 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
     max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
     answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
-    budget = {k: ctx.number(f"[stopping] {k}", stopping[k], lo=0.0, lo_open=True)
-              for k in ("max_gpu_seconds", "max_wall_s") if k in stopping}
+    budget = _budget(ctx, stopping)
     alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", ALTERNATIVES), lo=0)
 
     workloads = _parse_workloads(ctx, raw)
-    configs = parse_catalogue(raw["configs"], str(path)) if "configs" in raw else None
     kinds = {isinstance(q, str) for q in (slo_attainment, *(w.slo_attainment for w in workloads)) if q is not None}
     if len(kinds) > 1:
         where = next(f"[[workloads]] {w.name!r} slo_attainment" for w in workloads if w.slo_attainment is not None)
@@ -434,10 +432,16 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
         pools=fleet_pools,
         usd_per_hour_max=usd_per_hour_max,
         alternatives=alternatives,
-        configs=configs,
+        configs=parse_catalogue(raw["configs"], str(path)) if "configs" in raw else None,
         **budget,
     )
     return campaign
+
+
+def _budget(ctx: Validator, stopping: dict[str, Any]) -> dict[str, float]:
+    """``[stopping] max_gpu_seconds`` and ``max_wall_s`` where set (each > 0)."""
+    return {k: ctx.number(f"[stopping] {k}", stopping[k], lo=0.0, lo_open=True)
+            for k in ("max_gpu_seconds", "max_wall_s") if k in stopping}
 
 
 def parse_pools(ctx: Validator, fleet: dict[str, Any]) -> tuple[int, tuple[FleetPool, ...], float | None]:
