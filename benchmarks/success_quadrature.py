@@ -1,7 +1,7 @@
 """Accuracy and cost of the success likelihood's quadrature over a cell's shared departure.
 
 A cell's success windows share its logit departure ``δ_s ~ N(0, a²)``, and each
-window is plain or in a burst (``model/joint.py``, ``_burst_logpdf``). The
+window is plain or in a burst (``model/success.py``, ``burst_logpdf``). The
 model integrates ``δ_s`` out per cell (``_success_node_loglik``): exactly over
 which of the cell's highest windows burst, Gauss-Hermite for the rest. This
 script draws random cells (2–5 windows; random discrepancy sd ``a``, window sd,
@@ -35,11 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special, stats
 
-from fleetsieve_bayes.model import joint
+from fleetsieve_bayes.model import joint, success
 
 
 def _burst_logpdf(x: np.ndarray, sd: float, p: float, drop: float) -> np.ndarray:
-    """NumPy twin of ``joint._burst_logpdf`` (the reference is independent of JAX)."""
+    """NumPy twin of ``success.burst_logpdf`` (the reference is independent of JAX)."""
     lam = 1.0 / drop
     core = -0.5 * (x / sd) ** 2 - math.log(sd) - 0.5 * math.log(2 * math.pi)
     burst = math.log(lam) + 0.5 * (lam * sd) ** 2 + lam * x + special.log_ndtr(-x / sd - lam * sd)
@@ -69,7 +69,7 @@ def quadrature(c: dict[str, Any]) -> float:
     k = d.size
     rank = jnp.asarray(np.argsort(np.argsort(-d, kind="stable")), jnp.int32)
     window = jnp.asarray([[0.01, 0.1, 0.1, c["sd"], c["p"], c["drop"]]])
-    terms, _ = joint._success_node_loglik(
+    terms, _ = success.success_node_loglik(
         jnp.asarray(d), jnp.ones(k, bool), jnp.zeros(k, jnp.int32), rank, 1, jnp.asarray(c["a"]), window
     )
     return float(jax.nn.logsumexp(terms[0]))
@@ -89,7 +89,7 @@ def gradient_fn(nodes: int) -> Any:
         np.full((n_cells, 3), 0.1), rng.uniform(0.1, 0.5, n_cells), np.full(n_cells, 0.05), np.full(n_cells, 1.5),
     ]))
     y = joint.to_transformed(wr.rows)[:, 3]
-    f = jax.jit(jax.value_and_grad(lambda ell, a: joint._success_loglik(y - ell[wr.cell], wr, a, window), argnums=(0, 1)))
+    f = jax.jit(jax.value_and_grad(lambda ell, a: success.success_loglik(y - ell[wr.cell], wr, a, window), argnums=(0, 1)))
     ell, a = jnp.full(n_cells, 3.0), jnp.asarray(0.4)
     with gh_nodes(nodes):
         jax.block_until_ready(f(ell, a))  # traced with these nodes
@@ -99,13 +99,13 @@ def gradient_fn(nodes: int) -> Any:
 @contextlib.contextmanager
 def gh_nodes(k: int) -> Iterator[None]:
     """The model's Gauss-Hermite rule set to ``k`` nodes for the duration."""
-    saved = joint._GH_NODES, joint._GH_LOGW
+    saved = success._GH_NODES, success._GH_LOGW
     x, w = np.polynomial.hermite_e.hermegauss(k)
-    joint._GH_NODES, joint._GH_LOGW = x, np.log(w / math.sqrt(2 * math.pi))
+    success._GH_NODES, success._GH_LOGW = x, np.log(w / math.sqrt(2 * math.pi))
     try:
         yield
     finally:
-        joint._GH_NODES, joint._GH_LOGW = saved
+        success._GH_NODES, success._GH_LOGW = saved
 
 
 def time_side_by_side(fns: dict[int, Any], repeat: int, blocks: int = 5) -> dict[int, float]:
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cases = draw_cases(args.cases, args.seed)
     want = np.array([reference(c) for c in cases])
-    shipped = len(joint._GH_NODES)
+    shipped = len(success._GH_NODES)
     nodes = [int(v) for v in args.nodes.split(",")]
     results = []
     for k in nodes:

@@ -45,6 +45,7 @@ __all__ = [
     "resolve_configs",
     "external_tp",
     "external_rows",
+    "table_for_campaign",
     "config_index",
     "check_catalogue",
 ]
@@ -318,3 +319,16 @@ def external_rows(df: pd.DataFrame, configs: Sequence[ServingConfig] | None) -> 
     lookup = config_index(configs)
     tps = [configs[lookup[str(n).lower()]].tp if str(n).lower() in lookup else None for n in df["config"]]
     return df.assign(tp=pd.array(tps, dtype="Int64"))
+
+
+def table_for_campaign(
+    df: pd.DataFrame, configs: Sequence[ServingConfig] | None, source: str, campaign: str = "the campaign"
+) -> pd.DataFrame:
+    """A validated table read for a campaign: resolved against its catalogue (:func:`resolve_configs`),
+    or, without one, as it is — unless its rows name configurations, which is refused in one line."""
+    row_offset = 0 if str(source).lower().endswith(".parquet") else 2
+    if configs is not None:
+        return resolve_configs(df, configs, source, row_offset=row_offset)
+    if "config" in df.columns and any(str(c).strip() for c in df["config"]):
+        raise InputError(f"{source}: column 'config' names configurations, but {campaign} declares no [[configs]]")
+    return df

@@ -22,7 +22,7 @@ from typing import Any
 from fleetsieve_bayes.allocation.problem import grid_from_table, row_pools
 from fleetsieve_bayes.backends.base import Backend
 from fleetsieve_bayes.campaign.config import Campaign
-from fleetsieve_bayes.configs import resolve_configs
+from fleetsieve_bayes.configs import table_for_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table, replicates
 
@@ -68,10 +68,7 @@ def make_replay_backend(campaign: Campaign) -> Backend:
     assert path is not None  # validated with the campaign
     df = read_table(path)
     configs = campaign.configs
-    if configs is not None:  # rows name catalogue entries; tp becomes each replica's GPUs
-        df = resolve_configs(df, configs, str(path), row_offset=2 if path.suffix.lower() != ".parquet" else 0)
-    elif "config" in df.columns and any(df["config"]):
-        raise InputError(f"{path}: column 'config' names configurations, but {campaign.path} declares no [[configs]]")
+    df = table_for_campaign(df, configs, str(path), str(campaign.path))  # catalogued: tp is each replica's GPUs
     # Several [[fleet.pools]]: one table holds every GPU type, a cell is keyed by its GPU too.
     pools = campaign.pool_names if campaign.pool_names and len(campaign.pool_names) > 1 else None
     grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=pools, configs=configs)

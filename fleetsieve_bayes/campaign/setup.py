@@ -209,7 +209,7 @@ def build_strategy(setup: CampaignSetup, grid: CellGrid, problem: Any) -> Strate
 
 def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
     """Rows of ``[measurement] seed_tables`` for the campaign's workloads, validated, first table first."""
-    from fleetsieve_bayes.configs import resolve_configs
+    from fleetsieve_bayes.configs import table_for_campaign
     from fleetsieve_bayes.table import read_table
 
     out: list[SeedRow] = []
@@ -217,8 +217,7 @@ def _seed_table_rows(campaign: Campaign) -> list[SeedRow]:
     for i, path in enumerate(campaign.measurement.seed_tables):
         try:
             df = read_table(path)
-            if campaign.configs is not None:  # rows name catalogue entries; tp: each replica's GPUs
-                df = resolve_configs(df, campaign.configs, str(path), row_offset=2)
+            df = table_for_campaign(df, campaign.configs, str(path), str(campaign.path))
         except InputError as exc:
             raise _field_error(campaign, f"[measurement] seed_tables[{i}]", exc) from None
         for line, r in enumerate(df.to_dict(orient="records"), start=2):

@@ -24,6 +24,7 @@ from fleetsieve_bayes.allocation.problem import (
     values_from_table,
 )
 from fleetsieve_bayes.campaign.config import Campaign, load_campaign
+from fleetsieve_bayes.configs import table_for_campaign
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.table import read_table
 
@@ -105,7 +106,9 @@ def main(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.campaign)
     path = _table_path(campaign, args.table)
     df = read_table(path)
-    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=campaign.pool_names)
+    df = table_for_campaign(df, campaign.configs, str(path), str(campaign.path))
+    grid = grid_from_table(df, campaign.workload_names, source=str(path), pools=campaign.pool_names,
+                           configs=campaign.configs)
     values = values_from_table(grid, df, source=str(path))
     results = []
     for s in scales:
@@ -145,7 +148,7 @@ def _print_table(campaign: Campaign, results: list[dict[str, Any]]) -> None:
             a = (r["allocation"] or {}).get(name)
             on = f" {a['gpu']}" if a and a.get("gpu") else ""
             cells.append(
-                "—" if not a or not a["replicas"] else f"TP{a['tp']}@{a['load']} ×{a['replicas']}{on}"
+                "—" if not a or not a["replicas"] else f"{a.get('config') or 'TP' + str(a['tp'])}@{a['load']} ×{a['replicas']}{on}"
             )
         table.add_row(
             f"{r['demand_scale']:g}",

@@ -144,10 +144,11 @@ def cells_from_json(grid: CellGrid, alloc_json: dict[str, Any] | None) -> tuple[
     reps = np.zeros(grid.n_classes, np.int64)
     for i, name in enumerate(grid.workloads):
         entry = alloc_json.get(name)
-        if not entry or not entry.get("replicas") or entry.get("tp") is None:
+        if not entry or not entry.get("replicas") or (entry.get("tp") is None and not entry.get("config")):
             continue
         gpu = (str(entry["gpu"]),) if grid.n_pools > 1 else ()  # several pools: the key names the GPU
-        cell[i] = index[(name, int(entry["tp"]), str(entry["load"]), *gpu)]
+        conf = str(entry["config"]) if grid.catalogued else int(entry["tp"])  # a catalogue keys by name
+        cell[i] = index[(name, conf, str(entry["load"]), *gpu)]
         reps[i] = int(entry["replicas"])
     return cell, reps
 
