@@ -23,6 +23,7 @@ import numpyro.distributions as dist
 
 from fleetsieve_bayes.model.observation import NOISE_FLOOR
 from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.roles import ENGINE_COVARIATES, role_site_count
 from fleetsieve_bayes.model.window_noise import N_WINDOW_CLASS, WINDOW_G
 
 __all__ = [
@@ -227,7 +228,8 @@ def _global_prior(c: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray]:
 
 
 def init_unconstrained(
-    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False, n_gpu_dev: int = 0, n_tp: int = 0
+    key: jax.Array, card: PriorCard, n_classes: int, windows: bool = False, n_gpu_dev: int = 0, n_tp: int = 0,
+    roles: bool = False,
 ) -> dict[str, jnp.ndarray]:
     """A random starting point for MCMC in NumPyro's unconstrained space.
 
@@ -243,7 +245,9 @@ def init_unconstrained(
         window-noise likelihood) also ``window_g (7,)`` and ``window_z
         (n_classes, 6)`` uniform in ``(-1, 1)``; with ``n_gpu_dev`` non-reference
         GPU types also ``gpu_z (n_classes + 1, n_gpu_dev, 3)``, likewise; with
-        ``n_tp`` (:func:`~fleetsieve_bayes.model.data.tp_dev_count`) also ``tp_z (n_classes, n_tp, 3)``, likewise.
+        ``n_tp`` (:func:`~fleetsieve_bayes.model.data.tp_dev_count`) also ``tp_z (n_classes, n_tp, 3)``, likewise;
+        with ``roles`` (a catalogue's configurations, :mod:`~fleetsieve_bayes.model.roles`) also
+        ``role_z (n_classes + 4,)`` and ``engine_z (2, 3)``, likewise.
     """
     k1, k2, k3 = jax.random.split(key, 3)
     c = card
@@ -265,4 +269,7 @@ def init_unconstrained(
         out["gpu_z"] = u(jax.random.fold_in(key, 2), (n_classes + 1, n_gpu_dev, 3))
     if n_tp:
         out["tp_z"] = u(jax.random.fold_in(key, 3), (n_classes, n_tp, 3))
+    if roles:
+        out["role_z"] = u(jax.random.fold_in(key, 4), (role_site_count(n_classes),))
+        out["engine_z"] = u(jax.random.fold_in(key, 5), (len(ENGINE_COVARIATES), 3))
     return out

@@ -27,6 +27,7 @@ import numpyro.distributions as dist
 from fleetsieve_bayes.model.data import ModelData, gpu_dev_count, tp_departure_sd, tp_dev_count
 from fleetsieve_bayes.model.observation import from_transformed
 from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.roles import role_log_capacity, role_tail_shift
 
 __all__ = [
     "RHO_GAP",
@@ -120,7 +121,13 @@ def latent_metrics(
     load below saturation)."""
     w, u = data.widx, data.u
     knee, curv, cap = params["knee"][w], params["curvature"][w], params["cap_level"][w]
-    log_cap = u * math.log(2.0) + cap - curv * (u - knee) ** 2
+
+    def engine(v: jnp.ndarray) -> jnp.ndarray:  # one engine of TP 2^v of each cell's class
+        return v * math.log(2.0) + cap - curv * (v - knee) ** 2
+
+    log_cap = engine(u)
+    if data.roles is not None:  # a catalogue's configurations: roles and engine covariates
+        log_cap = role_log_capacity(params, data.roles, w, engine, log_cap)
     shift = _cell_shift(params, data)  # (n_cells, 3) or None
     if shift is not None:
         log_cap = log_cap + shift[:, 0]
@@ -138,6 +145,8 @@ def latent_metrics(
     )
     if shift is not None:
         log_tails = log_tails + shift[:, 1:3]
+    if data.roles is not None:
+        log_tails = log_tails + role_tail_shift(params, data.roles, params["tail_slope"], u)
     if "overload" in params:
         log_tails = log_tails + overload_growth(log_rho, params["overload"][w])
     else:

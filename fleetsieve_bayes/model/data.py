@@ -26,6 +26,7 @@ import numpy as np
 
 from fleetsieve_bayes.allocation.problem import CellGrid
 from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.roles import RoleInputs, role_inputs
 from fleetsieve_bayes.model.scales import TINY as _TINY
 from fleetsieve_bayes.model.scales import metric_transform
 
@@ -80,6 +81,10 @@ class ModelData(NamedTuple):
     # smooth curves in TP (:func:`~fleetsieve_bayes.model.curves.tp_departure`) read it.
     tp_onehot: jnp.ndarray | None = None
     tp_log2: jnp.ndarray | None = None  # (n_tp,) log2 of the grid's TP degrees (tp_onehot's columns)
+    # With a catalogue of configurations, tp_onehot's columns are its configurations
+    # (in catalogue order; tp_log2 their engine's log2 TP), and ``roles`` what each
+    # cell's configuration is to the model (model.roles; None: one engine of TP each).
+    roles: RoleInputs | None = None
 
 
 class WindowRows(NamedTuple):
@@ -182,7 +187,11 @@ def model_data(
     n_classes = grid.n_classes if n_classes_max is None else int(n_classes_max)
     if n_classes < grid.n_classes:
         raise ValueError(f"n_classes_max={n_classes} < {grid.n_classes} classes in the grid")
-    u = np.log2(grid.tp.astype(np.float64))
+    roles = role_inputs(grid)
+    # log2 of each cell's engine TP: its one engine's, or its decode role's (a
+    # disaggregated cell; its capacity and tails read both roles, model.roles).
+    u = np.log2(grid.tp.astype(np.float64)) if roles is None else np.asarray(roles.u_decode, np.float64)
+    u_range = u if roles is None else np.concatenate([u, np.asarray(roles.u_prefill, np.float64)])
     per_gpu = grid.offered_rps / grid.tp
     if gpu is not None:  # each cell's load on the reference GPU's scale
         per_gpu = per_gpu / np.exp(np.asarray(gpu[0], np.float64)[:, 0])
@@ -195,12 +204,13 @@ def model_data(
         sel = (grid.workload_idx == w) & (per_gpu > 0)
         cap_ref[w] = math.log(float(np.median(per_gpu[sel])) if sel.any() else overall)
         load_ref[w] = float(np.median(log_load[sel])) if sel.any() else overall_load
+    conf = grid.config_idx  # without a catalogue, the rank of each cell's TP
     return ModelData(
         widx=jnp.asarray(grid.workload_idx, dtype=jnp.int32),
         u=jnp.asarray(u),
         log_offered=jnp.asarray(np.log(np.maximum(grid.offered_rps, _TINY))),
-        u_lo=jnp.asarray(float(u.min())),
-        u_hi=jnp.asarray(float(u.max())),
+        u_lo=jnp.asarray(float(u_range.min())),
+        u_hi=jnp.asarray(float(u_range.max())),
         cap_ref=jnp.asarray(cap_ref),
         load_ref=jnp.asarray(load_ref),
         observed=jnp.asarray(clean),
@@ -211,9 +221,10 @@ def model_data(
         gpu_offset=None if gpu is None else jnp.asarray(np.asarray(gpu[0], np.float64)),
         gpu_onehot=None if gpu is None else jnp.asarray(np.asarray(gpu[1], np.float64)),
         tp_onehot=jnp.asarray(
-            (grid.tp[:, None] == np.unique(grid.tp)[None, :]).astype(np.float64).reshape(n, -1)
+            (conf[:, None] == np.unique(conf)[None, :]).astype(np.float64).reshape(n, -1)
         ),
-        tp_log2=jnp.asarray(np.log2(np.unique(grid.tp).astype(np.float64))),
+        tp_log2=jnp.asarray(np.array([u[conf == k][0] for k in np.unique(conf)], np.float64).reshape(-1)),
+        roles=roles,
     )
 
 

@@ -107,6 +107,11 @@ _DERIVED = (
     "window",
     "gpu_dev",
     "tp_dev",
+    "prefill_share",
+    "decode_gain",
+    "kv_cost",
+    "disagg_tail",
+    "engine_coef",
 )
 _WARM_DIVERGENCE_LIMIT = 0.02
 # A warm refit over the limit re-tunes its step size over this many transitions
@@ -114,7 +119,7 @@ _WARM_DIVERGENCE_LIMIT = 0.02
 # (docs/results.md, "Warm refits across window buckets").
 _RETUNE_STEPS = 200
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
-_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z")
+_SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z", "role_z", "engine_z")
 
 
 class Posterior(NamedTuple):
@@ -290,7 +295,7 @@ def fit(
 def _init_point(key: jax.Array, card: PriorCard, data: ModelData) -> dict[str, jnp.ndarray]:
     """:func:`~fleetsieve_bayes.model.joint.init_unconstrained` for this data's sites."""
     return init_unconstrained(key, card, int(data.cap_ref.shape[0]), data.windows is not None, gpu_dev_count(data),
-                              tp_dev_count(data, card))
+                              tp_dev_count(data, card), roles=data.roles is not None)
 
 
 def _shape_key(data: ModelData) -> tuple[int, ...]:

@@ -138,6 +138,7 @@ from fleetsieve_bayes.model.observation import (
     to_transformed,
 )
 from fleetsieve_bayes.model.priors import PriorCard
+from fleetsieve_bayes.model.roles import role_sites
 from fleetsieve_bayes.model.scales import SUCCESS_EPS
 from fleetsieve_bayes.model.success import (
     burst_logpdf,
@@ -225,6 +226,20 @@ COORDINATES = 2
 FAILURE_SHARPNESS = 8.0
 
 
+def knee_range(data: ModelData, card: PriorCard) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """The knee's range and prior centre: ``(lo, span, pos0)``, the padded log2(TP) range's
+    lower end and width and the prior's position in it (a fraction in ``[0.02, 0.98]``)."""
+    c = card
+    pad = c.knee_edge_pad_log2
+    lo, hi = data.u_lo - pad, data.u_hi + pad
+    span = jnp.maximum(hi - lo, 1e-6)
+    if c.knee_tp is not None:
+        pos0 = (math.log2(c.knee_tp) - lo) / span
+    else:
+        pos0 = (data.u_lo + c.knee_position * (data.u_hi - data.u_lo) - lo) / span
+    return lo, span, jnp.clip(pos0, 0.02, 0.98)
+
+
 def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None) -> None:
     """The NumPyro model.
 
@@ -249,15 +264,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     """
     n_classes = data.cap_ref.shape[0]
     c = card
-    # Knee: logit position inside the padded log2(TP) range.
-    pad = c.knee_edge_pad_log2
-    lo, hi = data.u_lo - pad, data.u_hi + pad
-    span = jnp.maximum(hi - lo, 1e-6)
-    if c.knee_tp is not None:
-        pos0 = (math.log2(c.knee_tp) - lo) / span
-    else:
-        pos0 = (data.u_lo + c.knee_position * (data.u_hi - data.u_lo) - lo) / span
-    pos0 = jnp.clip(pos0, 0.02, 0.98)
+    lo, span, pos0 = knee_range(data, c)
     loc, chol = class_prior(c, n_classes)
     z = numpyro.sample(
         "class_z", dist.Normal(jnp.zeros((n_classes, class_param_count(c))), 1.0).to_event(2)
@@ -298,8 +305,12 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     }
     if data.gpu_offset is not None:
         params["gpu_dev"] = gpu_deviation(data, n_classes)
+    if data.roles is not None:  # a catalogue's configurations (model.roles)
+        params.update(role_sites(n_classes))
     if tp_dev_count(data, c):
-        params["tp_dev"] = tp_departure(data, c, n_classes, capacity_parabola(params, data, cap_loc))
+        # With roles a configuration's capacity is no point of the parabola: its departure is non-centred.
+        parabola = None if data.roles is not None else capacity_parabola(params, data, cap_loc)
+        params["tp_dev"] = tp_departure(data, c, n_classes, parabola)
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of
     # overload: P(fail | ρ) = ε · sigmoid(k log ρ) with ε small, so a working

@@ -1,0 +1,175 @@
+"""Serving configurations in the model: roles, composition and engine covariates.
+
+A campaign with a catalogue of configurations (:mod:`fleetsieve_bayes.configs`)
+has cells whose replica is more than one engine of TP GPUs. The model shares
+strength across them through two structures and one set of covariates:
+
+* **per-role behaviour.** One engine of TP ``2^u`` of class ``w`` serves at most
+  ``L_w(u) = u log 2 + a_w − b_w (u − m_w)²`` (log req/s; the class's
+  interior-knee curve of :mod:`~fleetsieve_bayes.model.curves`). A request
+  spends a share ``φ_w`` of that engine's time in prefill and ``1 − φ_w`` in
+  decode, so one engine alone prefills ``L_w(u) − log φ_w`` and decodes
+  ``L_w(u) − log(1 − φ_w)`` (log req/s).
+* **composition.** A disaggregated replica of ``x`` prefill engines of TP
+  ``2^{u_p}`` and ``y`` decode engines of TP ``2^{u_d}`` serves the smooth
+  minimum of its two roles, ``log x + L_w(u_p) − log φ_w`` and ``log y +
+  L_w(u_d) − log(1 − φ_w) + g`` (``g``: the decode engines' gain from running
+  without prefill interference), less the KV transfer's cost ``κ``. Its TTFT
+  reads the prefill role's TP and its completion time the decode role's, each
+  shifted by a learned offset of disaggregation (``δ``: the transfer on TTFT,
+  the steadier decode on completion).
+* **engine covariates.** ``log2(max_num_seqs / 256)`` and
+  ``log2(max_num_batched_tokens / 8192)`` (vLLM's reference values; 0 where a
+  configuration does not set them) move log capacity and log tail bases by
+  coefficients ``β (2, 3)`` shared by the classes.
+
+An aggregated configuration is one engine: ``L_w(u)``, the model as it is
+without a catalogue. Each (class, configuration) keeps its own departure from
+these curves (:func:`~fleetsieve_bayes.model.curves.tp_departure`, one column per
+configuration), so a measured cell pins its configuration's other loads.
+
+The priors are weak, as the ``generic`` card's are: the share ``φ`` is centred at
+one half with a logit sd of 1.5 (prompt-heavy and decode-heavy classes both
+inside two sd); the decode gain at 10 % with a log sd of 0.3 (Splitwise and
+DistServe report decode-side gains from removing interference of tens of
+percent, anchors-fourth-wave.md); the KV cost at 5 % of capacity (log-normal,
+log sd 1); the disaggregation offsets of the tails at 0 with sd 0.5; the engine
+coefficients at 0 with sd 0.3 (a halving of ``max_num_seqs`` moves capacity by
+up to ×/÷ 1.8 at two sd).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+__all__ = [
+    "RoleInputs",
+    "role_inputs",
+    "role_sites",
+    "role_log_capacity",
+    "role_tail_shift",
+    "role_site_count",
+    "ENGINE_COVARIATES",
+    "ENGINE_REFERENCE",
+]
+
+# The engine covariates and the reference value each is a log2 ratio to (vLLM's
+# long-standing defaults of max_num_seqs and of the chunked-prefill token budget).
+ENGINE_COVARIATES: tuple[str, ...] = ("max_num_seqs", "max_num_batched_tokens")
+ENGINE_REFERENCE: tuple[float, ...] = (256.0, 8192.0)
+# Priors of the role parameters (module docstring).
+PREFILL_SHARE_LOGIT_MEAN = 0.0
+PREFILL_SHARE_LOGIT_SD = 1.5
+DECODE_GAIN_LOG_MEAN = 0.1
+DECODE_GAIN_LOG_SD = 0.3
+KV_COST_LOG_MEDIAN = math.log(0.05)
+KV_COST_LOG_SD = 1.0
+DISAGG_TAIL_SD = 0.5
+ENGINE_COEF_SD = 0.3
+# Sharpness of the smooth minimum of the two roles' capacities (as the saturation's).
+_ROLE_SHARPNESS = 25.0
+
+
+class RoleInputs(NamedTuple):
+    """Per cell, what its configuration is to the model (jnp arrays, ``(n_cells, …)``).
+
+    ``disagg`` bool ``(n_cells,)``; ``u_prefill``, ``u_decode`` ``(n_cells,)``: log2 of
+    each role's engine TP (both the one engine's for an aggregated cell);
+    ``log_workers (n_cells, 2)``: log of each role's engine count (0 aggregated);
+    ``engine_x (n_cells, len(ENGINE_COVARIATES))`` the engine covariates.
+    """
+
+    disagg: jnp.ndarray
+    u_prefill: jnp.ndarray
+    u_decode: jnp.ndarray
+    log_workers: jnp.ndarray
+    engine_x: jnp.ndarray
+
+
+def role_inputs(grid: Any) -> RoleInputs | None:
+    """The :class:`RoleInputs` of a catalogued grid; None when the model needs none: no
+    catalogue, or a catalogue of aggregated configurations without engine covariates
+    (each TP one configuration: exactly the model without a catalogue)."""
+    if not getattr(grid, "catalogued", False):
+        return None
+    confs = [grid.serving_config(i) for i in range(grid.n_cells)]
+    disagg = np.array([c.disaggregated for c in confs], bool)
+    x = np.zeros((grid.n_cells, len(ENGINE_COVARIATES)))
+    for i, c in enumerate(confs):
+        args = c.engine_args
+        for j, (name, ref) in enumerate(zip(ENGINE_COVARIATES, ENGINE_REFERENCE, strict=True)):
+            if isinstance(args.get(name), (int, float)) and not isinstance(args.get(name), bool):
+                x[i, j] = math.log2(float(args[name]) / ref)
+    if not disagg.any() and not x.any():
+        return None
+    u_p = np.array([math.log2(c.prefill.tp if c.prefill else c.tp) for c in confs])
+    u_d = np.array([math.log2(c.decode.tp if c.decode else c.tp) for c in confs])
+    workers = np.array([[c.prefill.workers, c.decode.workers] if c.prefill and c.decode else [1, 1] for c in confs])
+    return RoleInputs(
+        disagg=jnp.asarray(disagg),
+        u_prefill=jnp.asarray(u_p),
+        u_decode=jnp.asarray(u_d),
+        log_workers=jnp.asarray(np.log(workers.astype(np.float64))),
+        engine_x=jnp.asarray(x),
+    )
+
+
+def role_site_count(n_classes: int) -> int:
+    """Length of site ``role_z``: a prefill share per class, the decode gain, the KV cost
+    and the two tail offsets of disaggregation."""
+    return n_classes + 4
+
+
+def role_sites(n_classes: int) -> dict[str, jnp.ndarray]:
+    """Sample the role parameters: sites ``role_z (n_classes + 4,)`` and ``engine_z (2, 3)``,
+    standard normal, mapped to the deterministic ``prefill_share (n_classes,)``,
+    ``decode_gain``, ``kv_cost`` (scalars), ``disagg_tail (2,)`` and ``engine_coef (2, 3)``."""
+    z = numpyro.sample("role_z", dist.Normal(jnp.zeros(role_site_count(n_classes)), 1.0).to_event(1))
+    e = numpyro.sample("engine_z", dist.Normal(jnp.zeros((len(ENGINE_COVARIATES), 3)), 1.0).to_event(2))
+    share = jax.nn.sigmoid(PREFILL_SHARE_LOGIT_MEAN + PREFILL_SHARE_LOGIT_SD * z[:n_classes])
+    return {
+        "prefill_share": numpyro.deterministic("prefill_share", share),
+        "decode_gain": numpyro.deterministic("decode_gain", DECODE_GAIN_LOG_MEAN + DECODE_GAIN_LOG_SD * z[n_classes]),
+        "kv_cost": numpyro.deterministic("kv_cost", jnp.exp(KV_COST_LOG_MEDIAN + KV_COST_LOG_SD * z[n_classes + 1])),
+        "disagg_tail": numpyro.deterministic("disagg_tail", DISAGG_TAIL_SD * z[n_classes + 2 : n_classes + 4]),
+        "engine_coef": numpyro.deterministic("engine_coef", ENGINE_COEF_SD * e),
+    }
+
+
+def role_log_capacity(
+    params: dict[str, jnp.ndarray], roles: RoleInputs, w: jnp.ndarray, engine: Callable[[jnp.ndarray], jnp.ndarray],
+    log_cap: jnp.ndarray,
+) -> jnp.ndarray:
+    """Each cell's log replica capacity ``(n_cells,)``: ``log_cap`` (one engine, ``engine(u)``)
+    for an aggregated cell, the composition of its roles for a disaggregated one, plus the
+    engine covariates' effect.
+
+    Args:
+        w: int ``(n_cells,)`` each cell's class; engine: ``u (n_cells,) -> L_w(u) (n_cells,)``.
+    """
+    share = params["prefill_share"][w]
+    prefill = roles.log_workers[:, 0] + engine(roles.u_prefill) - jnp.log(share)
+    decode = roles.log_workers[:, 1] + engine(roles.u_decode) - jnp.log1p(-share) + params["decode_gain"]
+    k = _ROLE_SHARPNESS
+    composed = -jnp.logaddexp(-k * prefill, -k * decode) / k - params["kv_cost"]
+    out = jnp.where(roles.disagg, composed, log_cap)
+    return out + roles.engine_x @ params["engine_coef"][:, 0]
+
+
+def role_tail_shift(params: dict[str, jnp.ndarray], roles: RoleInputs, tail_slope: jnp.ndarray, u: jnp.ndarray) -> jnp.ndarray:
+    """Log shift of the tail bases ``(n_cells, 2)`` (ttft, completion): a disaggregated cell's
+    TTFT reads its prefill role's TP and its completion its decode role's (in place of
+    ``u``, along the tails' slope ``tail_slope (2,)``) plus the offsets ``disagg_tail``;
+    every cell adds its engine covariates' effect."""
+    u_roles = jnp.stack([roles.u_prefill, roles.u_decode], axis=1)
+    moved = tail_slope[None, :] * (u_roles - u[:, None]) + params["disagg_tail"][None, :]
+    shift = jnp.where(roles.disagg[:, None], moved, 0.0)
+    return shift + roles.engine_x @ params["engine_coef"][:, 1:3]
