@@ -329,6 +329,9 @@ def table_for_campaign(
     row_offset = 0 if str(source).lower().endswith(".parquet") else 2
     if configs is not None:
         return resolve_configs(df, configs, source, row_offset=row_offset)
-    if "config" in df.columns and any(str(c).strip() for c in df["config"]):
-        raise InputError(f"{source}: column 'config' names configurations, but {campaign} declares no [[configs]]")
+    named = [i for i, c in enumerate(df["config"]) if str(c).strip()] if "config" in df.columns else []
+    if named:  # the first row that names one, as resolve_configs names a row
+        label, name = "line" if row_offset == 2 else "row", str(df["config"].iloc[named[0]]).strip()
+        raise InputError(f"{source}: {label} {named[0] + row_offset}: config {name!r}: column 'config' names "
+                         f"configurations, but {campaign} declares no [[configs]]")
     return df

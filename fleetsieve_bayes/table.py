@@ -103,7 +103,8 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INF_OK = {"ttft_p99_s", "completion_p99_s"}
 # Unobserved (empty / NaN) is allowed here only: a source without completion timing.
 _NAN_OK = {"completion_p99_s"}
-_EMPTY = {"", "nan", "none", "null"}
+# "<na>": pandas' missing value of a nullable column (an Int64 tp read from Parquet), as read_csv reads it.
+_EMPTY = {"", "nan", "none", "null", "<na>"}
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n", ""}
 
