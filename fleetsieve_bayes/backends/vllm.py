@@ -19,7 +19,9 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           written there or its spec-table name
                           (case-insensitive); a device belongs to one pool and
                           the widest TP must fit every pool
-``tp``                    TP candidates, e.g. ``[2, 4, 8]`` (required)
+``tp``                    TP candidates, e.g. ``[2, 4, 8]`` (required without
+                          ``[[configs]]``; refused with them: the catalogue
+                          gives each cell's layout)
 ``loads``                 load ladder, label → arrival scale, e.g.
                           ``{ C16 = 1.0, C32 = 2.0 }`` (required)
 ``traces``                workload → trace file (relative to the campaign
@@ -45,10 +47,32 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           window in which nothing was served is a failure
 ``seed``                  seed of the prompts and the row (default 0)
 ``reuse_server``          keep the server running for the next cell when it
-                          needs the same server (same TP and pool; command,
-                          arguments and environment are the campaign's)
-                          instead of restarting it (default true)
+                          needs the same server (same TP and pool; with
+                          ``[[configs]]`` the same configuration, layout and
+                          engine arguments, and pool; command, arguments and
+                          environment are the campaign's) instead of
+                          restarting it (default true)
+``kv_connector``          a disaggregated configuration's KV connector, its
+                          engines' ``kv_connector`` (default
+                          ``"NixlConnector"``)
+``kv_connector_extra_config`` table handed to the connector as
+                          ``kv_connector_extra_config`` (default none)
 ========================  =====================================================
+
+**A catalogue of configurations** (``[[configs]]``, docs/contracts.md
+"Configurations"): the cells are workloads × configurations × loads (× pools),
+in the catalogue's order, and each configuration's replica must fit ``gpus``
+(every pool's). A cell's row names its ``config`` and its ``tp`` is the GPUs of
+one replica (GPU-seconds = ``duration_s × tp`` count every GPU of it, as
+:func:`fleetsieve_bayes.configs.resolve_configs` reads a table). An aggregated
+configuration is one engine on ``tp`` of the pool's devices with its engine
+arguments as flags; a disaggregated one is its prefill and decode workers on
+distinct devices behind the project's router (:mod:`.replica`,
+:mod:`.router`). A start-up failure of any of its processes (an engine
+argument vLLM rejects included: ``startup-exit``) or one dying mid-window is a
+failed observation of the configuration whose ``detail`` names the
+configuration and the process (``server``, ``prefill worker 0``,
+``decode worker 0``, ``router``).
 
 The memory guard also reads the prior card's per-TP feasibility
 (``[feasibility] infeasible_tp``, written by ``priors derive``): such a TP is
@@ -64,7 +88,10 @@ measurement reports. The row's ``duration_s`` is warm-up + window for a
 measured cell, the wall seconds the GPUs were held for a failed one, and 0 for
 a cell skipped by the memory guard. Raw per-request records go to
 ``OUT/raw/<workload>_tp<tp>_<load>_<timestamp>.parquet`` (written once;
-``<workload>_<gpu>_tp<tp>_…`` with several pools), server logs to ``OUT/logs/``.
+``<workload>_<gpu>_tp<tp>_…`` with several pools; ``<workload>_<config>_…``
+with a catalogue), server logs to ``OUT/logs/`` (a disaggregated replica's:
+``…_prefill0.log``, ``…_decode0.log``, ``…_router.log``), each starting with
+the command it ran.
 
 A repeated window of a cell (``measure(cell, replicate=k)``, k ≥ 1) is a new
 window on the warm server where one with the cell's TP (and pool) is running: it
@@ -89,11 +116,13 @@ start-up).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import json
 import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -109,16 +138,14 @@ from fleetsieve_bayes.backends.failures import (
     failure_row,
     memory_guard,
 )
+from fleetsieve_bayes.backends.replica import Launch, Part, error_line, start_replica
 from fleetsieve_bayes.backends.server import (
     DEFAULT_COMMAND,
     ServerHandle,
-    free_port,
     log_tail,
     probe,
     render_command,
-    start_server,
     stop_server,
-    wait_ready,
 )
 from fleetsieve_bayes.backends.traces import (
     Trace,
@@ -128,6 +155,7 @@ from fleetsieve_bayes.backends.traces import (
     window_rate,
 )
 from fleetsieve_bayes.campaign.config import Campaign
+from fleetsieve_bayes.configs import ServingConfig
 from fleetsieve_bayes.errors import InputError, MeasurementError
 
 __all__ = ["VllmSettings", "VLLM_KEYS", "parse_vllm_options", "make_vllm_backend"]
@@ -137,6 +165,7 @@ VLLM_KEYS: frozenset[str] = frozenset({
     "trace_format", "warmup_s", "duration_s", "readiness_timeout_s", "request_timeout_s",
     "stop_timeout_s", "model_size_gb", "gpu_memory_gb", "kv_cache_gb_min", "gpu_memory_utilization",
     "max_input_tokens", "max_output_tokens", "request_error_tolerance", "seed", "reuse_server",
+    "kv_connector", "kv_connector_extra_config",
 })
 
 
@@ -169,6 +198,10 @@ class VllmSettings(NamedTuple):
     # Several [[fleet.pools]]: each pool's device ids, in Campaign.pool_names order
     # (``gpus`` is then every pool's devices); () for a campaign of one pool.
     pool_devices: tuple[tuple[int, ...], ...] = ()
+    # The campaign's [[configs]] (None: each TP candidate is its own aggregated configuration).
+    configs: tuple[ServingConfig, ...] | None = None
+    kv_connector: str = "NixlConnector"
+    kv_connector_extra_config: dict[str, Any] | None = None
 
 
 class _Options:
@@ -228,8 +261,9 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
     _check_known_keys(o)
     # Keys are read in this order so that the first bad one is the one reported.
     model, served, command, extra_args, env_raw = _server_options(o)
-    tps = _tp_candidates(o)
-    gpus, pool_devices = _gpu_pools(o, tps)
+    configs = campaign.configs
+    tps, widest = _layouts(o, configs)
+    gpus, pool_devices = _gpu_pools(o, widest)
     loads = _load_ladder(o)
     traces = _trace_files(o)
     trace_format = o.string("trace_format", "auto")
@@ -266,7 +300,46 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         seed=integer("seed", 0, 0),  # type: ignore[arg-type]
         reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
         pool_devices=pool_devices,
+        configs=configs,
+        kv_connector=o.string("kv_connector", "NixlConnector"),
+        kv_connector_extra_config=_extra_config(o),
     )
+
+
+def _layouts(o: _Options, configs: tuple[ServingConfig, ...] | None) -> tuple[tuple[int, ...], tuple[str, int]]:
+    """``(the engines' TP degrees, (the widest replica's name, its GPUs))``: the ``tp``
+    candidates, or with a catalogue its configurations (``tp`` is then refused)."""
+    if configs is None:
+        tps = _tp_candidates(o)
+        return tps, (f"TP{max(tps)}", max(tps))
+    if "tp" in o.opts:
+        raise o.fail("tp", "the campaign's [[configs]] give each cell's layout (tp, or prefill and decode); "
+                           "remove [measurement] tp")
+    tps = sorted({t for c in configs for t in _engine_tps(c)})
+    widest = max(configs, key=lambda c: c.gpus)
+    return tuple(tps), (f"configuration {widest.name!r}", widest.gpus)
+
+
+def _engine_tps(config: ServingConfig) -> tuple[int, ...]:
+    """The TP of each engine kind of a configuration (its one engine, or each role's)."""
+    if config.prefill is not None and config.decode is not None:
+        return (config.prefill.tp, config.decode.tp)
+    assert config.tp is not None
+    return (config.tp,)
+
+
+def _extra_config(o: _Options) -> dict[str, Any] | None:
+    """``kv_connector_extra_config``: a table that JSON can carry, or None."""
+    raw = o.opts.get("kv_connector_extra_config")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise o.fail("kv_connector_extra_config", f"expected a table, got {raw!r}")
+    try:
+        json.dumps(raw, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise o.fail("kv_connector_extra_config", f"not expressible as JSON ({exc})") from None
+    return dict(raw)
 
 
 def _check_known_keys(o: _Options) -> None:
@@ -315,17 +388,18 @@ def _tp_candidates(o: _Options) -> tuple[int, ...]:
     return tuple(sorted(tp_raw))
 
 
-def _gpu_pools(o: _Options, tps: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def _gpu_pools(o: _Options, widest: tuple[str, int]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """``(every device id, each pool's device ids)``: with two or more ``[[fleet.pools]]``
-    ``gpus`` is a table GPU type → device ids, else a list (each pool's ids are then ``()``)."""
+    ``gpus`` is a table GPU type → device ids, else a list (each pool's ids are then ``()``).
+    ``widest``: the widest replica (its name, its GPUs), which every pool must hold."""
     names = o.campaign.pool_names
     if names is None or len(names) < 2:
         raw = o.opts.get("gpus")
         if isinstance(raw, dict):
             raise o.fail("gpus", f"a table of GPU types needs two or more [[fleet.pools]]; expected a list of "
                                  f"device ids, e.g. [0, 1], got {raw!r}")
-        return _gpu_pool(o, tps), ()
-    per_pool = _pool_device_table(o, names, tps)
+        return _gpu_pool(o, widest), ()
+    per_pool = _pool_device_table(o, names, widest)
     return tuple(g for ids in per_pool for g in ids), per_pool
 
 
@@ -342,7 +416,7 @@ def _pool_aliases(campaign: Campaign) -> dict[str, int]:
     return out
 
 
-def _pool_device_table(o: _Options, names: tuple[str, ...], tps: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def _pool_device_table(o: _Options, names: tuple[str, ...], widest: tuple[str, int]) -> tuple[tuple[int, ...], ...]:
     """Each pool's device ids (pool order) from ``gpus = { TYPE = [ids], … }``."""
     import difflib
 
@@ -377,8 +451,8 @@ def _pool_device_table(o: _Options, names: tuple[str, ...], tps: tuple[int, ...]
                 raise o.fail(where, f"device {g} is listed twice")
             if g in owner:
                 raise o.fail(where, f"device {g} is also in pool {owner[g]!r} (a device belongs to one pool)")
-        if max(tps) > len(ids):
-            raise o.fail(where, f"TP{max(tps)} needs {max(tps)} GPUs but pool {names[j]!r} has {len(ids)}")
+        if widest[1] > len(ids):
+            raise o.fail(where, f"{widest[0]} needs {widest[1]} GPUs but pool {names[j]!r} has {len(ids)}")
         ids_of[j] = tuple(ids)
         owner.update(dict.fromkeys(ids, names[j]))
     for j, n in enumerate(names):
@@ -387,15 +461,15 @@ def _pool_device_table(o: _Options, names: tuple[str, ...], tps: tuple[int, ...]
     return tuple(ids_of[j] for j in range(len(names)))
 
 
-def _gpu_pool(o: _Options, tps: tuple[int, ...]) -> tuple[int, ...]:
-    """The GPU ids to launch on (default 0..max TP-1); the widest TP must fit."""
-    gpus_raw = o.opts.get("gpus", list(range(max(tps))))
+def _gpu_pool(o: _Options, widest: tuple[str, int]) -> tuple[int, ...]:
+    """The GPU ids to launch on (default 0..n-1 for the widest replica's n GPUs); it must fit."""
+    gpus_raw = o.opts.get("gpus", list(range(widest[1])))
     if (not isinstance(gpus_raw, list) or not gpus_raw
             or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus_raw)
             or len(set(gpus_raw)) != len(gpus_raw)):
         raise o.fail("gpus", f"expected a list of distinct GPU ids (integers >= 0), got {gpus_raw!r}")
-    if max(tps) > len(gpus_raw):
-        raise o.fail("gpus", f"TP{max(tps)} needs {max(tps)} GPUs but the pool has {len(gpus_raw)}")
+    if widest[1] > len(gpus_raw):
+        raise o.fail("gpus", f"{widest[0]} needs {widest[1]} GPUs but the pool has {len(gpus_raw)}")
     return tuple(gpus_raw)
 
 
@@ -467,10 +541,13 @@ def _pool_memory_gb(campaign: Campaign, s: VllmSettings) -> tuple[float | None, 
 
 @dataclass
 class _LiveServer:
-    """The running server (at most one): reused by the next cell with the same TP and pool."""
+    """The running replica (at most one): reused by the next cell of the same configuration
+    (TP, or layout and engine arguments) and pool."""
 
-    handle: ServerHandle | None = None
-    tp: int | None = None
+    handle: ServerHandle | None = None  # what requests go to: the engine, or a disaggregated replica's router
+    parts: list[Part] = field(default_factory=list)  # every process of the replica, as started
+    key: Any = None  # (configuration layout, pool index)
+    what: str = ""  # the configuration, for messages: "TP2" or "configuration 'agg-s8'"
     pool: int | None = None  # index into the grid's pools
     devices: tuple[int, ...] = ()  # the device ids it runs on
     gpu: str = ""  # its pool's GPU type ("" for a campaign of one pool)
@@ -490,7 +567,7 @@ class _VllmCells(NamedTuple):
     pool_memory_gb: tuple[float | None, ...] = (None,)  # (n_pools,) memory of one GPU, for the guard
 
     def devices(self, c: int) -> tuple[int, ...]:
-        """Device ids of cell ``c``'s pool (its server uses the first TP of them)."""
+        """Device ids of cell ``c``'s pool (its replica uses the first ones: TP, or its GPUs)."""
         if self.grid.n_pools > 1:
             return self.s.pool_devices[int(self.grid.gpu_idx[c])]
         return self.s.gpus
@@ -500,6 +577,23 @@ class _VllmCells(NamedTuple):
         if self.grid.n_pools > 1:
             row["gpu"] = self.grid.gpu_name(c)
         return row
+
+    def with_config(self, c: int, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with cell ``c``'s configuration in ``config`` when the campaign has a catalogue."""
+        if self.grid.catalogued:
+            row["config"] = self.grid.serving_config(c).name
+        return row
+
+    def failed_row(self, c: int, failure: str, duration_s: float) -> dict[str, Any]:
+        """A failed observation of cell ``c`` (its ``tp``: the GPUs of one replica)."""
+        w, _, load = self.grid.key(c)[:3]
+        row = failure_row((w, int(self.grid.tp[c]), load), float(self.grid.offered_rps[c]), failure,
+                          duration_s, self.s.seed)
+        return self.with_gpu(c, self.with_config(c, row))
+
+    def named(self, c: int, text: str) -> str:
+        """``text`` prefixed with cell ``c``'s configuration when the campaign has a catalogue."""
+        return f"configuration {self.grid.serving_config(c).name!r}: {text}" if self.grid.catalogued else text
 
 
 def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
@@ -516,14 +610,17 @@ def make_vllm_backend(campaign: Campaign, out_dir: Path) -> Backend:
 
 
 def _vllm_grid(campaign: Campaign, s: VllmSettings, traces: dict[str, Trace]) -> tuple[CellGrid, list[float]]:
-    """The candidate cells (workload × pool × TP × load) and each cell's arrival scale.
+    """The candidate cells (workload × pool × configuration × load) and each cell's arrival scale.
 
     One pool: no GPU axis (``gpu`` None). Several: ``pools`` are the campaign's GPU types.
-    Sorted as :func:`~fleetsieve_bayes.allocation.problem.grid_from_table` sorts a table:
-    workload, pool, TP, offered load, load label.
+    Without a catalogue each TP candidate is a configuration; with one, its entries
+    (``configs``; ``tp`` is each replica's GPUs). Sorted as
+    :func:`~fleetsieve_bayes.allocation.problem.grid_from_table` sorts a table:
+    workload, pool, TP or catalogue entry, offered load, load label.
     """
     horizon = s.warmup_s + s.duration_s
     pools = campaign.pool_names if s.pool_devices else None
+    layouts = s.configs if s.configs is not None else tuple(ServingConfig(name=f"TP{t}", tp=t) for t in s.tp)
     offered_of: dict[tuple[str, str], float] = {}
     for w in campaign.workload_names:
         for label, scale in s.loads:
@@ -531,68 +628,100 @@ def _vllm_grid(campaign: Campaign, s: VllmSettings, traces: dict[str, Trace]) ->
             if offered <= 0:
                 raise InputError(
                     f"{campaign.path}: [measurement] loads.{label}: trace {s.traces[w]} has no arrival in "
-                    f"the {s.duration_s:g} s window at scale {scale:g} (cell {w} TP{min(s.tp)}@{label})"
+                    f"the {s.duration_s:g} s window at scale {scale:g} (cell {w} {layouts[0].name}@{label})"
                 )
             offered_of[(w, label)] = offered
-    cells = []  # (workload index, pool index, tp, load label, scale, offered)
+    cells = []  # (workload index, pool index, configuration index, GPUs, load label, scale, offered)
     for wi, w in enumerate(campaign.workload_names):
         for g in range(len(pools) if pools else 1):
-            for tp in s.tp:
+            for j, cfg in enumerate(layouts):
                 for label, scale in s.loads:
-                    cells.append((wi, g, tp, label, scale, offered_of[(w, label)]))
-    cells.sort(key=lambda c: (c[0], c[1], c[2], c[5], c[3]))  # the order of problem.grid_from_table
+                    cells.append((wi, g, j, cfg.gpus, label, scale, offered_of[(w, label)]))
+    cells.sort(key=lambda c: (c[0], c[1], c[2], c[6], c[4]))  # the order of problem.grid_from_table
     grid = CellGrid(
         workloads=campaign.workload_names,
         workload_idx=np.array([c[0] for c in cells], dtype=np.int64),
-        tp=np.array([c[2] for c in cells], dtype=np.int64),
-        load=tuple(c[3] for c in cells),
-        offered_rps=np.array([c[5] for c in cells], dtype=np.float64),
+        tp=np.array([c[3] for c in cells], dtype=np.int64),
+        load=tuple(c[4] for c in cells),
+        offered_rps=np.array([c[6] for c in cells], dtype=np.float64),
         duration_s=np.full(len(cells), horizon, dtype=np.float64),
         gpu=None if pools is None else np.array([c[1] for c in cells], dtype=np.int64),
         pools=(DEFAULT_POOL,) if pools is None else tuple(pools),
+        config=None if s.configs is None else np.array([c[2] for c in cells], dtype=np.int64),
+        configs=s.configs,
     )
-    return grid, [c[4] for c in cells]
+    return grid, [c[5] for c in cells]
 
 
 def _preflight(cells: _VllmCells, c: int) -> dict[str, Any] | None:
-    """The memory guard's row (0 GPU-seconds) for a TP that cannot hold the model on
-    cell ``c``'s pool, else None."""
+    """The memory guard's row (0 GPU-seconds) for a configuration one of whose engines cannot
+    hold the model on cell ``c``'s pool, else None."""
     s, grid = cells.s, cells.grid
-    tp = int(grid.tp[c])
+    cfg = grid.serving_config(c)
     memory = cells.pool_memory_gb[int(grid.gpu_idx[c])]
-    why = cells.card_infeasible.get(tp)
-    if why is None:
-        why = memory_guard(
-            tp, model_size_gb=s.model_size_gb, gpu_memory_gb=memory,
-            kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=s.gpu_memory_utilization)
-        if why is not None and s.gpu_memory_gb is None:
-            pool = cells.campaign.pools[int(grid.gpu_idx[c])]
-            why += f" ({pool.gpu}: {memory:g} GB per GPU, its GPU spec's memory_gb)"
-    if why is None:
-        return None
-    row = failure_row(grid.key(c)[:3], float(grid.offered_rps[c]), MEMORY_GUARD, 0.0, s.seed)
-    row["startup_s"] = 0.0
-    row["detail"] = why
-    return cells.with_gpu(c, row)
+    util = cfg.engine_args.get("gpu_memory_utilization", s.gpu_memory_utilization)
+    if isinstance(util, bool) or not isinstance(util, (int, float)):
+        util = s.gpu_memory_utilization
+    roles = (("prefill: ", cfg.prefill.tp), ("decode: ", cfg.decode.tp)) if (
+        cfg.prefill is not None and cfg.decode is not None) else (("", int(grid.tp[c])),)
+    for role, tp in roles:
+        why = cells.card_infeasible.get(tp)
+        if why is None:
+            why = memory_guard(
+                tp, model_size_gb=s.model_size_gb, gpu_memory_gb=memory,
+                kv_cache_gb_min=s.kv_cache_gb_min, gpu_memory_utilization=float(util))
+            if why is not None and s.gpu_memory_gb is None:
+                pool = cells.campaign.pools[int(grid.gpu_idx[c])]
+                why += f" ({pool.gpu}: {memory:g} GB per GPU, its GPU spec's memory_gb)"
+        if why is not None:
+            row = cells.failed_row(c, MEMORY_GUARD, 0.0)
+            row["startup_s"] = 0.0
+            row["detail"] = cells.named(c, role + why)
+            return row
+    return None
 
 
 def _stop_live(s: VllmSettings, live: _LiveServer) -> None:
-    handle = live.handle
-    if handle is None:
+    """Stop every process of the live replica (all at once); forget it.
+
+    Raises:
+        MeasurementError: a process survived SIGKILL, naming it and the GPUs it may hold.
+    """
+    parts, what, gpu = list(live.parts), live.what, live.gpu
+    live.handle, live.parts, live.key, live.what, live.pool = None, [], None, "", None
+    live.devices, live.gpu, live.served = (), "", None
+    if not parts:
         return
-    tp, devices, gpu = live.tp, live.devices, live.gpu
-    live.handle, live.tp, live.pool, live.devices, live.gpu, live.served = None, None, None, (), "", None
-    left = stop_server(handle, grace_s=s.stop_timeout_s)
-    if left:
-        on = f" on {gpu}" if gpu else ""
-        raise MeasurementError(f"server on port {handle.port} (TP{tp}{on}): processes {sorted(left)} survived "
-                               f"SIGKILL (GPUs {list(devices)} may still be held)")
+
+    def stop(part: Part) -> set[int]:
+        return stop_server(part.handle, grace_s=s.stop_timeout_s)
+
+    if len(parts) == 1:
+        lefts = [stop(parts[0])]
+    else:
+        with cf.ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="fleetsieve-stop") as pool:
+            lefts = list(pool.map(stop, parts))
+    on = f" on {gpu}" if gpu else ""
+    problems = [
+        f"server on port {p.handle.port} ({what if p.label == 'server' else f'{what} {p.label}'}{on}): "
+        f"processes {sorted(left)} survived SIGKILL "
+        f"({f'GPUs {list(p.devices)} may still be held' if p.devices else 'it holds no GPU'})"
+        for p, left in zip(parts, lefts, strict=True) if left
+    ]
+    if problems:
+        raise MeasurementError("; ".join(problems))
 
 
-def _reusable(s: VllmSettings, live: _LiveServer, tp: int, pool: int) -> bool:
+def _server_key(cells: _VllmCells, c: int) -> tuple[Any, int]:
+    """What a replica serving cell ``c`` is: its configuration's layout and engine arguments, and its pool."""
+    return cells.grid.serving_config(c).layout, int(cells.grid.gpu_idx[c])
+
+
+def _reusable(cells: _VllmCells, live: _LiveServer, c: int) -> bool:
     handle = live.handle
-    return (s.reuse_server and handle is not None and live.tp == tp and live.pool == pool
-            and handle.proc.poll() is None and probe(handle.url + "/health", timeout_s=5.0) == 200)
+    return (cells.s.reuse_server and handle is not None and live.key == _server_key(cells, c)
+            and all(p.handle.proc.poll() is None for p in live.parts)
+            and probe(handle.url + "/health", timeout_s=5.0) == 200)
 
 
 def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -> dict[str, Any]:
@@ -603,12 +732,13 @@ def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -
     if guarded is not None:
         return guarded
     grid = cells.grid
-    w, tp, load = grid.key(c)[:3]
+    w, conf, load = grid.key(c)[:3]
     rep = f"_r{replicate}" if replicate else ""
     on = f"{_safe(grid.gpu_name(c))}_" if grid.n_pools > 1 else ""
-    stem = f"{_safe(w)}_{on}tp{tp}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
+    layout = _safe(str(conf)) if grid.catalogued else f"tp{conf}"
+    stem = f"{_safe(w)}_{on}{layout}_{_safe(load)}{rep}_{time.strftime('%Y%m%dT%H%M%S')}"
     startup_s = 0.0
-    if not _reusable(cells.s, live, tp, int(grid.gpu_idx[c])):
+    if not _reusable(cells, live, c):
         startup_s, failed = _launch(cells, live, c, stem)
         if failed is not None:
             return failed
@@ -616,70 +746,88 @@ def _measure(cells: _VllmCells, live: _LiveServer, c: int, replicate: int = 0) -
 
 
 def _launch(cells: _VllmCells, live: _LiveServer, c: int, stem: str) -> tuple[float, dict[str, Any] | None]:
-    """Replace the live server with one for cell ``c``'s TP on its pool's devices:
+    """Replace the live replica with one of cell ``c``'s configuration on its pool's devices:
     ``(startup_s, failure row or None)``."""
     s, grid = cells.s, cells.grid
-    key = grid.key(c)[:3]
-    tp = key[1]
-    devices = cells.devices(c)[:tp]
+    cfg = grid.serving_config(c)
+    devices = cells.devices(c)[: cfg.gpus]
     _stop_live(s, live)
-    port = free_port()
-    cmd = render_command(s.command, model=s.model, tp=tp, port=port) + list(s.extra_args)
-    log_path = _unique(cells.out_dir / "logs" / f"{stem}.log")
+    live.key, live.pool, live.devices = _server_key(cells, c), int(grid.gpu_idx[c]), devices
+    live.what = f"configuration {cfg.name!r}" if grid.catalogued else f"TP{cfg.tp}"
+    live.gpu = grid.gpu_name(c) if grid.n_pools > 1 else ""
+    launch = Launch(command=s.command, model=s.model, extra_args=s.extra_args, env=s.env,
+                    kv_connector=s.kv_connector, kv_connector_extra_config=s.kv_connector_extra_config,
+                    readiness_timeout_s=s.readiness_timeout_s)
     launched = time.monotonic()
     try:
-        handle = start_server(cmd, port=port, log_path=log_path, gpus=devices, env=s.env)
+        started = start_replica(cfg, devices, launch, partial(_log_for, cells.out_dir, stem), live.parts)
     except FileNotFoundError:
-        raise InputError(f"{cells.campaign.path}: [measurement] command: executable {cmd[0]!r} not found "
+        _stop_live(s, live)
+        raise InputError(f"{cells.campaign.path}: [measurement] command: executable {s.command[0]!r} not found "
                          f"(for vLLM: pip install 'fleetsieve-bayes[vllm]' on the GPU node)") from None
-    live.handle, live.tp, live.pool, live.devices, live.served = handle, tp, int(grid.gpu_idx[c]), devices, None
-    live.gpu = grid.gpu_name(c) if grid.n_pools > 1 else ""
-    ready = wait_ready(handle, s.readiness_timeout_s)
     startup_s = time.monotonic() - launched
-    if ready.status != "ready":
-        failure = classify_startup(ready.status, log_tail(handle.log_path))
+    if started.entry is None:
+        failed, ready = started.failed, started.readiness
+        assert failed is not None and ready is not None
+        tail = log_tail(failed.handle.log_path)
         _stop_live(s, live)
         # A start-up failure held its GPUs for the start-up only (at least 1 ms: a row must have run).
-        row = failure_row(key, float(grid.offered_rps[c]), failure, max(startup_s, 1e-3), s.seed)
+        row = cells.failed_row(c, classify_startup(ready.status, tail), max(startup_s, 1e-3))
         row["startup_s"] = startup_s
-        row["detail"] = f"server {ready.status} after {ready.waited_s:.1f} s (log: {log_path})"
-        return startup_s, cells.with_gpu(c, row)
-    live.served = served_model_info(handle.url, s.served_model_name, model_path=s.model)
+        err = error_line(tail)
+        row["detail"] = cells.named(c, f"{failed.label} {ready.status} after {ready.waited_s:.1f} s"
+                                       + (f": {err}" if err else "") + f" (log: {failed.handle.log_path})")
+        return startup_s, row
+    live.handle = started.entry.handle
+    # What is served is asked of an engine (the router only routes): the server, or a decode worker.
+    engine = next(p for p in started.parts if p.label == "server" or p.label.startswith("decode"))
+    live.served = served_model_info(engine.handle.url, s.served_model_name, model_path=s.model)
     return startup_s, None
+
+
+def _log_for(out_dir: Path, stem: str, suffix: str) -> Path:
+    """A new log file of one process of a replica (``suffix``: ``""``, ``_prefill0``, ``_router``…)."""
+    return _unique(out_dir / "logs" / f"{stem}{suffix}.log")
 
 
 def _run_cell(cells: _VllmCells, live: _LiveServer, c: int, stem: str, startup_s: float,
               replicate: int = 0) -> dict[str, Any]:
-    """Replay the cell's trace (replicate ``replicate``'s stretch) against the live server;
+    """Replay the cell's trace (replicate ``replicate``'s stretch) against the live replica;
     records go to ``raw/``."""
-    s = cells.s
-    w, tp, load = cells.grid.key(c)[:3]
+    s, grid = cells.s, cells.grid
+    w, _, load = grid.key(c)[:3]
+    tp = int(grid.tp[c])  # the GPUs of one replica
     scale = cells.scales[c]
     handle = live.handle
     assert handle is not None
+    parts = tuple(live.parts)
     offset = window_offset_s(cells.traces[w], scale, s.warmup_s + s.duration_s, replicate)
     spec = CellSpec(workload=w, tp=tp, load=load, scale=scale, warmup_s=s.warmup_s,
                     duration_s=s.duration_s, request_timeout_s=s.request_timeout_s,
                     seed=replicate_seed(s.seed, replicate), max_input_tokens=s.max_input_tokens,
                     max_output_tokens=s.max_output_tokens, trace_offset_s=offset)
     raw_path = _unique(cells.out_dir / "raw" / f"{stem}.parquet")
-    extras: dict[str, Any] = {"workload": w, "tp": tp, "load": load, "scale": scale,
-                              "warmup_s": s.warmup_s, "window_s": s.duration_s,
-                              "replicate": replicate, "trace_offset_s": offset}
-    if cells.grid.n_pools > 1:
-        extras["gpu"] = cells.grid.gpu_name(c)
+    extras: dict[str, Any] = cells.with_gpu(c, cells.with_config(c, {
+        "workload": w, "tp": tp, "load": load, "scale": scale, "warmup_s": s.warmup_s, "window_s": s.duration_s,
+        "replicate": replicate, "trace_offset_s": offset}))
     try:
         result = measure_cell(
             handle.url, s.served_model_name, cells.traces[w], spec, served=live.served,
-            alive=lambda: handle.proc.poll() is None, records_path=raw_path, record_extras=extras,
+            alive=lambda: all(p.handle.proc.poll() is None for p in parts), records_path=raw_path,
+            record_extras=extras,
         )
     except BaseException:
         _stop_live(s, live)
         raise
-    row = cells.with_gpu(c, dict(result.row))
+    row = cells.with_gpu(c, cells.with_config(c, dict(result.row)))
     row["startup_s"] = startup_s
+    dead = [p for p in parts if p.handle.proc.poll() is not None]
+    if row["failure"] and dead:  # name the process that died (a disaggregated replica has several)
+        died = "; ".join(f"{p.label} (port {p.handle.port}) died mid-window (exit code {p.handle.proc.returncode}; "
+                         f"log: {p.handle.log_path})" for p in dead)
+        row["detail"] = cells.named(c, died) + (f"; {row['detail']}" if row.get("detail") else "")
     if row["failure"] or not s.reuse_server:
-        _stop_live(s, live)  # a server that failed a cell is never reused
+        _stop_live(s, live)  # a replica that failed a cell is never reused
     return row
 
 

@@ -178,8 +178,9 @@ def cell_runner(campaign: Any, out: Path) -> Callable[..., dict[str, Any]]:
 
     For vLLM the backend's GPU pool (``[measurement] gpus``; with several
     ``[[fleet.pools]]``, the cell's pool's entry) becomes ``device_ids`` and its
-    TP candidates the cell's TP, so the server runs on exactly the GPUs this
-    cell was given. Used inside Ray tasks and by the real-clock local executor.
+    TP candidates the cell's TP (with ``[[configs]]``, its catalogue the cell's
+    configuration), so the server runs on exactly the GPUs this cell was given.
+    Used inside Ray tasks and by the real-clock local executor.
     """
 
     def run(key: tuple[str, int, str], device_ids: tuple[int, ...], replicate: int = 0) -> dict[str, Any]:
@@ -197,8 +198,13 @@ def cell_runner(campaign: Any, out: Path) -> Callable[..., dict[str, Any]]:
                 table = {n: list(ids) for n, ids in zip(names, parse_vllm_options(campaign).pool_devices, strict=True)}
                 table[str(key[3])] = gpus
                 gpus = table
-            options = {**campaign.measurement.options, "gpus": gpus, "tp": [int(key[1])]}
-            camp = replace(campaign, measurement=replace(campaign.measurement, options=options))
+            options = {**campaign.measurement.options, "gpus": gpus}
+            if campaign.configs is None:
+                options["tp"] = [int(key[1])]
+                camp = replace(campaign, measurement=replace(campaign.measurement, options=options))
+            else:  # this cell's configuration only (the others may need more devices than it was given)
+                only = tuple(c for c in campaign.configs if c.name == key[1])
+                camp = replace(campaign, configs=only, measurement=replace(campaign.measurement, options=options))
         backend = make_backend(camp, out)
         try:
             index = backend.grid.index()
