@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from fleetsieve_bayes.errors import InputError
@@ -34,6 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plan result.json's K-th ranked alternative fleet (1: the top-ranked) instead of its allocation")
     p.add_argument("--allow-uncertified", action="store_true",
                    help="plan an uncertified or infeasible campaign's allocation, marked as such everywhere")
+    g = p.add_argument_group("configurations (a campaign with a [[configs]] catalogue)")
+    g.add_argument("--kv-connector", default="NixlConnector",
+                   help="vLLM KV connector of a disaggregated configuration's workers (default NixlConnector)")
+    g.add_argument("--kv-both", action="store_true",
+                   help="kv_role kv_both for every disaggregated worker (default: kv_producer for prefill, "
+                   "kv_consumer for decode)")
+    g.add_argument("--router-command", default="python -m fleetsieve_bayes.backends.router",
+                   help="command of a disaggregated replica's router; --host, --port, --prefill URL… and "
+                   "--decode URL… follow (default: %(default)s)")
+    g.add_argument("--router-image", default=None,
+                   help="container image of the routers' Deployments (default: --image; the router command must run in it)")
+    g.add_argument("--split-replicas", action="store_true",
+                   help="let a disaggregated replica that does not fit one node place its workers on several nodes")
     p.set_defaults(func=main)
 
 
@@ -43,9 +57,15 @@ def main(args: argparse.Namespace) -> int:
     formats = [f.strip() for f in str(args.format).split(",") if f.strip()]
     if not formats:
         raise InputError("--format: name at least one of launch, k8s")
+    try:
+        router = shlex.split(str(args.router_command))
+    except ValueError as exc:
+        raise InputError(f"--router-command: {exc}") from None
     plan = build_plan(args.directory, args.nodes, args.gpus_per_node, allow_uncertified=args.allow_uncertified,
                       model=args.model, image=args.image, namespace=args.namespace, alternative=args.alternative,
-                      hosts=None if args.hosts is None else [h.strip() for h in args.hosts.split(",")])
+                      hosts=None if args.hosts is None else [h.strip() for h in args.hosts.split(",")],
+                      kv_connector=args.kv_connector, kv_both=args.kv_both, router_command=router,
+                      router_image=args.router_image, split_replicas=args.split_replicas)
     written = write_plan(plan, args.out, formats)
     mark = "" if plan["certified"] else "  [UNCERTIFIED]"
     alt = plan.get("alternative")
@@ -55,12 +75,21 @@ def main(args: argparse.Namespace) -> int:
           f"{plan['nodes'] * plan['gpus_per_node']} GPUs on {plan['nodes']} node(s), packing {plan['packing_method']}")
     for c in plan["classes"]:
         t = c["autoscaler_target"]
-        print(f"  {c['workload']}: TP{c['tp']}@{c['load']} ×{c['replicas']}  "
+        cell = f"TP{c['tp']}@{c['load']}" if "config" not in c else f"{c['config']}@{c['load']}"
+        print(f"  {c['workload']}: {cell} ×{c['replicas']}  "
               f"autoscaler target {t['per_replica']} {t['unit']} per replica")
     per_node: dict[int, list[str]] = {}
     for p in plan["placements"]:
-        per_node.setdefault(p["node"], []).append(f"{p['workload']}#{p['index']}(GPUs {p['gpus'][0]}-{p['gpus'][-1]})")
+        role = "" if p.get("role") in (None, "engine") else f"/{p['role']}{p['worker']}"
+        per_node.setdefault(p["node"], []).append(
+            f"{p['workload']}#{p['index']}{role}(GPUs {p['gpus'][0]}-{p['gpus'][-1]})")
+    for r in plan.get("routers") or []:
+        per_node.setdefault(r["node"], []).append(f"{r['workload']}#{r['index']}/router(:{r['port']})")
     for n in range(plan["nodes"]):
         print(f"  node {n}: " + (", ".join(per_node.get(n, [])) or "empty"))
+    spread = (plan.get("disaggregation") or {}).get("spread_replicas") or []
+    if spread:
+        print("  replicas on several nodes (--split-replicas): "
+              + ", ".join(f"{s['workload']}#{s['index']}" for s in spread))
     print(f"  wrote {len(written)} files")
     return 0

@@ -2,6 +2,8 @@
 
 * :mod:`.packing` — exact placement of replicas (a TP-t replica on t GPUs of one node);
 * :mod:`.plan` — ``plan.json``, per-node launch scripts, Prometheus scrape config;
+* :mod:`.catalogued` — a catalogued allocation's configurations: engine arguments as vLLM
+  flags, disaggregated replicas as prefill and decode workers behind a router;
 * :mod:`.k8s` — Deployment / Service / HorizontalPodAutoscaler per class, schema-validated;
 * :mod:`.metrics` — vLLM's ``/metrics``: parsing, window differences, p99 bucket bounds;
 * :mod:`.verify` — live windows (direct scrapes or Prometheus) judged against the plan;

@@ -17,6 +17,21 @@ rules that serve those two names. The HPA's ``minReplicas`` is 1 and its
 ``maxReplicas`` the certified replicas plus what the nodes' spare GPUs hold at
 the class's TP, so scaling out never takes GPUs from another class.
 
+A catalogued class (docs/contracts.md, "Configurations") carries its
+configuration's engine arguments as vLLM flags in the container's command
+(after ``--tensor-parallel-size``), and is annotated
+``fleetsieve-bayes/config``. A *disaggregated* class is, in its file
+(:func:`disaggregated_objects`): a prefill Deployment (the class's replicas ×
+its prefill workers, each pod's GPU limit the prefill TP), a decode Deployment
+(replicas × decode workers, the decode TP), each with its Service and its own
+HorizontalPodAutoscaler (the role's per-pod target, :mod:`.catalogued`), and a
+router Deployment (one pod per replica, the plan's router command and image,
+``--prefill`` and ``--decode`` the two Services) with its Service, the class's
+entry point. Each object's name is the class's with ``-prefill``, ``-decode`` or
+``-router`` (the class's part shortened, with six hex digits of its SHA-256,
+to fit 63 characters); its pods are labelled ``fleetsieve-bayes/role``. The
+workers' pods get ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the pod's IP with NIXL.
+
 :func:`validate_manifests` checks every object with ``kubernetes-validate``
 (bundled JSON schemas of Kubernetes :data:`K8S_VERSION`, strict: an unknown
 field is an error).
@@ -39,7 +54,16 @@ from typing import Any
 
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
-__all__ = ["K8S_VERSION", "manifests", "validate_manifests", "render_yaml", "dns_name", "class_names"]
+__all__ = [
+    "K8S_VERSION",
+    "manifests",
+    "validate_manifests",
+    "render_yaml",
+    "dns_name",
+    "class_names",
+    "role_name",
+    "disaggregated_objects",
+]
 
 K8S_VERSION = "1.31"
 CONTAINER_PORT = 8000
@@ -138,7 +162,8 @@ def _annotations(plan: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
         "fleetsieve-bayes/status": str(plan["status"]),
         "fleetsieve-bayes/campaign-fingerprint": str(cert.get("campaign_fingerprint")),
         "fleetsieve-bayes/class-name": str(c["workload"]),
-        "fleetsieve-bayes/cell": f"TP{c['tp']}@{c['load']}",
+        "fleetsieve-bayes/cell": f"TP{c['tp']}@{c['load']}" if "config" not in c else f"{c['config']}@{c['load']}",
+        **({"fleetsieve-bayes/config": str(c["config"])} if "config" in c else {}),
     }
 
 
@@ -149,17 +174,23 @@ def _meta(plan: dict[str, Any], names: dict[str, str], c: dict[str, Any]) -> dic
     return m
 
 
-def _argv(plan: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    from fleetsieve_bayes.deploy.launch import replica_command
+def _argv(plan: dict[str, Any], c: dict[str, Any], role: str | None = None) -> list[str]:
+    """A class's (or, with ``role``, a disaggregated class's role's) container command."""
+    from fleetsieve_bayes.deploy.launch import worker_command
 
     s = plan["server"]
-    argv = replica_command(s["command"], s["extra_args"], model=s["model"], tp=int(c["tp"]), port=CONTAINER_PORT)
-    if "--tensor-parallel-size" not in argv and "-tp" not in argv:
-        argv += ["--tensor-parallel-size", str(c["tp"])]
-    return argv
+    tp = int(c["tp"] if role is None else c["roles"][role]["tp"])
+    kv = None
+    if role is not None:
+        d = plan["disaggregation"]
+        kv = (d["kv_connector"], d["kv_roles"][role])
+    return worker_command(s["command"], s["extra_args"], model=s["model"], tp=tp, port=CONTAINER_PORT,
+                          engine=sorted((c.get("engine") or {}).items()), kv=kv, ensure_tp=True)
 
 
 def _class_objects(plan: dict[str, Any], c: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    if c.get("roles"):
+        return disaggregated_objects(plan, c, names)
     name = names["name"]
     labels = _labels(names)
     selector = {k: labels[k] for k in ("app.kubernetes.io/instance", "fleetsieve-bayes/class")}
@@ -227,6 +258,134 @@ def _class_objects(plan: dict[str, Any], c: dict[str, Any], names: dict[str, str
                 }],
             },
         })
+    return objs
+
+
+def role_name(names: dict[str, str], role: str) -> str:
+    """A disaggregated class's object name for ``role``: its name and ``-role``, within 63
+    characters (shortened, with six hex digits of the SHA-256 of its name, where it is not)."""
+    base, tail = names["name"], f"-{role}"
+    if len(base) + len(tail) <= _LABEL_MAX:
+        return base + tail
+    tag = hashlib.sha256(base.encode("utf-8")).hexdigest()[:6]
+    head = base[: _LABEL_MAX - len(tail) - len(tag) - 1].rstrip("-") or "x"
+    return f"{head}-{tag}{tail}"
+
+
+def _role_labels(names: dict[str, str], role: str) -> dict[str, str]:
+    labels = _labels({"name": role_name(names, role), "key": names["key"]})
+    if role == "router":
+        labels["app.kubernetes.io/name"] = "fleetsieve-bayes-router"
+    labels["app.kubernetes.io/component"] = role
+    labels["fleetsieve-bayes/role"] = role
+    return labels
+
+
+def _role_meta(plan: dict[str, Any], names: dict[str, str], c: dict[str, Any], role: str) -> dict[str, Any]:
+    m: dict[str, Any] = {"name": role_name(names, role), "labels": _role_labels(names, role),
+                         "annotations": {**_annotations(plan, c), "fleetsieve-bayes/role": role}}
+    if plan.get("namespace"):
+        m["namespace"] = plan["namespace"]
+    return m
+
+
+def _hpa(meta: dict[str, Any], target_name: str, metric_name: str, per: float, max_replicas: int) -> dict[str, Any]:
+    """An autoscaling/v2 HorizontalPodAutoscaler of a Deployment on a per-pod custom metric."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": meta,
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target_name},
+            "minReplicas": 1,
+            "maxReplicas": max(max_replicas, 1),
+            "metrics": [{
+                "type": "Pods",
+                "pods": {"metric": {"name": metric_name},
+                         "target": {"type": "AverageValue", "averageValue": _quantity(per)}},
+            }],
+        },
+    }
+
+
+def _deployment(plan: dict[str, Any], c: dict[str, Any], names: dict[str, str], role: str,
+                container: dict[str, Any], replicas: int, scrape: bool) -> list[dict[str, Any]]:
+    """A role's Deployment and Service."""
+    labels = _role_labels(names, role)
+    selector = {k: labels[k] for k in ("app.kubernetes.io/instance", "fleetsieve-bayes/class", "fleetsieve-bayes/role")}
+    template_meta: dict[str, Any] = {"labels": labels}
+    if scrape:
+        template_meta["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": str(CONTAINER_PORT),
+                                        "prometheus.io/path": "/metrics"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _role_meta(plan, names, c, role),
+        "spec": {
+            "replicas": int(replicas),
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": template_meta, "spec": {"containers": [container]}},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _role_meta(plan, names, c, role),
+        "spec": {"selector": selector, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}]},
+    }
+    return [deployment, service]
+
+
+def _probes(failure_threshold: int) -> dict[str, Any]:
+    return {
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
+                         "failureThreshold": failure_threshold},
+    }
+
+
+def disaggregated_objects(plan: dict[str, Any], c: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    """A disaggregated class's objects: per role (prefill, decode) a Deployment, a Service and a
+    HorizontalPodAutoscaler (where the role has a target), then the router's Deployment and Service."""
+    d = plan["disaggregation"]
+    spare = plan["nodes"] * plan["gpus_per_node"] - int(plan["gpus_used"])
+    nixl = d["kv_connector"] == "NixlConnector"
+    objs: list[dict[str, Any]] = []
+    for role, r in c["roles"].items():
+        tp = int(r["tp"])
+        env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in sorted(plan["server"]["env"].items())]
+        if nixl:  # the decode workers reach a prefill worker's KV cache at its pod's address
+            env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        container: dict[str, Any] = {
+            "name": "vllm",
+            "image": plan["image"],
+            "command": _argv(plan, c, role),
+            "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
+            "resources": {"limits": {"nvidia.com/gpu": str(tp)}, "requests": {"nvidia.com/gpu": str(tp)}},
+            **_probes(180),  # large models take many minutes to load
+        }
+        if env:
+            container["env"] = env
+        objs += _deployment(plan, c, names, role, container, int(r["pods"]), scrape=True)
+        target = r["autoscaler_target"]
+        per = target.get("per_replica")
+        if per is not None and per > 0:
+            metric = _METRIC_RATE if target["metric"].startswith("rate(") else _METRIC_RUNNING
+            objs.append(_hpa(_role_meta(plan, names, c, role), role_name(names, role), metric, per,
+                             int(r["pods"]) + spare // tp))
+    svc = {role: role_name(names, role) for role in c["roles"]}
+    from fleetsieve_bayes.deploy.catalogued import router_argv
+
+    router = {
+        "name": "router",
+        "image": d.get("router_image") or plan["image"],
+        "command": router_argv(d["router_command"], CONTAINER_PORT, [f"http://{svc['prefill']}:{CONTAINER_PORT}"],
+                               [f"http://{svc['decode']}:{CONTAINER_PORT}"]),
+        "ports": [{"name": "http", "containerPort": CONTAINER_PORT, "protocol": "TCP"}],
+        **_probes(180),  # its /health answers 200 once every worker's does
+    }
+    objs += _deployment(plan, c, names, "router", router, int((c.get("router") or {}).get("replicas") or c["replicas"]),
+                        scrape=False)
     return objs
 
 

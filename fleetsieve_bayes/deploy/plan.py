@@ -14,6 +14,13 @@ writes it with the artefacts of the requested formats:
   HorizontalPodAutoscaler per class, and ``k8s/prometheus-adapter-rules.yaml``
   (the custom-metric rules the autoscalers read); see :mod:`.k8s`.
 
+A catalogued campaign's allocation names each class's configuration
+(docs/contracts.md, "Configurations"): its engine arguments become vLLM flags
+of every worker, and a disaggregated configuration is planned as prefill and
+decode workers (each on its role's TP GPUs of one node; a replica's workers on
+one node where it fits) behind a router per replica; see :mod:`.catalogued`.
+Without a catalogue everything is written as before.
+
 The operating point of a class is its certified cell. Its load setting is a
 *concurrency* (the label ``C<N>`` of a replayed grid: N requests in flight
 per replica) or a *rate* (the vLLM backend's arrival multipliers: the cell's
@@ -33,8 +40,27 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.campaign.directory import CampaignView, finite_or_none, load_campaign_dir
+from fleetsieve_bayes.configs import ServingConfig
+from fleetsieve_bayes.deploy.catalogued import (
+    DEFAULT_KV_CONNECTOR,
+    DEFAULT_ROUTER_COMMAND,
+    allocated_config,
+    catalogue_of,
+    describe_workers,
+    kv_roles,
+    replica_workers,
+    role_entries,
+    worker_placements,
+)
 from fleetsieve_bayes.deploy.launch import replica_command
-from fleetsieve_bayes.deploy.packing import Packing, first_unfit, pack
+from fleetsieve_bayes.deploy.packing import (
+    GroupPacking,
+    Packing,
+    first_unfit,
+    first_unfit_groups,
+    pack,
+    pack_groups,
+)
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
@@ -47,6 +73,8 @@ __all__ = [
     "uncertified_note",
     "load_kind",
     "replica_command",
+    "DEFAULT_KV_CONNECTOR",
+    "DEFAULT_ROUTER_COMMAND",
 ]
 
 PLAN_NAME = "plan.json"
@@ -101,14 +129,46 @@ def _server_template(view: CampaignView, model: str | None) -> dict[str, Any]:
             "model": str(chosen), "model_source": source, "served_model_name": str(served)}
 
 
-def _predictions(view: CampaignView) -> dict[tuple[str, int, str], dict[str, Any]]:
-    """Per cell: each metric's posterior-predictive median and interval, and bounds.csv's interval."""
+def _catalogued_bounds(view: CampaignView) -> Any:
+    """A catalogued campaign's ``bounds.csv`` (its ``tp`` is empty for a disaggregated
+    configuration; its cells are named by ``config``), else what :func:`read_bounds` gives.
+
+    Raises:
+        InputError: a ``bounds.csv`` without the columns a catalogued campaign writes.
+    """
+    import pandas as pd
+
+    from fleetsieve_bayes.campaign.directory import read_bounds, read_measurements
+    from fleetsieve_bayes.table import BOUNDS_COLUMNS
+
+    path = view.directory / "bounds.csv"
+    if not path.is_file():
+        return read_bounds(view, read_measurements(view))
+    try:
+        b = pd.read_csv(path, dtype={"workload": str, "load": str, "config": str})
+    except Exception as exc:  # noqa: BLE001 - any parser failure is bad input
+        raise InputError(f"{path}: cannot parse bounds ({exc})".splitlines()[0]) from None
+    missing = [c for c in (*BOUNDS_COLUMNS, "config") if c not in b.columns and c != "tp"]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+    b["measured"] = b["measured"].map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
+    for c in BOUNDS_COLUMNS[4:]:
+        b[c] = pd.to_numeric(b[c], errors="coerce")
+    return b
+
+
+def _predictions(view: CampaignView, catalogued: bool = False) -> dict[tuple[str, Any, str], dict[str, Any]]:
+    """Per cell: each metric's posterior-predictive median and interval, and bounds.csv's interval.
+
+    A cell is ``(workload, tp, load)``, or ``(workload, config, load)`` in a catalogued campaign.
+    """
     from fleetsieve_bayes.campaign.directory import read_bounds, read_measurements, read_posterior
 
-    out: dict[tuple[str, int, str], dict[str, Any]] = {}
-    bounds = read_bounds(view, read_measurements(view))
+    out: dict[tuple[str, Any, str], dict[str, Any]] = {}
+    bounds = _catalogued_bounds(view) if catalogued else read_bounds(view, read_measurements(view))
     for _, b in bounds.iterrows():
-        key = (str(b["workload"]), int(b["tp"]), str(b["load"]))
+        conf = str(b["config"]) if catalogued else int(b["tp"])
+        key = (str(b["workload"]), conf, str(b["load"]))
         out[key] = {"measured": bool(b["measured"]),
                     "bounds": {m: [float(b[lo]), float(b[hi])] for m, (lo, hi) in _BOUND_COLS.items()}}
     idata = read_posterior(view)
@@ -123,7 +183,7 @@ def _predictions(view: CampaignView) -> dict[tuple[str, int, str], dict[str, Any
         for i, c in enumerate(view.header.cells):
             if i >= y.shape[1]:
                 break
-            entry = out.setdefault((c.workload, c.tp, c.load), {"measured": False, "bounds": {}})
+            entry = out.setdefault((c.workload, c.config, c.load), {"measured": False, "bounds": {}})
             entry["predicted"] = {
                 m: {"median": float(qs[1, i, k]), "interval": [float(qs[0, i, k]), float(qs[2, i, k])]}
                 for k, m in enumerate(_METRICS)
@@ -243,6 +303,129 @@ def _class_entries(
     return classes
 
 
+def _pack_catalogued(
+    classes_in: list[tuple[str, ServingConfig, int]], nodes: int, gpus_per_node: int, split: bool
+) -> tuple[GroupPacking, int]:
+    """The exact packing of each class's replicas of its configuration, worker by worker, and the
+    GPUs it uses (:func:`.packing.pack_groups`).
+
+    Raises:
+        InputError: a class whose workers or replicas do not fit (named, one line).
+    """
+    g = gpus_per_node
+    for w, cfg, _ in classes_in:
+        for role, t in dict.fromkeys(replica_workers(cfg)):
+            if t > g:
+                what = f"a TP{t} replica ({cfg.name})" if role == "engine" else f"a TP{t} {role} worker of {cfg.name}"
+                raise InputError(f"class {w}: {what} does not fit a node of {g} GPUs")
+        if not split and cfg.gpus > g:
+            raise InputError(f"class {w}: a replica of {cfg.name} ({describe_workers(cfg)}, {cfg.gpus} GPUs) does not "
+                             f"fit a node of {g} GPUs; pass --split-replicas to place its workers on several nodes")
+    total = sum(cfg.gpus * n for _, cfg, n in classes_in)
+    groups = [(w, replica_workers(cfg)) for w, cfg, n in classes_in for _ in range(n)]
+    packing = pack_groups(groups, nodes, g, split=split)
+    if packing is None:
+        per_class = [(w, replica_workers(cfg), n) for w, cfg, n in classes_in]
+        bad = first_unfit_groups(per_class, nodes, g, split=split) or classes_in[-1][0]
+        cfg, n = next((cfg, n) for w, cfg, n in classes_in if w == bad)
+        hint = ("; --split-replicas places a replica's workers on several nodes, and then they fit"
+                if not split and pack_groups(groups, nodes, g, split=True) is not None else "")
+        raise InputError(
+            f"class {bad}: its {n} {cfg.name} replica(s) ({describe_workers(cfg)}, {cfg.gpus} GPUs each) do not fit "
+            f"{nodes} node(s) × {g} GPUs after the classes before it (the fleet needs {total} GPUs){hint}"
+        )
+    return packing, total
+
+
+def _catalogued_classes(
+    view: CampaignView,
+    alloc: dict[str, Any],
+    classes_in: list[tuple[str, ServingConfig, int]],
+    server: dict[str, Any],
+    preds: dict[tuple[str, Any, str], dict[str, Any]],
+    roles: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each class's operating point in a catalogued ``plan.json``: the keys of a plain class,
+    with ``tp`` the aggregated TP (null for a disaggregated configuration), then ``config``,
+    ``gpus_per_replica``, ``engine``, ``roles`` and ``router`` (null for an aggregated one)."""
+    slos = view.slos
+    classes = []
+    for w, cfg, n in classes_in:
+        load = str(alloc[w]["load"])
+        kind, conc = load_kind(load, server["backend"])
+        cell = preds.get((w, cfg.name, load), {"measured": False, "bounds": {}, "predicted": {}})
+        row = next((r.row for r in view.measurements
+                    if (r.cell.workload, str(r.cell.config), r.cell.load) == (w, cfg.name, load)), None)
+        offered = None if row is None else float(row["offered_rps"])
+        target = _target(kind, conc, offered)
+        classes.append({
+            "workload": w,
+            "tp": cfg.tp,
+            "load": load,
+            "load_kind": kind,
+            "concurrency_per_replica": conc,
+            "offered_rps_per_replica": offered,
+            "replicas": n,
+            "gpus": cfg.gpus * n,
+            "demand_rps": view.demand.get(w),
+            "slo": slos.get(w, {}),
+            "measured": bool(cell.get("measured")),
+            "measured_row": row,
+            "predicted": cell.get("predicted", {}),
+            "predicted_source": cell.get("predicted_source"),
+            "bounds": cell.get("bounds", {}),
+            "autoscaler_target": target,
+            "config": cfg.name,
+            "gpus_per_replica": cfg.gpus,
+            "engine": cfg.engine_args,
+            "roles": role_entries(cfg, n, target, kind, offered, roles) if cfg.disaggregated else None,
+            "router": {"replicas": n} if cfg.disaggregated else None,
+        })
+    return classes
+
+
+def _plain_fleet(
+    view: CampaignView, alloc: dict[str, Any], server: dict[str, Any], shape: tuple[int, int], hosts: Sequence[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, str]:
+    """An allocation without configurations: its classes, replica placements, GPUs and packing method."""
+    preds = _predictions(view)
+    classes_in = [(w, int(a["tp"]), int(a.get("replicas") or 0)) for w, a in alloc.items() if int(a.get("replicas") or 0)]
+    packing, total = _pack_classes(classes_in, *shape)
+    return _class_entries(view, alloc, classes_in, server, preds), _placements(packing, server, hosts), total, packing.method
+
+
+def _catalogued_fleet(
+    view: CampaignView,
+    alloc: dict[str, Any],
+    catalogue: tuple[ServingConfig, ...] | None,
+    server: dict[str, Any],
+    shape: tuple[int, int],
+    hosts: Sequence[str],
+    disagg: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, str, dict[str, Any]]:
+    """A catalogued allocation's classes, worker placements, GPUs, packing method and the
+    plan's ``disaggregation`` and ``routers`` (``disagg``: the settings, completed here with
+    ``spread_replicas``).
+
+    Raises:
+        InputError: an empty connector or router command; what :func:`_pack_catalogued` and
+            :func:`.catalogued.allocated_config` refuse.
+    """
+    if not disagg["kv_connector"]:
+        raise InputError("--kv-connector: name a vLLM KV connector (default NixlConnector)")
+    if not disagg["router_command"]:
+        raise InputError("--router-command: name the router's command")
+    source = str(view.directory / "journal.jsonl")
+    preds = _predictions(view, catalogued=True)
+    cat_in = [(w, allocated_config(w, a, catalogue, source), int(a.get("replicas") or 0))
+              for w, a in alloc.items() if int(a.get("replicas") or 0)]
+    packing, total = _pack_catalogued(cat_in, *shape, bool(disagg["split_replicas"]))
+    disagg = {**disagg, "spread_replicas": [{"workload": w, "index": i} for w, i in packing.split]}
+    classes = _catalogued_classes(view, alloc, cat_in, server, preds, disagg["kv_roles"])
+    placements, routers = worker_placements(packing, {w: cfg for w, cfg, _ in cat_in}, server, hosts, disagg, BASE_PORT)
+    return classes, placements, total, packing.method, {"disaggregation": disagg, "routers": routers}
+
+
 def build_plan(
     directory: str | Path,
     nodes: int,
@@ -254,6 +437,11 @@ def build_plan(
     namespace: str | None = None,
     hosts: Sequence[str] | None = None,
     alternative: int | None = None,
+    kv_connector: str = DEFAULT_KV_CONNECTOR,
+    kv_both: bool = False,
+    router_command: Sequence[str] = DEFAULT_ROUTER_COMMAND,
+    router_image: str | None = None,
+    split_replicas: bool = False,
 ) -> dict[str, Any]:
     """The deployment plan of a campaign directory (the ``plan.json`` object).
 
@@ -272,11 +460,17 @@ def build_plan(
         alternative: plan result.json's ranked alternative of this rank (1: the
             top-ranked) instead of its allocation; ``certified`` only where it is the
             certified allocation itself.
+        kv_connector, kv_both, router_command, router_image, split_replicas: a
+            catalogued campaign's disaggregated configurations: the workers' KV
+            connector, ``kv_both`` for every worker's ``kv_role`` (else producer and
+            consumer), the router's command and image (default ``image``), and
+            whether a replica may spread over nodes (:func:`_catalogued_fleet`).
 
     Raises:
         InputError: not a campaign directory; uncertified without
             ``allow_uncertified``; no allocation; an alternative the directory does
-            not rank; a class whose replicas do not fit the nodes (named, one line).
+            not rank; a class whose replicas (or workers) do not fit the nodes (named,
+            one line); an allocation naming a configuration the catalogue lacks.
     """
     if nodes < 1 or gpus_per_node < 1:
         raise InputError(f"--nodes and --gpus-per-node must be >= 1, got {nodes} and {gpus_per_node}")
@@ -295,13 +489,16 @@ def build_plan(
         certified = certified and alloc == (view.result or {}).get("allocation")
 
     server = _server_template(view, model)
-    preds = _predictions(view)
-    classes_in = [(w, int(a["tp"]), int(a.get("replicas") or 0)) for w, a in alloc.items() if int(a.get("replicas") or 0)]
-    packing, total = _pack_classes(classes_in, nodes, gpus_per_node)
-
-    classes = _class_entries(view, alloc, classes_in, server, preds)
-    placements = _placements(packing, server, hosts)
-    result_path = view.directory / "result.json"
+    catalogue = catalogue_of(view.header.inputs, str(view.directory / "journal.jsonl"))
+    extra: dict[str, Any] = {}
+    if catalogue is None and not any("config" in (a or {}) for a in alloc.values()):
+        classes, placements, total, method = _plain_fleet(view, alloc, server, (nodes, gpus_per_node), hosts)
+    else:
+        disagg = {"kv_connector": str(kv_connector).strip(), "kv_roles": kv_roles(kv_both),
+                  "router_command": [str(x) for x in router_command], "router_image": router_image or image,
+                  "split_replicas": bool(split_replicas)}
+        classes, placements, total, method, extra = _catalogued_fleet(
+            view, alloc, catalogue, server, (nodes, gpus_per_node), hosts, disagg)
     h = view.header
     plan = {
         "version": PLAN_VERSION,
@@ -309,15 +506,7 @@ def build_plan(
         "status": status,
         "campaign": h.campaign,
         "campaign_dir": str(view.directory.resolve()),
-        "certificate": {
-            "status": status,
-            "fingerprint": h.fingerprint,
-            "campaign_fingerprint": (h.fingerprint or {}).get("campaign"),
-            "result_sha256": _file_digest(result_path),
-            "reason": ((view.result or {}).get("certificate") or {}).get("reason"),
-            "p_slo_met": ((view.result or {}).get("certificate") or {}).get("p_slo_met"),
-            "p_epsilon_optimal": ((view.result or {}).get("certificate") or {}).get("p_epsilon_optimal"),
-        },
+        "certificate": _certificate(view, status),
         # The ranked alternative planned (``plan --alternative K``), else null.
         "alternative": None if alt is None else {
             k: alt[k] for k in ("rank", "p_epsilon_optimal", "p_slo_met", "gpus", "usd_per_hour",
@@ -328,14 +517,31 @@ def build_plan(
         "gpus_per_node": gpus_per_node,
         "hosts": hosts,
         "gpus_used": total,
-        "packing_method": packing.method,
+        "packing_method": method,
         "server": server,
         "image": image,
         "namespace": namespace,
         "classes": classes,
         "placements": placements,
+        **extra,
     }
     return finite_or_none(plan)
+
+
+def _certificate(view: CampaignView, status: str) -> dict[str, Any]:
+    """``plan.json``'s ``certificate``: the status, the journal header's digests, result.json's
+    digest and its certificate's reason and probabilities."""
+    h = view.header
+    cert = (view.result or {}).get("certificate") or {}
+    return {
+        "status": status,
+        "fingerprint": h.fingerprint,
+        "campaign_fingerprint": (h.fingerprint or {}).get("campaign"),
+        "result_sha256": _file_digest(view.directory / "result.json"),
+        "reason": cert.get("reason"),
+        "p_slo_met": cert.get("p_slo_met"),
+        "p_epsilon_optimal": cert.get("p_epsilon_optimal"),
+    }
 
 
 def _target(kind: str, conc: float | None, offered: float | None) -> dict[str, Any]:
@@ -367,6 +573,8 @@ def _launch_script(plan: dict[str, Any], node: int) -> str:
         f"{plan['campaign']}, written by `fleetsieve-bayes plan`.",
         mark.rstrip("\n") if mark else None,
         "# Each replica runs in the background; its log goes to logs/<class>_<index>.log.",
+        ("# A disaggregated replica's workers log to logs/<class>_<index>_<role><worker>.log, its router "
+         "to logs/<class>_<index>_router.log.") if plan.get("routers") else None,
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
         "mkdir -p logs",
@@ -378,8 +586,24 @@ def _launch_script(plan: dict[str, Any], node: int) -> str:
         env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in p["env"].items())
         cmd = " ".join(shlex.quote(a) for a in p["argv"])
         log = f"logs/{p['workload']}_{p['index']}.log"
-        lines.append(f"# {p['workload']} replica {p['index']}: TP{p['tp']} on GPUs {p['gpus']}, port {p['port']}")
+        what = f"TP{p['tp']} on GPUs {p['gpus']}, port {p['port']}"
+        if p.get("role") not in (None, "engine"):  # a worker of a disaggregated replica
+            log = f"logs/{p['workload']}_{p['index']}_{p['role']}{p['worker']}.log"
+            what = f"{p['role']} worker {p['worker']}, {what}"
+        if "config" in p:
+            lines.append(f"# {p['workload']} replica {p['index']} ({p['config']}): {what}")
+        else:
+            lines.append(f"# {p['workload']} replica {p['index']}: {what}")
         lines.append(f"env {env} {cmd} > {shlex.quote(log)} 2>&1 &")
+        lines.append("pids+=($!)")
+    for r in plan.get("routers") or []:
+        if r["node"] != node:
+            continue
+        cmd = " ".join(shlex.quote(a) for a in r["argv"])
+        log = f"logs/{r['workload']}_{r['index']}_router.log"
+        lines.append(f"# {r['workload']} replica {r['index']} ({r['config']}): router on port {r['port']}: each "
+                     "request to a prefill worker (max_tokens = 1), then to a decode worker")
+        lines.append(f"{cmd} > {shlex.quote(log)} 2>&1 &")
         lines.append("pids+=($!)")
     lines += ['trap \'kill "${pids[@]}" 2>/dev/null\' INT TERM', 'wait "${pids[@]}"', ""]
     return "\n".join(x for x in lines if x is not None)
@@ -400,10 +624,23 @@ def _prometheus_config(plan: dict[str, Any], scrape_interval_s: float = 5.0) -> 
             f"  - job_name: {json.dumps('vllm-' + c['workload'])}",
             "    metrics_path: /metrics",
             "    static_configs:",
-            f"      - targets: {json.dumps(targets)}",
-            "        labels:",
-            f"          class: {json.dumps(c['workload'])}",
         ]
+        if not c.get("roles"):
+            lines += [
+                f"      - targets: {json.dumps(targets)}",
+                "        labels:",
+                f"          class: {json.dumps(c['workload'])}",
+            ]
+            continue
+        for role in c["roles"]:  # a disaggregated class: its workers, labelled by role
+            targets = [p["metrics_url"].split("/")[2] for p in plan["placements"]
+                       if p["workload"] == c["workload"] and p.get("role") == role]
+            lines += [
+                f"      - targets: {json.dumps(targets)}",
+                "        labels:",
+                f"          class: {json.dumps(c['workload'])}",
+                f"          role: {json.dumps(role)}",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,8 @@
 """The report's deployment sections: a plan's packing and, with a verify report, live windows.
 
-:func:`plot_packing` draws each node's GPUs and the replica on each;
+:func:`plot_packing` draws each node's GPUs and the replica on each (in a
+catalogued plan each worker, labelled by its configuration and role:
+``prefill 0``, ``decode 1``; the decode workers hatched);
 :func:`plot_live_windows` draws, per class and tail metric, the plan's
 predicted interval, the SLO and the live p99's bucket interval.
 :func:`deployment_html` renders both with their tables (used by
@@ -22,7 +24,8 @@ def plot_packing(plan: dict[str, Any]) -> Any:
     """One row of GPU boxes per node, each replica a coloured block.
 
     Returns:
-        ``Plotted`` with data ``placements`` (workload, index, tp, node, first_gpu, port).
+        ``Plotted`` with data ``placements`` (workload, index, tp, node, first_gpu, port; in a
+        catalogued plan also config and role, ``engine`` for an aggregated replica).
     """
     import matplotlib.pyplot as plt
 
@@ -30,10 +33,13 @@ def plot_packing(plan: dict[str, Any]) -> Any:
 
     g = int(plan["gpus_per_node"])
     nodes = int(plan["nodes"])
+    catalogued = any("config" in p for p in plan["placements"])
+    extra = ["config", "role"] if catalogued else []
     df = pd.DataFrame(
         [{"workload": p["workload"], "index": p["index"], "tp": p["tp"], "node": p["node"],
-          "first_gpu": p["gpus"][0], "port": p["port"]} for p in plan["placements"]],
-        columns=["workload", "index", "tp", "node", "first_gpu", "port"],
+          "first_gpu": p["gpus"][0], "port": p["port"],
+          **({"config": p.get("config"), "role": _role_label(p)} if catalogued else {})} for p in plan["placements"]],
+        columns=["workload", "index", "tp", "node", "first_gpu", "port", *extra],
     )
     classes = [c["workload"] for c in plan["classes"]]
     colors = {w: plt.get_cmap("tab10")(i % 10) for i, w in enumerate(classes)}
@@ -42,10 +48,16 @@ def plot_packing(plan: dict[str, Any]) -> Any:
         for k in range(g):
             ax.add_patch(plt.Rectangle((k, n - 0.4), 1, 0.8, fill=False, edgecolor="0.8"))
     for _, r in df.iterrows():
+        decode = catalogued and str(r["role"]).startswith("decode")
         ax.add_patch(plt.Rectangle((r["first_gpu"] + 0.05, r["node"] - 0.35), r["tp"] - 0.1, 0.7,
-                                   color=colors[r["workload"]], alpha=0.85))
-        ax.text(r["first_gpu"] + r["tp"] / 2, r["node"], f"{r['workload']}#{r['index']}\nTP{r['tp']} :{r['port']}",
-                ha="center", va="center", fontsize=8, color="white")
+                                   color=colors[r["workload"]], alpha=0.85, hatch="//" if decode else None))
+        if catalogued:
+            role = "" if r["role"] == "engine" else f" {r['role']}"
+            label = f"{r['workload']}#{r['index']}{role}\n{r['config']}\nTP{r['tp']} :{r['port']}"
+        else:
+            label = f"{r['workload']}#{r['index']}\nTP{r['tp']} :{r['port']}"
+        ax.text(r["first_gpu"] + r["tp"] / 2, r["node"], label,
+                ha="center", va="center", fontsize=8 if not catalogued else 6, color="white")
     ax.set_xlim(0, g)
     ax.set_ylim(nodes - 0.5, -0.5)
     ax.set_yticks(range(nodes))
@@ -56,6 +68,21 @@ def plot_packing(plan: dict[str, Any]) -> Any:
     mark = "" if plan["certified"] else " (UNCERTIFIED)"
     ax.set_title(f"Replica packing: {plan['gpus_used']} of {nodes * g} GPUs{mark}")
     return Plotted(fig, {"placements": df})
+
+
+def _role_label(p: dict[str, Any]) -> str:
+    """A catalogued placement's role: ``engine`` (an aggregated replica), ``prefill 0``, ``decode 1``, …"""
+    role = str(p.get("role") or "engine")
+    return role if role == "engine" else f"{role} {p.get('worker', 0)}"
+
+
+def _placement_words(p: dict[str, Any]) -> str:
+    """``chat#0 TP4 GPUs 0–3 :8000``; in a catalogued plan ``chat#0 2p-tp2+1d-tp4 prefill 1 TP2 GPUs 2–3 :8001``."""
+    where = f"TP{p['tp']} GPUs {p['gpus'][0]}–{p['gpus'][-1]} :{p['port']}"
+    if "config" not in p:
+        return f"{p['workload']}#{p['index']} {where}"
+    role = "" if p.get("role") in (None, "engine") else f" {_role_label(p)}"
+    return f"{p['workload']}#{p['index']} {p['config']}{role} {where}"
 
 
 _TAILS = (("ttft_p99_s", "TTFT p99 (s)"), ("completion_p99_s", "completion p99 (s)"))
@@ -129,10 +156,10 @@ def deployment_html(plan: dict[str, Any], verify: dict[str, Any] | None, figures
     for n in range(int(plan["nodes"])):
         here = [p for p in plan["placements"] if p["node"] == n]
         rows.append(f"<tr><td>node {n}</td><td>{len(here)}</td><td>{sum(p['tp'] for p in here)}</td><td>"
-                    + esc(", ".join(f"{p['workload']}#{p['index']} TP{p['tp']} GPUs {p['gpus'][0]}–{p['gpus'][-1]} "
-                                    f":{p['port']}" for p in here)) + "</td></tr>")
-    parts.append('<table id="plan-nodes"><thead><tr><th>node</th><th>replicas</th><th>GPUs</th>'
-                 "<th>replicas (GPUs, port)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+                    + esc(", ".join(_placement_words(p) for p in here)) + "</td></tr>")
+    unit = "workers" if any("config" in p for p in plan["placements"]) else "replicas"
+    parts.append(f'<table id="plan-nodes"><thead><tr><th>node</th><th>{unit}</th><th>GPUs</th>'
+                 f"<th>{unit} (GPUs, port)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     p = plot_packing(plan)
     figures["fig-packing"] = p
     parts.append(figure("fig-packing", p, "Replicas packed onto each node's GPUs (a TP-t replica on t GPUs of one node)."))
