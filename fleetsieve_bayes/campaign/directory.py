@@ -221,8 +221,10 @@ def read_result(path: Path) -> dict[str, Any]:
         raise bad("gpu_seconds", "a number")
     if "measured" in result:
         m = result["measured"]
-        if not isinstance(m, list) or not all(isinstance(c, dict) and {"workload", "tp", "load"} <= set(c) for c in m):
-            raise bad("measured", "a list of {workload, tp, load}")
+        if not isinstance(m, list) or not all(
+            isinstance(c, dict) and {"workload", "load"} <= set(c) and ({"tp", "config"} & set(c)) for c in m
+        ):
+            raise bad("measured", "a list of {workload, tp or config, load}")
     alloc = result.get("allocation")
     if alloc is not None:
         if not isinstance(alloc, dict):
@@ -353,7 +355,8 @@ def read_bounds(view: CampaignView, measurements: pd.DataFrame) -> pd.DataFrame:
                 raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
             b["workload"] = b["workload"].astype(str)
             b["load"] = b["load"].astype(str)
-            b["tp"] = b["tp"].astype(int)
+            # A catalogued campaign's bounds name each config; tp is empty for a disaggregated one.
+            b["tp"] = b["tp"].astype("Int64") if "config" in b.columns else b["tp"].astype(int)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any parser failure is bad input

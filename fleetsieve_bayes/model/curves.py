@@ -171,7 +171,12 @@ def _cell_shift(params: dict[str, jnp.ndarray], data: ModelData) -> jnp.ndarray 
     (:func:`_gpu_shift`) plus its class's departure at its TP (``params["tp_dev"] (n_classes,
     n_tp, 3)``, :func:`tp_departure`); None when there is neither."""
     shift = _gpu_shift(params, data)
-    if "tp_dev" in params and data.tp_onehot is not None:
+    if "tp_dev" in params and data.roles is not None and data.roles.config_col is not None:
+        # A catalogue: each cell reads its (class, configuration) departure directly, O(n_cells)
+        # where the one-hot product is O(n_cells × n_configs) (the same value: one term is not 0).
+        tp = params["tp_dev"][data.widx, data.roles.config_col]
+        shift = tp if shift is None else shift + tp
+    elif "tp_dev" in params and data.tp_onehot is not None:
         tp = jnp.einsum("ck,ckj->cj", data.tp_onehot, params["tp_dev"][data.widx])
         shift = tp if shift is None else shift + tp
     return shift

@@ -614,6 +614,15 @@ def _retuned_chain(
                              last.adapt_state.inverse_mass_matrix, preset.warmup - steps)
 
 
+def _mass_for(data: ModelData, preset: InferencePreset) -> InferencePreset:
+    """The preset a fit of ``data`` runs: a catalogue's configurations bring a departure per
+    (class, configuration), hundreds of coordinates whose dense mass a warm-up of a few hundred
+    draws cannot estimate, so their mass is diagonal."""
+    if data.roles is not None and preset.dense_mass:
+        return preset._replace(dense_mass=False)
+    return preset
+
+
 def _fit_nuts(
     data: ModelData,
     card: PriorCard,
@@ -624,6 +633,7 @@ def _fit_nuts(
     prime_warm_refit: bool = False,
     step_scale: float = 1.0,
 ) -> Posterior:
+    preset = _mass_for(data, preset)
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)

@@ -138,7 +138,7 @@ from fleetsieve_bayes.model.observation import (
     to_transformed,
 )
 from fleetsieve_bayes.model.priors import PriorCard
-from fleetsieve_bayes.model.roles import role_sites
+from fleetsieve_bayes.model.roles import config_centre, role_sites
 from fleetsieve_bayes.model.scales import SUCCESS_EPS
 from fleetsieve_bayes.model.success import (
     burst_logpdf,
@@ -308,8 +308,9 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if data.roles is not None:  # a catalogue's configurations (model.roles)
         params.update(role_sites(n_classes))
     if tp_dev_count(data, c):
-        # With roles a configuration's capacity is no point of the parabola: its departure is non-centred.
-        parabola = None if data.roles is not None else capacity_parabola(params, data, cap_loc)
+        # Centred on each configuration's smooth capacity: the parabola, or with roles its composition.
+        parabola = (capacity_parabola(params, data, cap_loc) if data.roles is None
+                    else config_centre(params, data.roles, cap_loc))
         params["tp_dev"] = tp_departure(data, c, n_classes, parabola)
     latent, capacity = latent_metrics(params, data)
     # A run that failed at a load its TP served below it (none above) is evidence of

@@ -57,6 +57,7 @@ __all__ = [
     "role_log_capacity",
     "role_tail_shift",
     "role_site_count",
+    "config_centre",
     "ENGINE_COVARIATES",
     "ENGINE_REFERENCE",
 ]
@@ -92,6 +93,12 @@ class RoleInputs(NamedTuple):
     u_decode: jnp.ndarray
     log_workers: jnp.ndarray
     engine_x: jnp.ndarray
+    # ``(n_configs,)`` one cell of each configuration (the model's configuration
+    # columns, in catalogue order) and log of its GPUs per replica.
+    config_cell: jnp.ndarray | None = None
+    config_log_gpus: jnp.ndarray | None = None
+    # ``(n_cells,)`` each cell's configuration column.
+    config_col: jnp.ndarray | None = None
 
 
 def role_inputs(grid: Any) -> RoleInputs | None:
@@ -113,12 +120,17 @@ def role_inputs(grid: Any) -> RoleInputs | None:
     u_p = np.array([math.log2(c.prefill.tp if c.prefill else c.tp) for c in confs])
     u_d = np.array([math.log2(c.decode.tp if c.decode else c.tp) for c in confs])
     workers = np.array([[c.prefill.workers, c.decode.workers] if c.prefill and c.decode else [1, 1] for c in confs])
+    conf = grid.config_idx
+    first = np.array([int(np.flatnonzero(conf == k)[0]) for k in np.unique(conf)], np.int64)
     return RoleInputs(
         disagg=jnp.asarray(disagg),
         u_prefill=jnp.asarray(u_p),
         u_decode=jnp.asarray(u_d),
         log_workers=jnp.asarray(np.log(workers.astype(np.float64))),
         engine_x=jnp.asarray(x),
+        config_cell=jnp.asarray(first, dtype=jnp.int32),
+        config_log_gpus=jnp.asarray(np.log(np.asarray(grid.tp, np.float64)[first])),
+        config_col=jnp.asarray(np.searchsorted(np.unique(conf), conf), dtype=jnp.int32),
     )
 
 
@@ -173,3 +185,28 @@ def role_tail_shift(params: dict[str, jnp.ndarray], roles: RoleInputs, tail_slop
     moved = tail_slope[None, :] * (u_roles - u[:, None]) + params["disagg_tail"][None, :]
     shift = jnp.where(roles.disagg[:, None], moved, 0.0)
     return shift + roles.engine_x @ params["engine_coef"][:, 1:3]
+
+
+def config_centre(params: dict[str, jnp.ndarray], roles: RoleInputs, cap_loc: jnp.ndarray) -> jnp.ndarray:
+    """``(n_classes, n_configs)``: each class's smooth log capacity per GPU at each configuration
+    (:func:`role_log_capacity` without departures, less log GPUs per replica) less its prior
+    centre ``cap_loc (n_classes,)``; for an aggregated configuration exactly
+    :func:`~fleetsieve_bayes.model.curves.capacity_parabola`'s value. The centre of the
+    per-configuration capacity departures, sampled centred (model.curves.tp_departure)."""
+    assert roles.config_cell is not None and roles.config_log_gpus is not None
+    at = roles.config_cell
+    knee, curv, cap = (params[k][:, None] for k in ("knee", "curvature", "cap_level"))
+
+    def engine(v: jnp.ndarray) -> jnp.ndarray:  # (n_classes, n_configs)
+        return v * math.log(2.0) + cap - curv * (v - knee) ** 2
+
+    u_p, u_d = roles.u_prefill[at][None, :], roles.u_decode[at][None, :]
+    share = params["prefill_share"][:, None]
+    one = engine(u_d)
+    prefill = roles.log_workers[at, 0][None, :] + engine(u_p) - jnp.log(share)
+    decode = roles.log_workers[at, 1][None, :] + one - jnp.log1p(-share) + params["decode_gain"]
+    k = _ROLE_SHARPNESS
+    composed = -jnp.logaddexp(-k * prefill, -k * decode) / k - params["kv_cost"]
+    log_cap = jnp.where(roles.disagg[at][None, :], composed, one)
+    log_cap = log_cap + (roles.engine_x[at] @ params["engine_coef"][:, 0])[None, :]
+    return log_cap - roles.config_log_gpus[None, :] - cap_loc[:, None]
