@@ -75,20 +75,10 @@ def make_world(task: dict[str, Any]) -> Any:
 
 
 def cells_of(grid: Any, allocation: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(cell, replicas)`` ``(n_classes,)`` of a result.json / ``allocate --json`` allocation of a
-    catalogued grid (each class's ``config`` and ``load``); None for no allocation."""
-    if allocation is None:
-        return None
-    index = grid.index()
-    cell = np.full(grid.n_classes, -1, np.int64)
-    reps = np.zeros(grid.n_classes, np.int64)
-    for i, name in enumerate(grid.workloads):
-        entry = allocation.get(name)
-        if not entry or not entry.get("replicas"):
-            continue
-        cell[i] = index[(name, str(entry["config"]), str(entry["load"]))]
-        reps[i] = int(entry["replicas"])
-    return cell, reps
+    """``(cell, replicas)`` ``(n_classes,)`` of a result.json / ``allocate --json`` allocation (None: none)."""
+    from fleetsieve_bayes.evaluation.regret import cells_from_json
+
+    return cells_from_json(grid, allocation)
 
 
 def score(grid: Any, values: np.ndarray, problem: Any, epsilon: float, cr: tuple[np.ndarray, np.ndarray] | None,
