@@ -54,6 +54,16 @@ GuideLLM
 Several results of one cell (in one file or in several) are its repeated
 windows: :func:`number_replicates` gives them ``replicate`` 0, 1, … in order.
 
+Configurations: ``config`` (``ingest --config NAME``) names the rows'
+configuration of a campaign's ``[[configs]]`` catalogue in place of a TP:
+every row names it and leaves ``tp`` empty, or gives ``tp`` where it is also
+given (an aggregated configuration whose TP the user knows). A name that says
+its layout (``2p-tp2+1d-tp4…``: disaggregated, no single TP; ``TP4`` or
+``agg-tp4…``) refuses a ``tp`` that contradicts it (:func:`~.ingest_rows.check_config`).
+An llm-d v0.2 report whose stack is prefill and decode engines names its
+layout ``{P}p-tp{tp_p}+{D}d-tp{tp_d}`` as the rows' configuration when no
+``config`` is given (``ingest_llmd``).
+
 A cell where no request succeeded gets ``failure = "no-success"`` and
 infinite tails. Every row is checked before it is returned: success in
 [0, 1] and throughput ≤ offered × 1.05. Every problem is one
@@ -71,6 +81,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.backends.ingest_rows import (
+    check_config,
     finish_row,
     ingest_row,
     itl_sums,
@@ -79,6 +90,7 @@ from fleetsieve_bayes.backends.ingest_rows import (
     optional_json_number,
     p99_or_inf,
     row_labels,
+    with_config,
 )
 from fleetsieve_bayes.errors import InputError
 
@@ -114,7 +126,7 @@ def read_json_objects(path: Path) -> list[Any]:
 
 
 def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None = None,
-                loads: Sequence[str] = (), details: bool = False) -> list[dict[str, Any]]:
+                loads: Sequence[str] = (), details: bool = False, config: str | None = None) -> list[dict[str, Any]]:
     """Rows of one result file (format detected from its content).
 
     Args:
@@ -123,8 +135,16 @@ def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None
         details: keep, besides the table columns, ``note`` (what a reader read
             differently from the file's own numbers, and why) and ``lengths``
             (the run's mean prompt and output tokens) where a reader sets them.
+        config: the rows' configuration (``--config``): each row names it, its
+            ``tp`` the given ``tp`` or None (empty), whatever the file's metadata says.
+
+    Raises:
+        InputError: besides a file's own problems, a ``config`` that is not a name or
+            that contradicts ``tp`` (:func:`~.ingest_rows.check_config`).
     """
-    rows = _ingest_file(Path(path), workload=workload, tp=tp, loads=loads)
+    if config is not None:
+        config = check_config(config, tp)
+    rows = _ingest_file(Path(path), workload=workload, tp=tp, loads=loads, config=config)
     if not details:
         for r in rows:
             r.pop("note", None)
@@ -133,7 +153,7 @@ def ingest_file(path: str | Path, *, workload: str | None = None, tp: int | None
 
 
 def _ingest_file(path: Path, *, workload: str | None, tp: int | None,
-                 loads: Sequence[str]) -> list[dict[str, Any]]:
+                 loads: Sequence[str], config: str | None = None) -> list[dict[str, Any]]:
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         from fleetsieve_bayes.backends.ingest_llmd import read_llmd_report, rows_from_llmd
@@ -141,7 +161,15 @@ def _ingest_file(path: Path, *, workload: str | None, tp: int | None,
         if loads and len(loads) != 1:
             raise InputError(f"{path}: one llm-d report is one cell but {len(loads)} load labels were given")
         return rows_from_llmd(read_llmd_report(path), str(path), workload=workload, tp=tp,
-                              load=loads[0] if loads else None)
+                              load=loads[0] if loads else None, config=config)
+    if config is None:
+        return _json_rows(path, workload=workload, tp=tp, loads=loads)
+    # The configuration is the rows' label: the readers' TP label is a stand-in, replaced.
+    rows = _json_rows(path, workload=workload, tp=tp if tp is not None else 1, loads=loads)
+    return [with_config(r, config, tp) for r in rows]
+
+
+def _json_rows(path: Path, *, workload: str | None, tp: int | None, loads: Sequence[str]) -> list[dict[str, Any]]:
     objs = read_json_objects(path)
     other = _other_format(path, objs, workload=workload, tp=tp, loads=loads)
     if other is not None:
@@ -450,10 +478,23 @@ def rows_from_guidellm(data: dict[str, Any], src: str, *, workload: str | None =
 _WINDOW_FIELDS = ("offered_rps", "throughput_rps", "ttft_p99_s", "completion_p99_s", "success_rate", "duration_s")
 
 
+def _cell_key(row: Any) -> tuple[str, Any, str]:
+    """A row's cell: ``(workload, tp, load)``, or with the configuration's name (lower case) in
+    place of the TP where the row names one (as the table tells cells apart)."""
+    conf = row.get("config")
+    conf = "" if conf is None or str(conf).strip().lower() in ("", "nan", "none", "<na>") else str(conf).strip()
+    return (str(row["workload"]), conf.lower() if conf else int(row["tp"]), str(row["load"]))
+
+
+def _cell_words(key: tuple[str, Any, str]) -> str:
+    what = f"config={key[1]}" if isinstance(key[1], str) else f"tp={key[1]}"
+    return f"workload={key[0]}, {what}, load={key[2]}"
+
+
 def _window_id(row: Any) -> tuple[Any, ...]:
     """What identifies one window's result: its cell and every measured value (NaN-safe)."""
     vals = tuple(None if math.isnan(float(row[k])) else float(row[k]) for k in _WINDOW_FIELDS)
-    return (str(row["workload"]), int(row["tp"]), str(row["load"]), *vals)
+    return (*_cell_key(row), *vals)
 
 
 def number_replicates(rows: Sequence[dict[str, Any]], sources: Sequence[str], *,
@@ -472,20 +513,20 @@ def number_replicates(rows: Sequence[dict[str, Any]], sources: Sequence[str], *,
             ``rows`` value for value — the same result ingested twice, never two
             windows — naming the file and the cell.
     """
-    counts: dict[tuple[str, int, str], int] = {}
+    counts: dict[tuple[str, Any, str], int] = {}
     seen: dict[tuple[Any, ...], str] = {}
     if existing is not None:
         for r in existing.to_dict(orient="records"):
-            key = (str(r["workload"]), int(r["tp"]), str(r["load"]))
+            key = _cell_key(r)
             counts[key] = counts.get(key, 0) + 1
             seen[_window_id(r)] = f"a row already in {existing_source}"
     out = []
     for row, src in zip(rows, sources, strict=True):
-        key = (str(row["workload"]), int(row["tp"]), str(row["load"]))
+        key = _cell_key(row)
         wid = _window_id(row)
         if wid in seen:
             raise InputError(
-                f"{src}: duplicate cell (workload={key[0]}, tp={key[1]}, load={key[2]}): the same window as "
+                f"{src}: duplicate cell ({_cell_words(key)}): the same window as "
                 f"{seen[wid]} (every value equal: this result was already ingested)"
             )
         seen[wid] = f"a result of {src}"

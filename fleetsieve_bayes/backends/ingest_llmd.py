@@ -21,10 +21,21 @@ TP                       the one engine's ``parallelism.tp``             the one
 ``incomplete`` requests (cut off when the run ended) are neither successes nor
 failures, as in GuideLLM. Refused: a latency with percentiles but no p99 (the
 v0.1 example has p10/p50/p90 only), a stack that is not one engine replica
-(prefill/decode roles or ``replicas`` > 1: the table's cell is one server of
-one TP), a rate given as a list (a sweep, one report per rate). ``ignore_eos``
-is read from ``scenario.load.native.config.server`` where present and kept in
-the docs' hazards, not converted.
+(``replicas`` > 1, or prefill/decode roles in a v0.1 report: the table's cell
+is one server of one TP), a rate given as a list (a sweep, one report per
+rate). ``ignore_eos`` is read from ``scenario.load.native.config.server``
+where present and kept in the docs' hazards, not converted.
+
+Configurations (``--config``, docs/ingest.md): a v0.2 stack of ``prefill``
+and ``decode`` engines (``standardized.role``; ``replicas`` workers of
+``accelerator.parallelism.tp`` each, every engine of a role of one TP) is one
+replica of a disaggregated configuration, the layout
+``{P}p-tp{tp_p}+{D}d-tp{tp_d}``. Its row names that layout as its ``config``,
+``tp`` empty, unless ``--config NAME`` names the campaign's own entry (whose
+name, where it says a layout, must say this one); ``--tp`` with ``--config``
+on such a stack is refused (no single TP), ``--tp`` alone reads it as that
+TP, as before. A one-engine stack with ``--config`` names it, ``tp`` empty
+(or ``--tp``, which must be the engine's TP).
 """
 
 from __future__ import annotations
@@ -35,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from fleetsieve_bayes.backends.ingest_common import dig, p99_of, positive, served, with_lengths
-from fleetsieve_bayes.backends.ingest_rows import finish_row, ingest_row, row_labels
+from fleetsieve_bayes.backends.ingest_rows import (
+    finish_row,
+    ingest_row,
+    layout_name,
+    named_layout,
+    named_tp,
+    row_labels,
+    with_config,
+)
 from fleetsieve_bayes.errors import InputError
 
 __all__ = ["read_llmd_report", "rows_from_llmd"]
@@ -98,14 +117,77 @@ def _one_engine_tp(src: str, engines: list[tuple[str, Any, Any]]) -> int:
     return tp
 
 
+def _layout(src: str, engines: list[tuple[Any, Any, Any]]) -> tuple[int, int, int, int] | None:
+    """``(P, tp_p, D, tp_d)`` of a v0.2 stack of prefill and decode engines, None for another stack.
+
+    Raises:
+        InputError: a stack of both roles that is not one layout (a role's engines of
+            several TPs, a bad TP or replica count, or a ``replica`` engine beside them).
+    """
+    roles = {str(r).lower() if r is not None else "replica" for r, _, _ in engines}
+    if not {"prefill", "decode"} <= roles:
+        return None
+    if roles != {"prefill", "decode"}:
+        raise InputError(f"{src}: the stack has prefill and decode engines beside {', '.join(sorted(roles - {'prefill', 'decode'}))} "
+                         "ones: not one disaggregated layout, so this report is not converted")
+    out: list[int] = []
+    for role in ("prefill", "decode"):
+        tps = {t for r, t, _ in engines if str(r).lower() == role}
+        if len(tps) != 1 or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tps):
+            raise InputError(f"{src}: the {role} engines' parallelism.tp: expected one integer >= 1, got "
+                             f"{', '.join(map(repr, sorted(tps, key=repr)))}")
+        workers = 0
+        for r, _, n in engines:
+            if str(r).lower() != role:
+                continue
+            n = 1 if n is None else n
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise InputError(f"{src}: a {role} engine's replicas: expected an integer >= 1, got {n!r}")
+            workers += n
+        out += [workers, next(iter(tps))]
+    return out[0], out[1], out[2], out[3]
+
+
+def _configured(src: str, engines: list[tuple[Any, Any, Any]], tp: int | None,
+                config: str | None) -> tuple[int | None, str | None]:
+    """``(tp, config)`` of a v0.2 report's row: the TP label the reader uses (None: the stack's one
+    engine's) and the configuration the row names (None: none, as before configurations)."""
+    layout = _layout(src, engines)
+    if layout is not None:
+        name = layout_name(*layout)
+        if config is None:
+            return (tp, None) if tp is not None else (1, name)  # --tp alone: that TP, as before
+        if tp is not None:
+            raise InputError(f"{src}: the stack is disaggregated ({name}), which has no single TP: give --config "
+                             "without --tp")
+        said = named_layout(config)
+        if (said is not None and said != layout) or named_tp(config) is not None:
+            raise InputError(f"{src}: --config {config} says another layout than the report's stack ({name})")
+        return 1, config
+    if config is None:
+        return tp, None
+    if tp is not None:  # --tp reads the report as that TP, as without --config; the stack must not contradict it
+        one = engines[0][1] if len(engines) == 1 and engines[0][2] in (None, 1) else None
+        if isinstance(one, int) and not isinstance(one, bool) and one != tp:
+            raise InputError(f"{src}: --tp {tp} but the report's one engine has tp {one}")
+        return tp, config
+    stack_tp = _one_engine_tp(src, engines)
+    if named_layout(config) is not None or named_tp(config) not in (None, stack_tp):
+        raise InputError(f"{src}: --config {config} says another layout than the report's stack "
+                         f"(one engine of TP{stack_tp})")
+    return 1, config
+
+
 def rows_from_llmd(data: dict[str, Any], src: str, *, workload: str | None = None, tp: int | None = None,
-                   load: str | None = None) -> list[dict[str, Any]]:
-    """The row of one report (module docstring)."""
+                   load: str | None = None, config: str | None = None) -> list[dict[str, Any]]:
+    """The row of one report (module docstring); ``config``: ``--config``, checked by
+    :func:`~.ingest_rows.check_config` against ``tp`` already."""
     version = str(data.get("version"))
     if version.startswith("0.1"):
-        return [_v01(data, src, workload, tp, load)]
+        row = _v01(data, src, workload, tp, load)
+        return [row if config is None else with_config(row, config, tp)]
     if version.startswith("0.2"):
-        return [_v02(data, src, workload, tp, load)]
+        return [_v02(data, src, workload, tp, load, config)]
     raise InputError(f"{src}: llm-d benchmark report version {version!r} is not read (0.1, 0.2, 0.2.1 are)")
 
 
@@ -146,7 +228,8 @@ def _v01(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     return with_lengths(row, dig(req, "input_length", "mean"), dig(req, "output_length", "mean"))
 
 
-def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, load: str | None) -> dict[str, Any]:
+def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, load: str | None,
+         config: str | None = None) -> dict[str, Any]:
     agg = dig(data, "results", "request_performance", "aggregate")
     if not isinstance(agg, dict):
         raise InputError(f"{src}: missing field 'results.request_performance.aggregate'")
@@ -154,7 +237,8 @@ def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     engines = [(dig(c, "standardized", "role"), dig(c, "standardized", "accelerator", "parallelism", "tp"),
                 dig(c, "standardized", "replicas"))
                for c in stack if dig(c, "standardized", "kind") == "inference_engine"]
-    t = tp if tp is not None else _one_engine_tp(src, engines)
+    label_tp, conf = _configured(src, engines, tp, config)
+    t = label_tp if label_tp is not None else _one_engine_tp(src, engines)
     ok, counted, _ = _success(src, agg.get("requests"), "results.request_performance.aggregate.requests")
     duration = _iso_duration(src, dig(data, "run", "time", "duration"), "run.time.duration")
     if duration <= 0:
@@ -187,6 +271,8 @@ def _v02(data: dict[str, Any], src: str, workload: str | None, tp: int | None, l
     thr = served(src, thr, offered, success, duration, "throughput.request_rate.mean")
     labels = row_labels(src, {"load": label}, workload, t, load)
     row = finish_row(src, ingest_row(labels, offered, thr, ttft, comp, success, duration), ok)
+    if conf is not None:  # the configuration is the row's label; tp is the given one, or empty
+        row = with_config(row, conf, tp)
     if dig(data, "scenario", "load", "native", "config", "server", "ignore_eos") is False:
         row["note"] = (f"{src}: ignore_eos is false: outputs stopped at EOS, so their lengths are the "
                        "model's, not the requested ones")

@@ -7,6 +7,7 @@ no measurement can produce is refused rather than written.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,66 @@ def row_labels(src: str, meta: dict[str, Any], workload: str | None, tp: int | N
         if v is None or str(v).strip() == "":
             raise InputError(f"{src}: no {name} label (give --{name} or put {name}=… in the result's metadata)")
     return str(w), tp_label(src, t), str(ld)
+
+
+# A configuration's name (as [[configs]] names are: fleetsieve_bayes/configs.py).
+_CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$")
+# Names that say their layout: `2p-tp2+1d-tp4…` (disaggregated), `TP4` / `agg-tp4…` (aggregated).
+_LAYOUT_NAME = re.compile(r"^(\d+)p-tp(\d+)\+(\d+)d-tp(\d+)(?=$|[-_.+])", re.IGNORECASE)
+_AGGREGATED_NAME = re.compile(r"^(?:agg-)?tp(\d+)(?=$|[-_.+])", re.IGNORECASE)
+
+
+def layout_name(prefill_workers: int, prefill_tp: int, decode_workers: int, decode_tp: int) -> str:
+    """A disaggregated layout's configuration name, ``{P}p-tp{tp_p}+{D}d-tp{tp_d}``."""
+    return f"{prefill_workers}p-tp{prefill_tp}+{decode_workers}d-tp{decode_tp}"
+
+
+def named_layout(config: str) -> tuple[int, int, int, int] | None:
+    """``(P, tp_p, D, tp_d)`` of a name that starts with a disaggregated layout, else None."""
+    m = _LAYOUT_NAME.match(config)
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3]), int(m[4]))
+
+
+def named_tp(config: str) -> int | None:
+    """The TP of a name that starts with an aggregated one (``TP4``, ``agg-tp4-s256``), else None."""
+    m = _AGGREGATED_NAME.match(config)
+    return None if m is None else int(m[1])
+
+
+def check_config(config: str, tp: int | None) -> str:
+    """``--config NAME`` (and ``--tp``), checked: a configuration's name, and a ``--tp`` only
+    where the name does not say another layout. Returns the stripped name.
+
+    Raises:
+        InputError: one line: not a name; ``--tp`` with a disaggregated layout's name
+            (it has no single TP); ``--tp`` that is not the TP the name says.
+    """
+    name = str(config).strip()
+    if not _CONFIG_NAME.match(name):
+        raise InputError(f"--config: expected a configuration name of letters, digits and _ . + - (no spaces), "
+                         f"got {config!r}")
+    layout = named_layout(name)
+    if layout is not None and tp is not None:
+        p, tp_p, d, tp_d = layout
+        raise InputError(f"--config {name} names a disaggregated layout ({p} prefill TP{tp_p} + {d} decode "
+                         f"TP{tp_d}), which has no single TP: leave --tp out")
+    agg = named_tp(name)
+    if agg is not None and tp is not None and agg != tp:
+        raise InputError(f"--config {name} names TP{agg}, but --tp is {tp}: give the configuration's own TP, "
+                         "or leave --tp out")
+    return name
+
+
+def with_config(row: dict[str, Any], config: str, tp: int | None) -> dict[str, Any]:
+    """``row`` naming configuration ``config``, its ``tp`` the given one (None: empty), ``config`` after ``tp``."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k == "config":
+            continue
+        out[k] = tp if k == "tp" else v
+        if k == "tp":
+            out["config"] = config
+    return out
 
 
 def p99_or_inf(x: np.ndarray) -> float:

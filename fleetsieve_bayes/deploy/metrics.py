@@ -7,7 +7,10 @@
 into a :class:`WindowReading`: differences of the cumulative histogram
 buckets of ``vllm:time_to_first_token_seconds`` and
 ``vllm:e2e_request_latency_seconds`` and of ``vllm:request_success_total``
-by ``finished_reason``, summed over the replicas.
+by ``finished_reason``, summed over the replicas; also, where exposed, the
+p99 bucket of ``vllm:inter_token_latency_seconds`` and the
+``vllm:num_requests_waiting`` gauge at both scrapes (what ``verify`` shows per
+role of a disaggregated class).
 
 A quantile read from histogram buckets is only known to lie in a bucket:
 :func:`quantile_bounds` returns the bucket interval ``[lo, hi]`` that holds
@@ -115,6 +118,14 @@ class WindowReading(NamedTuple):
     # The HTTP server's own duration of completion requests (front end included;
     # prometheus-fastapi-instrumentator's histogram), None when not exposed.
     http_p99: QuantileBound | None = None
+    # The p99 gap between output tokens (vllm:inter_token_latency_seconds, or its older
+    # name), None when not exposed; read for the roles of a disaggregated class.
+    itl_p99: QuantileBound | None = None
+    # Requests waiting (queued) at the window's start and at its end, summed over the
+    # replicas; None when the gauge is not exposed.
+    waiting: tuple[float, float] | None = None
+    # Requests running at the window's end, summed over the replicas.
+    running: float | None = None
 
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?\s*$")
@@ -335,6 +346,12 @@ def reading(first: Sequence[Scrape], second: Sequence[Scrape], q: float = 0.99) 
     kv = None
     if KV_USAGE in names:
         kv = sum(_series_sum(b.samples, names[KV_USAGE]) for b in second) / max(len(second), 1)
+    itl = quantile_bounds(*diff_hist(names[ITL]), q=q) if ITL in names else None
+    waiting = None
+    if WAITING in names:
+        waiting = (sum(_series_sum(a.samples, names[WAITING]) for a in first),
+                   sum(_series_sum(b.samples, names[WAITING]) for b in second))
+    running = sum(_series_sum(b.samples, names[RUNNING]) for b in second)
     w = max(window, 1e-9)
     return WindowReading(
         window_s=window,
@@ -349,4 +366,7 @@ def reading(first: Sequence[Scrape], second: Sequence[Scrape], q: float = 0.99) 
         kv_cache_usage=kv,
         names=names,
         http_p99=http,
+        itl_p99=itl,
+        waiting=waiting,
+        running=running,
     )

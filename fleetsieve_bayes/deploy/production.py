@@ -18,6 +18,14 @@ four windows count as one profiling run). A class whose live windows show
 its cell missing the SLO moves that cell's observation towards them, and
 enough such windows make the cell inadmissible, so the re-planned campaign
 no longer certifies the fleet that uses it.
+
+A class of a catalogued plan (its verify entry names ``config``) is an
+observation of its ``(workload, config, load)`` cell, the row's ``tp`` the
+GPUs of one replica of the configuration and its ``config`` the name, as a
+catalogued campaign's journal rows are. For a disaggregated class the verify
+entry's metrics are already its roles' (``deploy/verify.py``,
+:func:`~fleetsieve_bayes.deploy.verify.combine_roles`): TTFT from the prefill
+workers, completion, success and the rates from the decode workers.
 """
 
 from __future__ import annotations
@@ -70,6 +78,9 @@ def read_verify(path: str | Path) -> dict[str, Any]:
         for key in ("workload", "tp", "load", "window_s", "metrics", "offered_rps_per_replica", "served_rps_per_replica"):
             if not isinstance(c, dict) or key not in c:
                 raise InputError(f"--production {p}: field 'classes[{i}].{key}' is missing")
+        if c.get("config") is not None and not isinstance(c.get("gpus_per_replica"), int):
+            raise InputError(f"--production {p}: field 'classes[{i}].gpus_per_replica' is missing (class "
+                             f"{c['workload']} names config {c['config']!r})")
     return report
 
 
@@ -85,8 +96,10 @@ def _tail(m: dict[str, Any]) -> float | None:
 def production_rows(report: dict[str, Any], source: str) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
     """``(cell, row, source)`` per class of ``report`` whose window finished a request.
 
-    ``cell`` is ``{workload, tp, load}`` (the planned cell); ``row`` a
-    measurement-table row per replica; ``source`` names the report and class.
+    ``cell`` is ``{workload, tp, load}`` (the planned cell), or ``{workload,
+    config, load}`` for a class of a catalogued plan; ``row`` a
+    measurement-table row per replica (a catalogued class's with ``config`` and
+    ``tp`` its GPUs per replica); ``source`` names the report and class.
     A class with no finished request in its window is left out (it observed
     nothing).
     """
@@ -103,9 +116,10 @@ def production_rows(report: dict[str, Any], source: str) -> list[tuple[dict[str,
         offered = max(float(c["offered_rps_per_replica"]), served, 1e-9)
         ttft = _tail(m.get("ttft_p99_s") or {})
         comp = _tail(m.get("completion_p99_s") or {})
+        conf = c.get("config")
         row = {
             "workload": str(c["workload"]),
-            "tp": int(c["tp"]),
+            "tp": int(c["tp"]) if conf is None else int(c["gpus_per_replica"]),
             "load": str(c["load"]),
             "offered_rps": offered,
             "throughput_rps": served,
@@ -114,7 +128,11 @@ def production_rows(report: dict[str, Any], source: str) -> list[tuple[dict[str,
             "success_rate": float(s.get("value") if s.get("value") is not None else 0.0),
             "duration_s": window,
         }
-        cell = {"workload": row["workload"], "tp": row["tp"], "load": row["load"]}
+        if conf is None:
+            cell = {"workload": row["workload"], "tp": row["tp"], "load": row["load"]}
+        else:
+            row["config"] = str(conf)
+            cell = {"workload": row["workload"], "config": row["config"], "load": row["load"]}
         out.append((cell, row, f"{source} class {c['workload']} ({c.get('verdict', '?')})"))
     return out
 
@@ -143,8 +161,14 @@ def pooled_observation(rows: Sequence[tuple[np.ndarray, str]]) -> np.ndarray:
     return np.where(total > 0, out, np.nan)
 
 
-def production_inputs(paths: Sequence[str | Path], candidates: set[tuple[str, int, str]]) -> list[tuple[Any, dict[str, Any], str]]:
-    """``(Cell, row, source)`` of every ``--production`` report, checked against the campaign's cells.
+def _cell_label(cell: dict[str, Any]) -> str:
+    """``TP4@C64``, or ``2p-tp2+1d-tp4@C64`` for a configuration."""
+    return f"{cell['config']}@{cell['load']}" if "config" in cell else f"TP{cell['tp']}@{cell['load']}"
+
+
+def production_inputs(paths: Sequence[str | Path], candidates: set[tuple[Any, ...]]) -> list[tuple[Any, dict[str, Any], str]]:
+    """``(Cell, row, source)`` of every ``--production`` report, checked against the campaign's cells
+    (``(workload, tp, load)``, or ``(workload, config, load)`` in a catalogued campaign).
 
     Raises:
         InputError: an unreadable report, or a class whose planned cell is not
@@ -155,10 +179,10 @@ def production_inputs(paths: Sequence[str | Path], candidates: set[tuple[str, in
     out = []
     for path in paths:
         for cell, row, source in production_rows(read_verify(path), f"production window {Path(path).resolve()}"):
-            key = (cell["workload"], cell["tp"], cell["load"])
+            key = (cell["workload"], cell["config"] if "config" in cell else cell["tp"], cell["load"])
             if key not in candidates:
                 raise InputError(f"--production {path}: class {cell['workload']}'s cell "
-                                 f"TP{cell['tp']}@{cell['load']} is not a candidate of this campaign")
+                                 f"{_cell_label(cell)} is not a candidate of this campaign")
             out.append((Cell(*key), row, source))
     return out
 
@@ -197,9 +221,10 @@ def production_summary(records: Sequence[Any], allocation: dict[str, Any] | None
     prod = [r for r in records if getattr(r, "phase", None) == PRODUCTION_PHASE]
     changed = []
     for key in dict.fromkeys(tuple(r.cell) for r in prod):
-        w, tp, load = key
+        w, tp, load = key[:3]
         a = (allocation or {}).get(w) or {}
-        now = (a.get("tp"), a.get("load")) if a.get("replicas") else (None, None)
+        catalogued = isinstance(tp, str)  # a catalogued campaign's cell names its configuration
+        now = (a.get("config" if catalogued else "tp"), a.get("load")) if a.get("replicas") else (None, None)
         if now == (tp, load):
             continue
         pooled = observed.get(key)
@@ -212,13 +237,16 @@ def production_summary(records: Sequence[Any], allocation: dict[str, Any] | None
                 misses.append(f"TTFT p99 {pooled[1]:.3g} s > {slo['ttft_p99_s']:g} s")
             if slo.get("completion_p99_s") is not None and np.isfinite(pooled[2]) and pooled[2] > slo["completion_p99_s"]:
                 misses.append(f"completion p99 {pooled[2]:.3g} s > {slo['completion_p99_s']:g} s")
+        planned = {"config": tp, "load": load} if catalogued else {"tp": tp, "load": load}
+        moved = {"config": now[0], "tp": a.get("tp")} if catalogued else {"tp": now[0]}
         changed.append({
-            "workload": w, "planned": {"tp": tp, "load": load},
-            "now": None if now[0] is None else {"tp": now[0], "load": now[1], "replicas": a.get("replicas")},
+            "workload": w, "planned": planned,
+            "now": None if now[0] is None else {**moved, "load": now[1], "replicas": a.get("replicas")},
             "pooled": None if pooled is None else dict(zip(_METRICS, (float(x) for x in pooled), strict=True)),
             "misses": misses,
         })
-    return {"windows": len(prod), "cells": [dict(zip(("workload", "tp", "load"), k, strict=True))
+    return {"windows": len(prod), "cells": [dict(zip(("workload", "config" if isinstance(k[1], str) else "tp", "load"),
+                                                     k[:3], strict=True))
                                             for k in dict.fromkeys(tuple(r.cell) for r in prod)],
             "changed": changed}
 
@@ -227,8 +255,8 @@ def describe_change(entry: dict[str, Any]) -> str:
     """One line naming a class whose planned cell the production windows changed."""
     p = entry["planned"]
     now = entry["now"]
-    to = "no replicas" if now is None else f"TP{now['tp']}@{now['load']} ×{now['replicas']}"
+    to = "no replicas" if now is None else f"{_cell_label(now)} ×{now['replicas']}"
     if entry["misses"]:
-        return (f"{entry['workload']}: production windows put TP{p['tp']}@{p['load']} outside its SLO "
+        return (f"{entry['workload']}: production windows put {_cell_label(p)} outside its SLO "
                 f"({'; '.join(entry['misses'])}); change it to {to}")
-    return f"{entry['workload']}: after the production windows the re-plan moves TP{p['tp']}@{p['load']} to {to}"
+    return f"{entry['workload']}: after the production windows the re-plan moves {_cell_label(p)} to {to}"

@@ -23,6 +23,19 @@ metric's reading lies outside its predicted interval (a tail bucket disjoint
 from the interval; success: the Clopper–Pearson interval of the window's
 success count disjoint from it); else ``inconclusive`` when a bucket
 straddles an SLO; else ``meets``.
+
+A disaggregated class of a catalogued plan (``classes[].roles``) is read per
+role: its prefill workers and its decode workers are two readings
+(:func:`assign_roles` matches ``--metrics`` URLs to roles by the plan's
+placements; with Prometheus each role is the class's selector and a role
+label, :func:`role_label`). :func:`combine_roles` makes the class's reading
+of them: TTFT from the prefill workers, completion, success and the rates
+from the decode workers (a request whose prefill failed never reaches a
+decode worker, so the prefill failures are added to the finished ones), the
+inter-token latency and the queues per role. The router exposes no
+``/metrics``: its hop is in no reading (:data:`ROUTER_NOTE`). The class's
+verdict names the role that drifts from the prediction (TTFT: prefill;
+completion: decode; success: the role with the lower success rate).
 """
 
 from __future__ import annotations
@@ -33,11 +46,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from fleetsieve_bayes.deploy.metrics import (
     E2E,
+    ITL,
     KV_USAGE,
     REQUIRED,
     RUNNING,
@@ -59,6 +73,10 @@ __all__ = [
     "VERIFY_VERSION",
     "parse_window",
     "assign_urls",
+    "assign_roles",
+    "role_label",
+    "combine_roles",
+    "class_readings",
     "scrape",
     "read_direct",
     "read_prometheus",
@@ -70,6 +88,19 @@ VERIFY_VERSION = 1
 # The central level of the Clopper–Pearson interval of a window's success rate.
 SUCCESS_LEVEL = 0.9
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+# The roles of a disaggregated class's workers (deploy/catalogued.py's ROLES).
+ROLES: tuple[str, ...] = ("prefill", "decode")
+# Prometheus labels that may carry a worker's role: plan's launch/prometheus.yml labels
+# `role`; the k8s pods' label `fleetsieve-bayes/role` becomes `fleetsieve_bayes_role`
+# under the usual kubernetes_sd `labelmap: __meta_kubernetes_pod_label_(.+)`.
+ROLE_LABELS: tuple[str, ...] = ("role", "fleetsieve_bayes_role")
+ROUTER_NOTE = ("the router exposes no /metrics: its hop (the prefill request, then the decode request) "
+               "is in no reading, so a client's TTFT and completion are longer by it")
+# Which of a disaggregated class's metrics each role's workers give.
+ROLE_READS: dict[str, tuple[str, ...]] = {
+    "prefill": ("ttft_p99_s",),
+    "decode": ("completion_p99_s", "itl_p99_s", "success_rate", "offered_rps", "served_rps"),
+}
 
 
 def parse_window(text: str) -> float:
@@ -92,17 +123,11 @@ def _prom_duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
-def assign_urls(plan: dict[str, Any], items: Sequence[str]) -> dict[str, list[str]]:
-    """Class → its replicas' ``/metrics`` URLs, from ``CLASS=URL`` items or plain URLs.
-
-    Plain URLs go to the plan's only class, or, when there is one per
-    placement, to the placements in the plan's order.
-
-    Raises:
-        InputError: an unknown class, or plain URLs that cannot be assigned.
-    """
+def _assign(plan: dict[str, Any], items: Sequence[str]) -> list[tuple[str, str, str | None]]:
+    """``(class, URL, role or None)`` per ``--metrics`` item, named items first (docs: :func:`assign_urls`)."""
     classes = [c["workload"] for c in plan["classes"]]
-    out: dict[str, list[str]] = {}
+    disaggregated = {c["workload"] for c in plan["classes"] if c.get("roles")}
+    out: list[tuple[str, str, str | None]] = []
     plain: list[str] = []
     for item in items:
         item = item.strip()
@@ -110,25 +135,121 @@ def assign_urls(plan: dict[str, Any], items: Sequence[str]) -> dict[str, list[st
             continue
         head, sep, rest = item.partition("=")
         if sep and "://" not in head:
+            role: str | None = None
+            if head not in classes and ":" in head:
+                w, _, r = head.rpartition(":")
+                if w in classes and r in ROLES:
+                    if w not in disaggregated:
+                        raise InputError(f"--metrics: class {w!r} is not disaggregated (no {r} workers); "
+                                         f"give its URLs as {w}=URL")
+                    head, role = w, r
             if head not in classes:
                 raise InputError(f"--metrics: class {head!r} is not in the plan ({', '.join(classes)})")
-            out.setdefault(head, []).append(rest)
+            out.append((head, rest, role))
         else:
             plain.append(item)
     if plain:
         if len(classes) == 1:
-            out.setdefault(classes[0], []).extend(plain)
+            out.extend((classes[0], u, None) for u in plain)
         elif len(plain) == len(plan["placements"]):
             for p, url in zip(plan["placements"], plain, strict=True):
-                out.setdefault(p["workload"], []).append(url)
+                r = p.get("role")
+                out.append((p["workload"], url, r if r in ROLES else None))
         else:
             raise InputError(
                 f"--metrics: {len(plain)} plain URL(s) for {len(plan['placements'])} planned replicas of "
                 f"{len(classes)} classes; name each one's class as CLASS=URL"
             )
+    return out
+
+
+def assign_urls(plan: dict[str, Any], items: Sequence[str]) -> dict[str, list[str]]:
+    """Class → its replicas' ``/metrics`` URLs, from ``CLASS=URL`` items or plain URLs.
+
+    Plain URLs go to the plan's only class, or, when there is one per
+    placement, to the placements in the plan's order. A disaggregated class's
+    URL may name its role, ``CLASS:prefill=URL`` or ``CLASS:decode=URL``
+    (:func:`assign_roles`).
+
+    Raises:
+        InputError: an unknown class, or plain URLs that cannot be assigned.
+    """
+    out: dict[str, list[str]] = {}
+    for w, url, _ in _assign(plan, items):
+        out.setdefault(w, []).append(url)
     if not out:
         raise InputError("--metrics: no URL given")
     return out
+
+
+def _netloc(url: str) -> tuple[str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.netloc.lower(), port
+
+
+def _role_of_url(plan: dict[str, Any], w: str, url: str) -> str:
+    """The role of a disaggregated class's worker at ``url``: the placement at its host and port,
+    else the only role of the class's workers on its port."""
+    workers = [p for p in plan["placements"] if p["workload"] == w and p.get("role") in ROLES]
+    netloc, port = _netloc(url)
+    exact = {_netloc(str(p.get("metrics_url", "")))[0]: p["role"] for p in workers}
+    if netloc in exact:
+        return exact[netloc]
+    on_port = sorted({p["role"] for p in workers if p.get("port") == port})
+    if len(on_port) == 1:
+        return on_port[0]
+    ports = "; ".join(f"{r} on {', '.join(map(str, sorted({p['port'] for p in workers if p['role'] == r})))}"
+                      for r in ROLES)
+    if on_port:
+        raise InputError(f"--metrics: {url} (class {w}): port {port} is a prefill worker's on one node and a decode "
+                         f"worker's on another; name its role as {w}:prefill=URL or {w}:decode=URL")
+    routers = [r for r in plan.get("routers") or [] if r.get("workload") == w]
+    if any(_netloc(str(r.get("url", "")))[0] == netloc or r.get("port") == port for r in routers):
+        raise InputError(f"--metrics: {url} is class {w}'s router, which exposes no /metrics; give its prefill and "
+                         f"decode workers' /metrics ({ports})")
+    raise InputError(f"--metrics: {url} (class {w}, disaggregated): no worker of the plan listens on port {port} "
+                     f"({ports}); name its role as {w}:prefill=URL or {w}:decode=URL")
+
+
+def assign_roles(plan: dict[str, Any], items: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """Disaggregated class → role → its workers' ``/metrics`` URLs (classes without roles are left out).
+
+    A URL's role is the one its item names (``CLASS:ROLE=URL``), else its
+    placement's (plain URLs one per placement), else the role of the plan's
+    worker placement at its host and port, else the only role of the class's
+    workers on its port (the plan's hosts may be names the URLs do not use).
+
+    Raises:
+        InputError: a URL that is the class's router (which exposes no ``/metrics``),
+            one whose port is no worker's of the class or both roles' (name its role),
+            or a class read with no worker of one role.
+    """
+    by_name = {c["workload"]: c for c in plan["classes"]}
+    out: dict[str, dict[str, list[str]]] = {}
+    for w, url, role in _assign(plan, items):
+        if not by_name[w].get("roles"):
+            continue
+        r = role or _role_of_url(plan, w, url)
+        out.setdefault(w, {x: [] for x in ROLES})[r].append(url)
+    for w, by in out.items():
+        for r in ROLES:
+            if not by[r]:
+                ports = sorted({p["port"] for p in plan["placements"] if p["workload"] == w and p.get("role") == r})
+                raise InputError(f"--metrics: class {w} is disaggregated, but none of its URLs is a {r} worker's "
+                                 f"(the plan's {r} workers listen on port(s) {', '.join(map(str, ports)) or '—'}); "
+                                 "give both roles' workers")
+    return out
+
+
+def _label(key: Hashable) -> str:
+    """A reading's key in messages: ``class chat``, or ``class summ, prefill workers``."""
+    if isinstance(key, tuple):
+        return f"class {key[0]}, {key[1]} workers"
+    return f"class {key}"
 
 
 def _http_get(url: str, timeout: float) -> tuple[int, str]:
@@ -156,14 +277,15 @@ def scrape(url: str, timeout: float = 10.0, clock: Callable[[], float] = time.mo
 
 
 def read_direct(
-    urls: dict[str, list[str]],
+    urls: Mapping[Any, list[str]],
     window_s: float,
     *,
     timeout: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
     during: Callable[[], None] | None = None,
-) -> dict[str, WindowReading]:
-    """Scrape every URL, wait ``window_s`` (or run ``during``), scrape again; a reading per class.
+) -> dict[Any, WindowReading]:
+    """Scrape every URL, wait ``window_s`` (or run ``during``), scrape again; a reading per key
+    (a class, or ``(class, role)`` for a disaggregated class's workers of one role).
 
     Raises:
         EnvironmentProblem: a URL unreachable, or one that stopped answering
@@ -177,7 +299,7 @@ def read_direct(
         during()
     else:
         sleep(window_s)
-    second: dict[str, list[Scrape]] = {}
+    second: dict[Any, list[Scrape]] = {}
     for w, us in urls.items():
         second[w] = []
         for u in us:
@@ -185,7 +307,7 @@ def read_direct(
                 second[w].append(scrape(u, timeout))
             except EnvironmentProblem:
                 raise EnvironmentProblem(
-                    f"{u} (class {w}): stopped answering mid-window (the replica died?)") from None
+                    f"{u} ({_label(w)}): stopped answering mid-window (the replica died?)") from None
     return {w: reading(first[w], second[w]) for w in urls}
 
 
@@ -234,17 +356,19 @@ def _scalar(rows: list[dict[str, Any]]) -> float:
 
 def read_prometheus(
     base: str,
-    selectors: dict[str, str],
+    selectors: Mapping[Any, str],
     window_s: float,
     *,
     timeout: float = 10.0,
     at: float | None = None,
     skip_absent: bool = False,
-) -> dict[str, WindowReading]:
+) -> dict[Any, WindowReading]:
     """A reading per class from a Prometheus server, over the ``window_s`` ending at ``at`` (now).
 
     Args:
-        selectors: class → PromQL label matchers without braces, e.g. ``class="chat"``.
+        selectors: class → PromQL label matchers without braces, e.g. ``class="chat"``; a key
+            ``(class, role)`` reads a disaggregated class's workers of one role (and their
+            inter-token latency).
         skip_absent: leave out a class with no ``vllm:`` series (else an error);
             it is an error all the same when no class has any.
 
@@ -253,7 +377,7 @@ def read_prometheus(
         InputError: not a Prometheus API; the class's series lack required metrics.
     """
     w = _prom_duration(window_s)
-    out: dict[str, WindowReading] = {}
+    out: dict[Any, WindowReading] = {}
     for cls, sel in selectors.items():
         def q(promql: str, _sel: str = sel) -> list[dict[str, Any]]:
             return _prom_query(base, promql.replace("SEL", _sel), timeout, at)
@@ -262,18 +386,18 @@ def read_prometheus(
         if not present:
             if skip_absent:
                 continue
-            raise InputError(f"{base}: no vllm:* series for class {cls} ({{{sel}}}) in Prometheus")
+            raise InputError(f"{base}: no vllm:* series for {_label(cls)} ({{{sel}}}) in Prometheus")
         names, missing = resolve_names(present)
         if missing:
-            raise InputError(f"{base}: class {cls} ({{{sel}}}) lacks {', '.join(missing)}")
+            raise InputError(f"{base}: {_label(cls)} ({{{sel}}}) lacks {', '.join(missing)}")
         down = [r["metric"].get("instance", "?") for r in q("up{SEL} == 0")]
         if down:
-            raise EnvironmentProblem(f"{base}: class {cls}: target(s) {', '.join(down)} down (a replica died?)")
+            raise EnvironmentProblem(f"{base}: {_label(cls)}: target(s) {', '.join(down)} down (a replica died?)")
         resets = _scalar(q(f"sum(resets({names[SUCCESS]}{{SEL}}[{w}]))"))
         resets += _scalar(q(f"sum(changes(process_start_time_seconds{{SEL}}[{w}]))"))
         if resets > 0:
             raise EnvironmentProblem(
-                f"{base}: class {cls}: {names[SUCCESS]} reset in the last {w} (a replica restarted?); "
+                f"{base}: {_label(cls)}: {names[SUCCESS]} reset in the last {w} (a replica restarted?); "
                 "verify again over a window without a restart")
 
         def bound(name: str) -> QuantileBound:
@@ -293,10 +417,12 @@ def read_prometheus(
         # Each series is extrapolated on its own, so the part can exceed the whole by a hair.
         served = min(_scalar(q(f'sum(increase({succ}{{SEL,finished_reason=~"{reasons}"}}[{w}]))')), finished)
         inflight = 0.0
+        gauges: dict[str, tuple[float, float]] = {}
         for g in (RUNNING, WAITING):
             if g in names:
                 now = _scalar(q(f"sum({names[g]}{{SEL}})"))
                 then = _scalar(q(f"sum({names[g]}{{SEL}} offset {w})"))
+                gauges[g] = (then, now)
                 inflight += now - then
         replicas = int(_scalar(q(f"count({names[RUNNING]}{{SEL}})")))
         kv = _scalar(q(f"avg({names[KV_USAGE]}{{SEL}})")) if KV_USAGE in names else None
@@ -312,10 +438,143 @@ def read_prometheus(
             completion_p99=bound(names[E2E]),
             kv_cache_usage=kv,
             names=names,
+            itl_p99=bound(names[ITL]) if isinstance(cls, tuple) and ITL in names else None,
+            waiting=gauges.get(WAITING),
+            running=gauges[RUNNING][1] if RUNNING in gauges else None,
         )
     if not out:
         raise InputError(f"{base}: no vllm:* series for any class ({', '.join('{' + s + '}' for s in selectors.values())})")
     return out
+
+
+def role_label(base: str, selector: str, *, timeout: float = 10.0, at: float | None = None,
+               labels: Sequence[str] = ROLE_LABELS) -> str | None:
+    """The Prometheus label naming the role of a disaggregated class's workers: the first of
+    ``labels`` whose values on the class's ``vllm:`` series include ``prefill`` or ``decode``.
+
+    Returns:
+        The label, or None when the class has no ``vllm:`` series at all (it is not read).
+
+    Raises:
+        InputError: the class has series, but no label of ``labels`` names their roles.
+    """
+    def q(promql: str) -> list[dict[str, Any]]:
+        return _prom_query(base, promql.replace("SEL", selector), timeout, at)
+
+    roles = "|".join(ROLES)
+    for label in labels:
+        if q(f'count by ({label}) ({{__name__=~"vllm:.+",SEL,{label}=~"{roles}"}})'):
+            return label
+    if not q('group by (__name__) ({__name__=~"vllm:.+",SEL})'):
+        return None
+    raise InputError(f"{base}: the series of {{{selector}}} (a disaggregated class) carry no role label "
+                     f"({', '.join(labels)}) naming prefill or decode; label them by role (plan's "
+                     "launch/prometheus.yml labels `role`) or pass --role-label")
+
+
+# --- disaggregated classes ----------------------------------------------------
+
+
+def combine_roles(c: dict[str, Any], by_role: Mapping[str, WindowReading]) -> WindowReading:
+    """A disaggregated class's reading from its prefill and decode workers' readings.
+
+    TTFT is the prefill workers' (the prompt's first token is computed there);
+    completion, the success counts, the rates, the KV cache and the inter-token
+    latency are the decode workers'; a request whose prefill failed never reaches
+    a decode worker, so the prefill failures count as finished, not served.
+    ``replicas`` is the replicas whose every worker was read (each role's workers
+    seen over its workers per replica, the smaller).
+    """
+    pre, dec = by_role["prefill"], by_role["decode"]
+    failed_prefill = max(pre.finished - pre.served, 0.0)
+    finished = dec.finished + failed_prefill
+    window = max(dec.window_s, 1e-9)
+    roles = c.get("roles") or {}
+    seen = min(r.replicas // max(int((roles.get(k) or {}).get("workers") or 1), 1)
+               for k, r in (("prefill", pre), ("decode", dec)))
+    return WindowReading(
+        window_s=dec.window_s,
+        replicas=seen,
+        finished=finished,
+        served=dec.served,
+        offered_rps=dec.offered_rps + failed_prefill / window,
+        served_rps=dec.served_rps,
+        success_rate=(dec.served / finished) if finished > 0 else None,
+        ttft_p99=pre.ttft_p99,
+        completion_p99=dec.completion_p99,
+        kv_cache_usage=dec.kv_cache_usage,
+        names=dec.names,
+        http_p99=None,  # a worker's HTTP time is one hop, not the client's request
+        itl_p99=dec.itl_p99,
+        waiting=dec.waiting,
+        running=dec.running,
+    )
+
+
+def class_readings(plan: dict[str, Any], raw: Mapping[Any, WindowReading]
+                   ) -> tuple[dict[str, WindowReading], dict[str, dict[str, WindowReading]]]:
+    """Readings keyed by class (a disaggregated class's combined by :func:`combine_roles`), and
+    each disaggregated class's readings by role, from readings keyed by class or ``(class, role)``.
+
+    Raises:
+        InputError: a disaggregated class read for one role and not the other.
+    """
+    readings = {k: v for k, v in raw.items() if not isinstance(k, tuple)}
+    roles: dict[str, dict[str, WindowReading]] = {}
+    for k, v in raw.items():
+        if isinstance(k, tuple):
+            roles.setdefault(k[0], {})[k[1]] = v
+    by_name = {c["workload"]: c for c in plan["classes"]}
+    for w, by in roles.items():
+        missing = [r for r in ROLES if r not in by]
+        if missing:
+            raise InputError(f"class {w}: its {', '.join(r for r in ROLES if r in by)} workers were read but no "
+                             f"{' or '.join(missing)} worker: a disaggregated class is read from both roles")
+        readings[w] = combine_roles(by_name[w], by)
+    return readings, roles
+
+
+def _bound_json(b: QuantileBound | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    return {"lo": _num(b.lo), "hi": _num(b.hi), "interpolated": _num(b.interpolated), "count": b.count}
+
+
+def _role_entries(c: dict[str, Any], metrics: dict[str, Any], by_role: Mapping[str, WindowReading]
+                  ) -> tuple[dict[str, Any], str | None]:
+    """``classes[].roles`` of the verify JSON and the drifting role (``prefill``, ``decode``, ``both`` or None)."""
+    drift: dict[str, list[str]] = {r: [] for r in ROLES}
+    for key, role in (("ttft_p99_s", "prefill"), ("completion_p99_s", "decode")):
+        if metrics[key].get("vs_predicted") in ("above", "below"):
+            drift[role].append(key)
+    if metrics["success_rate"].get("vs_predicted") in ("above", "below"):
+        # The role whose own success rate is the lower one (the one that lost the requests).
+        rates = {r: (by_role[r].success_rate if by_role[r].success_rate is not None else 1.0) for r in ROLES}
+        drift[min(ROLES, key=lambda r: (rates[r], r != "decode"))].append("success_rate")
+    plan_roles = c.get("roles") or {}
+    out: dict[str, Any] = {}
+    for r in ROLES:
+        x = by_role[r]
+        out[r] = {
+            "workers_planned": (plan_roles.get(r) or {}).get("pods"),
+            "workers_seen": x.replicas,
+            "window_s": x.window_s,
+            "finished": x.finished,
+            "served": x.served,
+            "success_rate": x.success_rate,
+            "served_rps": x.served_rps,
+            "ttft_p99_s": _bound_json(x.ttft_p99),
+            "completion_p99_s": _bound_json(x.completion_p99),
+            "itl_p99_s": _bound_json(x.itl_p99),
+            "num_requests_waiting": None if x.waiting is None else {"start": x.waiting[0], "end": x.waiting[1]},
+            "num_requests_running": x.running,
+            "kv_cache_usage": x.kv_cache_usage,
+            "metric_names": x.names,
+            "reads": list(ROLE_READS[r]),
+            "drift": drift[r],
+        }
+    drifting = [r for r in ROLES if drift[r]]
+    return out, (None if not drifting else drifting[0] if len(drifting) == 1 else "both")
 
 
 # --- judging ------------------------------------------------------------------
@@ -346,8 +605,13 @@ def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(x)
 
 
-def judge(c: dict[str, Any], r: WindowReading) -> dict[str, Any]:
-    """One class of the verify report: the reading against the SLO and the predicted interval."""
+def judge(c: dict[str, Any], r: WindowReading, roles: Mapping[str, WindowReading] | None = None) -> dict[str, Any]:
+    """One class of the verify report: the reading against the SLO and the predicted interval.
+
+    A class of a catalogued plan (with ``config``) gains ``config``, ``gpus_per_replica``,
+    ``role``, ``roles`` and ``router``; with ``roles`` (a disaggregated class's readings by
+    role, ``r`` their :func:`combine_roles`) they describe each role and name the drifting one.
+    """
     slo = c.get("slo") or {}
     pred = c.get("predicted") or {}
     reps = max(int(c["replicas"]), 1)
@@ -417,7 +681,7 @@ def judge(c: dict[str, Any], r: WindowReading) -> dict[str, Any]:
     else:
         verdict, reasons = "meets", []
     certified_offered = c.get("offered_rps_per_replica")
-    return {
+    out = {
         "workload": c["workload"],
         "tp": c["tp"],
         "load": c["load"],
@@ -435,16 +699,41 @@ def judge(c: dict[str, Any], r: WindowReading) -> dict[str, Any]:
         "verdict": verdict,
         "reasons": reasons,
     }
+    if "config" in c:  # a catalogued plan's class (without a catalogue: nothing added)
+        out.update(_catalogued_fields(c, metrics, roles))
+    return out
+
+
+def _catalogued_fields(c: dict[str, Any], metrics: dict[str, Any], roles: Mapping[str, WindowReading] | None
+                       ) -> dict[str, Any]:
+    """What a catalogued plan's class adds to its verify entry: its configuration, and for a
+    disaggregated one its roles, the drifting role and the router (which exposes nothing)."""
+    role_entries, role = (None, None) if roles is None else _role_entries(c, metrics, roles)
+    router = c.get("router")
+    return {
+        "config": c["config"],
+        "gpus_per_replica": c.get("gpus_per_replica"),
+        "role": role,
+        "roles": role_entries,
+        "router": None if not router else {"replicas": router.get("replicas"), "metrics": None, "note": ROUTER_NOTE},
+    }
 
 
 _ORDER = ("meets", "inconclusive", "drifted", "violates")
 
 
-def verify_report(plan: dict[str, Any], readings: dict[str, WindowReading], source: dict[str, Any]) -> dict[str, Any]:
-    """The verify JSON (docs/contracts.md, "verify JSON"): one judged entry per class read."""
+def verify_report(plan: dict[str, Any], readings: dict[str, WindowReading], source: dict[str, Any],
+                  roles: Mapping[str, Mapping[str, WindowReading]] | None = None) -> dict[str, Any]:
+    """The verify JSON (docs/contracts.md, "verify JSON"): one judged entry per class read.
+
+    ``roles``: a disaggregated class's readings by role (:func:`class_readings`), its
+    ``readings`` entry their :func:`combine_roles`.
+    """
     from fleetsieve_bayes.campaign.directory import finite_or_none
 
-    classes = [judge(c, readings[c["workload"]]) for c in plan["classes"] if c["workload"] in readings]
+    roles = roles or {}
+    classes = [judge(c, readings[c["workload"]], roles.get(c["workload"]))
+               for c in plan["classes"] if c["workload"] in readings]
     missing = [c["workload"] for c in plan["classes"] if c["workload"] not in readings]
     worst = max((c["verdict"] for c in classes), key=_ORDER.index, default="inconclusive")
     return finite_or_none({
