@@ -19,8 +19,7 @@ writes exactly as it did before catalogues existed.
 Inside the package a resolved table's ``tp`` column holds the GPUs of one
 replica of its row's configuration (:func:`resolve_configs`), so that
 ``duration_s × tp`` stays every row's GPU-seconds; what is written back out
-names the configuration and gives ``tp`` only where it is an aggregated TP
-(:func:`external_tp`).
+names the configuration and gives ``tp`` only where it is an aggregated TP.
 """
 
 from __future__ import annotations
@@ -43,8 +42,6 @@ __all__ = [
     "parse_catalogue",
     "implicit_catalogue",
     "resolve_configs",
-    "external_tp",
-    "external_rows",
     "table_for_campaign",
     "config_index",
     "check_catalogue",
@@ -304,21 +301,6 @@ def resolve_configs(df: pd.DataFrame, configs: Sequence[ServingConfig], source: 
         out_names.append(cfg.name)
         out_gpus.append(cfg.gpus)
     return df.assign(config=out_names, tp=np.asarray(out_gpus, np.int64))
-
-
-def external_tp(config: ServingConfig) -> int | None:
-    """The ``tp`` a written table or result gives for a configuration: its TP, or None if disaggregated."""
-    return config.tp
-
-
-def external_rows(df: pd.DataFrame, configs: Sequence[ServingConfig] | None) -> pd.DataFrame:
-    """Rows as a written table gives them: with a catalogue, ``tp`` is each row's aggregated TP
-    (empty for a disaggregated configuration) beside its ``config``; without one, unchanged."""
-    if not configs or "config" not in df.columns:
-        return df
-    lookup = config_index(configs)
-    tps = [configs[lookup[str(n).lower()]].tp if str(n).lower() in lookup else None for n in df["config"]]
-    return df.assign(tp=pd.array(tps, dtype="Int64"))
 
 
 def table_for_campaign(
