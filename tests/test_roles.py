@@ -1,19 +1,37 @@
 """Configurations in the model (fleetsieve_bayes.model.roles): what a catalogue's cells are to the
-joint model, checked against hand computation and against the model without a catalogue."""
+joint model, checked against hand computation and against the model without a catalogue; the
+prior card's [roles] section feeding the role sites, and a card without one refused in one line."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
+from numpyro.infer import Predictive
+from shipped import GRID, point_text
 
 from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.campaign.config import load_campaign
+from fleetsieve_bayes.campaign.setup import resolve
+from fleetsieve_bayes.cli import main
 from fleetsieve_bayes.configs import Role, ServingConfig
+from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.model.curves import _cell_shift, capacity_parabola, latent_metrics
 from fleetsieve_bayes.model.data import model_data
-from fleetsieve_bayes.model.roles import config_centre, role_inputs, role_log_capacity
+from fleetsieve_bayes.model.joint import fleet_model
+from fleetsieve_bayes.model.priors import PriorCard, load_card
+from fleetsieve_bayes.model.roles import (
+    config_centre,
+    missing_roles_message,
+    needs_roles,
+    role_inputs,
+    role_log_capacity,
+)
 
 AGG2 = ServingConfig(name="agg-tp2", tp=2)
 AGG4 = ServingConfig(name="agg-tp4", tp=4)
@@ -135,3 +153,84 @@ def test_departures_by_index_equal_the_one_hot_product() -> None:
     by_index = np.asarray(_cell_shift({"tp_dev": dev}, data))
     one_hot = np.asarray(_cell_shift({"tp_dev": dev}, data._replace(roles=None)))
     np.testing.assert_array_equal(by_index, one_hot)
+
+
+# ------------------------------------------------------------ the card's [roles]
+
+
+def _prior_roles(card: PriorCard, n: int = 2000) -> dict[str, np.ndarray]:
+    """Prior draws of the role sites of a two-class grid with a disaggregated configuration."""
+    grid = _grid((AGG2, AGG4_S64, DIS), [2, 4, 8])
+    data = model_data(grid, np.ones((12, 4)), np.zeros(12, bool))
+    pred = Predictive(lambda d: fleet_model(d, card, None), num_samples=n,
+                      return_sites=["prefill_share", "kv_cost", "decode_gain", "disagg_tail", "engine_coef"])
+    return {k: np.asarray(v) for k, v in pred(jax.random.PRNGKey(0), data).items()}
+
+
+def test_the_role_sites_read_the_cards_roles(tmp_path: Path) -> None:
+    generic = _prior_roles(load_card("generic"))
+    assert np.median(generic["prefill_share"]) == pytest.approx(0.5, abs=0.03)
+    assert np.median(generic["kv_cost"]) == pytest.approx(0.05, rel=0.1)
+    assert np.std(generic["decode_gain"]) == pytest.approx(0.3, rel=0.1)
+    path = tmp_path / "mine.toml"
+    path.write_text("[roles]\nprefill_share_logit_mean = 2.0\nkv_cost_median = 0.2\ndecode_gain_log_sd = 0.05\n"
+                    "disagg_tail_sd = 0.1\nengine_coef_sd = 0.01\n")
+    mine = _prior_roles(load_card(path))
+    assert np.median(mine["prefill_share"]) == pytest.approx(1 / (1 + math.exp(-2.0)), abs=0.03)
+    assert np.median(mine["kv_cost"]) == pytest.approx(0.2, rel=0.1)
+    assert np.std(mine["decode_gain"]) == pytest.approx(0.05, rel=0.1)
+    assert np.std(mine["disagg_tail"]) == pytest.approx(0.1, rel=0.1)
+    assert np.std(mine["engine_coef"]) == pytest.approx(0.01, rel=0.1)
+    # the keys the section leaves out keep the generic card's values
+    assert np.std(np.log(mine["kv_cost"])) == pytest.approx(1.0, rel=0.1)
+
+
+def test_a_card_without_roles_cannot_fit_a_catalogue_that_needs_them(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text("[knee]\ntp = 4\n")
+    with pytest.raises(InputError) as err:
+        _prior_roles(load_card(path), n=2)
+    assert str(err.value) == missing_roles_message("mine")
+    assert "\n" not in str(err.value) and "copy the generic card's [roles]" in str(err.value)
+
+
+def test_what_needs_the_roles() -> None:
+    assert not needs_roles(None) and not needs_roles((AGG2, AGG4))
+    assert needs_roles((AGG2, DIS)) and needs_roles((AGG4_S64,))
+    # an engine limit at its reference value moves no covariate
+    assert not needs_roles((ServingConfig(name="s256", tp=4, engine=(("max_num_seqs", 256),)),))
+
+
+def _catalogued_campaign(tmp: Path, family: str, engine_limit: bool) -> Path:
+    """The shipped campaign as a catalogue of its three TPs; with ``engine_limit``, TP8's engine
+    runs max_num_seqs 128 (an engine covariate: the role model is on)."""
+    grid = pd.read_csv(GRID)
+    grid["config"] = [f"agg-tp{t}" for t in grid["tp"]]
+    grid.to_csv(tmp / "grid.csv", index=False)
+    configs = "".join(
+        f'\n[[configs]]\nname = "agg-tp{t}"\ntp = {t}\n'
+        + ("engine = { max_num_seqs = 128 }\n" if engine_limit and t == 8 else "")
+        for t in (2, 4, 8)
+    )
+    path = tmp / "campaign.toml"
+    path.write_text(point_text().replace('family = "dense-31b-fp8-h100"', f'family = "{family}"') + configs)
+    return path
+
+
+def test_a_catalogue_that_needs_roles_and_a_card_without_them_is_one_line_saying_how_to_add_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mine.toml").write_text("[knee]\ntp = 4\n")
+    path = _catalogued_campaign(tmp_path, "mine.toml", engine_limit=True)
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"fleetsieve-bayes run: error: {path}: [model] family: the prior card {tmp_path / 'mine.toml'} has no [roles] "
+        "section, "
+        "which a catalogue of disaggregated configurations or engine limits needs (copy the generic card's "
+        "[roles], or write one with `priors derive`)\n"
+    )
+    assert not (tmp_path / "run" / "journal.jsonl").exists()
+    # A card with [roles] passes; so does the roleless card when the catalogue needs none.
+    for family in ("generic", "dense-31b-fp8-h100"):
+        assert resolve(load_campaign(_catalogued_campaign(tmp_path, family, engine_limit=True))).card.has_roles
+    assert not resolve(load_campaign(_catalogued_campaign(tmp_path, "mine.toml", engine_limit=False))).card.has_roles

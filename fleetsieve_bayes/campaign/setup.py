@@ -133,6 +133,7 @@ def resolve(
     name = _strategy_name(strategy)
     card, card_file = _card(campaign, prior)
     _check_gpu_axis(campaign, card)
+    _check_roles(campaign, card)
     if preset is None or isinstance(preset, (str, Path)):
         try:
             preset = load_preset(campaign.inference if preset is None else preset)
@@ -195,6 +196,18 @@ def _check_gpu_axis(campaign: Campaign, card: Any) -> None:
                 f"{campaign.path}: [[fleet.pools]] #{j + 1} gpu: {p.gpu!r} is not on the prior card's GPU axis "
                 f"({', '.join(axis.gpus)}); add a row for it to the card's [gpu_axis] (`priors derive --also-gpus`)"
             )
+
+
+def _check_roles(campaign: Campaign, card: Any) -> None:
+    """A catalogue with a disaggregated configuration or engine limits needs a card with ``[roles]``.
+
+    Raises:
+        InputError: naming the campaign file and ``[model] family``, and how to add the section.
+    """
+    from fleetsieve_bayes.model.roles import missing_roles_message, needs_roles
+
+    if needs_roles(campaign.configs) and not card.has_roles:
+        raise InputError(f"{campaign.path}: [model] family: {missing_roles_message(campaign.family)}")
 
 
 def build_strategy(setup: CampaignSetup, grid: CellGrid, problem: Any) -> Strategy:

@@ -27,6 +27,17 @@ degree ``t`` (per GPU, in bytes, FLOPs and seconds):
   ``curvature.median``.
   The knee stays within half a TP step of the grid, and never below the
   smallest feasible TP when a smaller one cannot hold the model.
+* **roles** (the ``[roles]`` section, :mod:`fleetsieve_bayes.model.roles`) —
+  at each feasible TP the prefill share of a typical request is
+  ``φ_t = prefill / (prefill + output tokens × decode step / B)``, the prefill
+  part of the capacity's turns; ``prefill_share_logit_mean`` is the mean of
+  ``logit φ_t`` over the feasible TPs. The KV transfer's cost is what sending a
+  prompt's KV cache adds to its prefill, ``κ_t = log(1 + prompt tokens × KV
+  bytes per token per GPU / (link_efficiency × the GPU's link) / prefill)``
+  (each GPU of the prefill engine sends its own shard, over the same link as
+  the all-reduces); ``kv_cost_median`` is their geometric mean. The decode
+  gain, the tail offsets of disaggregation and the engine coefficients are
+  engine behaviour the roofline has no term for: the ``generic`` card's values.
 * **tails** — TTFT p99 ∝ prefill of a p99 prompt + one decode step;
   completion p99 ≈ TTFT + (∝) p99 output tokens × the decode step at the
   reference load (half the KV-limited batch), with calibrated factors
@@ -61,6 +72,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fleetsieve_bayes.errors import InputError
+from fleetsieve_bayes.model.priors import ROLE_DEFAULTS
 from fleetsieve_bayes.resources import data_dir, legacy_path
 
 __all__ = [
@@ -114,6 +126,11 @@ WIDTHS: dict[str, float] = {
     "tail_base_log_sd": 0.9,
     "tail_class_sd": 0.5,
     "tail_slope_sd": 0.4,
+    # A class's prompt and output lengths move its prefill share from the mean request's.
+    "prefill_share_logit_sd": 1.0,
+    # A transfer between nodes runs over a network several times slower than NVLink; one
+    # overlapped with the prefill layer by layer costs less.
+    "kv_cost_log_sd": 1.2,
 }
 # vLLM defaults the arithmetic assumes.
 MAX_NUM_SEQS = 256
@@ -500,8 +517,7 @@ def roofline(
     act_bytes = DTYPE_BYTES["bf16"]
     rows = []
     for t in tps:
-        kv_heads_gpu = max(1.0, arch.kv_heads / t)
-        kv_token = 2.0 * arch.layers * kv_heads_gpu * arch.head_dim * DTYPE_BYTES[kv_dtype]
+        kv_token = _kv_token_bytes(arch, kv_dtype, t)
         weights = w_bytes / t
         inter_active = 3.0 * arch.active_experts * _intermediate(arch) / t
         activations = MAX_BATCHED_TOKENS * act_bytes * (4.0 * arch.hidden + inter_active)
@@ -576,6 +592,11 @@ def roofline(
             )
         )
     return rows
+
+
+def _kv_token_bytes(arch: Architecture, kv_dtype: str, t: int) -> float:
+    """KV cache bytes per token on one GPU of a TP-``t`` engine (KV heads replicated past their number)."""
+    return 2.0 * arch.layers * max(1.0, arch.kv_heads / t) * arch.head_dim * DTYPE_BYTES[kv_dtype]
 
 
 def _intermediate(arch: Architecture) -> float:
@@ -676,6 +697,7 @@ def derive(
     shape = _fit_shape(ok, tps)
     fam = name or f"{arch.name}-{dtype}-{gpu.name}"
     sections = _card_sections(fam, arch, gpu, dtype, kv_dtype, shape)
+    sections["roles"], role_comments = _role_section(arch, gpu, kv_dtype, workload, ok)
     sections["feasibility"] = {"checked_tp": list(tps), "infeasible_tp": [r.tp for r in rows if not r.feasible]}
     sections["derivation"] = {
         "source": source,
@@ -689,8 +711,52 @@ def derive(
         "gpu_memory_utilization": gpu_memory_utilization,
         "min_concurrency": min_concurrency,
     }
-    comments = _card_comments(rows, ok, dtype, workload, mid_tp=2.0**shape.u_mid)
+    comments = {**_card_comments(rows, ok, dtype, workload, mid_tp=2.0**shape.u_mid), **role_comments}
     return Derivation(fam, sections, comments, rows, arch, gpu)
+
+
+def _role_section(
+    arch: Architecture, gpu: GpuSpec, kv_dtype: str, workload: Workload, ok: list[TpRoofline]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The card's ``[roles]`` (module docstring, *roles*) from the feasible roofline rows, and
+    its comments."""
+    n_in, n_out = float(workload.prompt_tokens), float(workload.output_tokens)
+    link = gpu.link_bytes_s() * ATTAINABLE["link_efficiency"]
+    share = np.array([r.prefill_s / (r.prefill_s + n_out * r.step_s / r.batch) for r in ok])
+    kv = np.array([math.log1p(n_in * _kv_token_bytes(arch, kv_dtype, r.tp) / link / r.prefill_s) for r in ok])
+    engine = {k.split(".", 1)[1]: v for k, v in ROLE_DEFAULTS.items()}
+    section = {
+        "prefill_share_logit_mean": _r(float(np.mean(np.log(share / (1.0 - share)))), 3),
+        "prefill_share_logit_sd": WIDTHS["prefill_share_logit_sd"],
+        "decode_gain_log_mean": engine["decode_gain_log_mean"],
+        "decode_gain_log_sd": engine["decode_gain_log_sd"],
+        "kv_cost_median": _r(float(np.exp(np.mean(np.log(kv)))), 3),
+        "kv_cost_log_sd": WIDTHS["kv_cost_log_sd"],
+        "disagg_tail_sd": engine["disagg_tail_sd"],
+        "engine_coef_sd": engine["engine_coef_sd"],
+    }
+    per_tp = lambda v: "; ".join(f"TP{r.tp} {x:.3g}" for r, x in zip(ok, v, strict=True))  # noqa: E731
+    comments = {
+        "roles": (
+            "a catalogue's serving configurations (model/roles.py); the decode gain, the tail offsets of "
+            "disaggregation and the engine coefficients are engine behaviour, not derived (the generic card's values)"
+        ),
+        "roles.prefill_share_logit_mean": (
+            f"mean over the feasible TPs of logit(prefill / (prefill + {n_out:g} tokens x decode step / KV-limited "
+            f"batch)), the prefill share of a {n_in:g}-token request's turns; per TP: {per_tp(share)}"
+        ),
+        "roles.prefill_share_logit_sd": "a class's prompt and output lengths move its share: x2.7 on the odds at one sd",
+        "roles.kv_cost_median": (
+            f"geometric mean over the feasible TPs of log(1 + KV of a {n_in:g}-token prompt per GPU / "
+            f"({ATTAINABLE['link_efficiency']:g} x the GPU's link) / prefill): the prefill engine's time sending "
+            f"its cache; per TP: {per_tp(kv)}"
+        ),
+        "roles.kv_cost_log_sd": (
+            "a transfer between nodes runs over a network several times slower than NVLink, one overlapped with "
+            "the prefill costs less: x7 either way at 90 %"
+        ),
+    }
+    return section, comments
 
 
 def _check_derive_inputs(

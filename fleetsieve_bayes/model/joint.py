@@ -306,7 +306,7 @@ def fleet_model(data: ModelData, card: PriorCard, obs: jnp.ndarray | None = None
     if data.gpu_offset is not None:
         params["gpu_dev"] = gpu_deviation(data, n_classes)
     if data.roles is not None:  # a catalogue's configurations (model.roles)
-        params.update(role_sites(n_classes))
+        params.update(role_sites(n_classes, c))
     if tp_dev_count(data, c):
         # Centred on each configuration's smooth capacity: the parabola, or with roles its composition.
         parabola = (capacity_parabola(params, data, cap_loc) if data.roles is None

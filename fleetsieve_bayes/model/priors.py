@@ -107,6 +107,21 @@ Fields (section.key — meaning):
   ``log_completion`` (``inf`` there). Read by
   :func:`fleetsieve_bayes.model.gpu_axis.axis_from_card`; the joint model
   does not use it.
+``[roles]`` — the priors of a catalogue's serving configurations
+  (:mod:`fleetsieve_bayes.model.roles`; read only when a campaign's catalogue
+  has a disaggregated configuration or engine limits that move the engine
+  covariates). ``prefill_share_logit_mean``, ``prefill_share_logit_sd`` —
+  normal prior of ``logit φ``, the share of an engine's time a request spends
+  in prefill (per class); ``decode_gain_log_mean``, ``decode_gain_log_sd`` —
+  normal prior of ``g``, the decode engines' log gain from running without
+  prefill; ``kv_cost_median``, ``kv_cost_log_sd`` — log-normal prior of ``κ``,
+  the KV transfer's cost to a disaggregated replica's log capacity;
+  ``disagg_tail_sd`` — sd of the two tail offsets of disaggregation (log);
+  ``engine_coef_sd`` — sd of the engine covariates' coefficients. A card
+  without the section has none (a catalogue that needs it is refused, naming
+  the fix); a section that omits a key takes the ``generic`` card's value
+  (:data:`ROLE_DEFAULTS`). ``priors derive`` writes it from its roofline
+  (:mod:`fleetsieve_bayes.model.derive`).
 """
 
 from __future__ import annotations
@@ -121,10 +136,11 @@ from typing import Any
 from fleetsieve_bayes.errors import InputError
 from fleetsieve_bayes.resources import data_dir, legacy_path
 
-__all__ = ["PriorCard", "DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
+__all__ = ["PriorCard", "DEFAULTS", "ROLE_DEFAULTS", "list_cards", "load_card", "card_path", "card_fields"]
 
 # Defaults = the generic card, but for [capacity] tp_sd (0.3 there, 0 for a card that omits it:
-# the architecture cards keep their parabola). Keys are "section.key".
+# the architecture cards keep their parabola) and [roles] (absent from a card that omits the
+# section; ROLE_DEFAULTS fills the keys a given section omits). Keys are "section.key".
 DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "card.family": "",
     "card.description": "",
@@ -228,6 +244,27 @@ DEFAULTS: dict[str, float | str | tuple[int, ...] | None] = {
     "gpu_axis.log_capacity": None,
     "gpu_axis.log_ttft": None,
     "gpu_axis.log_completion": None,
+    # [roles]: None when the card has no such section (model/roles.py).
+    "roles.prefill_share_logit_mean": None,
+    "roles.prefill_share_logit_sd": None,
+    "roles.decode_gain_log_mean": None,
+    "roles.decode_gain_log_sd": None,
+    "roles.kv_cost_median": None,
+    "roles.kv_cost_log_sd": None,
+    "roles.disagg_tail_sd": None,
+    "roles.engine_coef_sd": None,
+}
+# The generic card's [roles] (its evidence is in generic.toml): what a key that a card's
+# [roles] section omits takes.
+ROLE_DEFAULTS: dict[str, float] = {
+    "roles.prefill_share_logit_mean": 0.0,
+    "roles.prefill_share_logit_sd": 1.5,
+    "roles.decode_gain_log_mean": 0.1,
+    "roles.decode_gain_log_sd": 0.3,
+    "roles.kv_cost_median": 0.05,
+    "roles.kv_cost_log_sd": 1.0,
+    "roles.disagg_tail_sd": 0.5,
+    "roles.engine_coef_sd": 0.3,
 }
 # [gpu_axis] keys: all or none; the three ratio matrices are (len(gpus), len(tp)).
 _GPU_AXIS_MATRICES = ("gpu_axis.log_capacity", "gpu_axis.log_ttft", "gpu_axis.log_completion")
@@ -255,6 +292,8 @@ _REAL = {
     "success.logit_base_mean",
     "ttft.load_elasticity_mean",
     "completion.load_elasticity_mean",
+    "roles.prefill_share_logit_mean",
+    "roles.decode_gain_log_mean",
 }
 
 
@@ -367,6 +406,19 @@ class PriorCard:
     gpu_axis_log_capacity: tuple[tuple[float, ...], ...] | None
     gpu_axis_log_ttft: tuple[tuple[float, ...], ...] | None
     gpu_axis_log_completion: tuple[tuple[float, ...], ...] | None
+    roles_prefill_share_logit_mean: float | None
+    roles_prefill_share_logit_sd: float | None
+    roles_decode_gain_log_mean: float | None
+    roles_decode_gain_log_sd: float | None
+    roles_kv_cost_median: float | None
+    roles_kv_cost_log_sd: float | None
+    roles_disagg_tail_sd: float | None
+    roles_engine_coef_sd: float | None
+
+    @property
+    def has_roles(self) -> bool:
+        """Whether the card has a ``[roles]`` section (the priors of a catalogue's configurations)."""
+        return self.roles_prefill_share_logit_mean is not None
 
     def tp_feasible(self, tp: int) -> bool | None:
         """Whether TP ``tp`` can hold the model: True/False when the card's
@@ -478,6 +530,8 @@ def parse_card(raw: dict[str, Any], path: Path) -> PriorCard:
         extra = sorted(set(infeasible) - set(checked))
         raise InputError(f"{path}: 'feasibility.infeasible_tp' lists TP {extra} not in 'feasibility.checked_tp'")
     _check_gpu_axis(path, values)
+    if "roles" in raw:  # a section that omits a key takes the generic card's value
+        values.update({k: v for k, v in ROLE_DEFAULTS.items() if values[k] is None})
     if not values["card.family"]:
         values["card.family"] = path.stem
     kwargs = {k.replace(".", "_", 1): v for k, v in values.items()}

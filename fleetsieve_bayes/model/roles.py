@@ -28,27 +28,35 @@ without a catalogue. Each (class, configuration) keeps its own departure from
 these curves (:func:`~fleetsieve_bayes.model.curves.tp_departure`, one column per
 configuration), so a measured cell pins its configuration's other loads.
 
-The priors are weak, as the ``generic`` card's are: the share ``φ`` is centred at
-one half with a logit sd of 1.5 (prompt-heavy and decode-heavy classes both
-inside two sd); the decode gain at 10 % with a log sd of 0.3 (Splitwise and
-DistServe report decode-side gains from removing interference of tens of
-percent, anchors-fourth-wave.md); the KV cost at 5 % of capacity (log-normal,
-log sd 1); the disaggregation offsets of the tails at 0 with sd 0.5; the engine
-coefficients at 0 with sd 0.3 (a halving of ``max_num_seqs`` moves capacity by
-up to ×/÷ 1.8 at two sd).
+The priors are the prior card's ``[roles]`` section
+(:mod:`fleetsieve_bayes.model.priors`; the ``generic`` card's are weak and say
+their evidence, ``priors derive`` writes a family's from its roofline,
+:mod:`fleetsieve_bayes.model.derive`): ``logit φ`` normal
+(``prefill_share_logit_mean``, ``_sd``), ``g`` normal (``decode_gain_log_mean``,
+``_sd``), ``κ`` log-normal (``kv_cost_median``, ``kv_cost_log_sd``), the tail
+offsets ``δ`` at 0 with sd ``disagg_tail_sd`` and the engine coefficients ``β``
+at 0 with sd ``engine_coef_sd``. A card without the section cannot fit a
+catalogue that needs these sites (:func:`needs_roles`): :func:`role_sites`
+refuses it with :func:`missing_roles_message`, as a campaign's setup does
+before it starts.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+
+from fleetsieve_bayes.errors import InputError
+
+if TYPE_CHECKING:
+    from fleetsieve_bayes.model.priors import PriorCard
 
 __all__ = [
     "RoleInputs",
@@ -58,6 +66,9 @@ __all__ = [
     "role_tail_shift",
     "role_site_count",
     "config_centre",
+    "engine_covariates",
+    "needs_roles",
+    "missing_roles_message",
     "ENGINE_COVARIATES",
     "ENGINE_REFERENCE",
 ]
@@ -66,15 +77,6 @@ __all__ = [
 # long-standing defaults of max_num_seqs and of the chunked-prefill token budget).
 ENGINE_COVARIATES: tuple[str, ...] = ("max_num_seqs", "max_num_batched_tokens")
 ENGINE_REFERENCE: tuple[float, ...] = (256.0, 8192.0)
-# Priors of the role parameters (module docstring).
-PREFILL_SHARE_LOGIT_MEAN = 0.0
-PREFILL_SHARE_LOGIT_SD = 1.5
-DECODE_GAIN_LOG_MEAN = 0.1
-DECODE_GAIN_LOG_SD = 0.3
-KV_COST_LOG_MEDIAN = math.log(0.05)
-KV_COST_LOG_SD = 1.0
-DISAGG_TAIL_SD = 0.5
-ENGINE_COEF_SD = 0.3
 # Sharpness of the smooth minimum of the two roles' capacities (as the saturation's).
 _ROLE_SHARPNESS = 25.0
 
@@ -101,6 +103,32 @@ class RoleInputs(NamedTuple):
     config_col: jnp.ndarray | None = None
 
 
+def engine_covariates(config: Any) -> list[float]:
+    """A configuration's engine covariates (:data:`ENGINE_COVARIATES` order): ``log2`` of each
+    numeric engine limit over its :data:`ENGINE_REFERENCE`, 0 where the configuration does not
+    set it."""
+    args = config.engine_args
+    out = []
+    for name, ref in zip(ENGINE_COVARIATES, ENGINE_REFERENCE, strict=True):
+        v = args.get(name)
+        out.append(math.log2(float(v) / ref) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0)
+    return out
+
+
+def needs_roles(configs: Sequence[Any] | None) -> bool:
+    """Whether configurations ``configs`` (a catalogue, or each cell's) need the role sites: one is
+    disaggregated, or one sets an engine limit away from its reference value."""
+    return any(c.disaggregated or any(engine_covariates(c)) for c in configs or ())
+
+
+def missing_roles_message(card_name: str) -> str:
+    """What a card without ``[roles]`` is told when a catalogue needs the section: how to add it."""
+    return (
+        f"the prior card {card_name} has no [roles] section, which a catalogue of disaggregated configurations "
+        "or engine limits needs (copy the generic card's [roles], or write one with `priors derive`)"
+    )
+
+
 def role_inputs(grid: Any) -> RoleInputs | None:
     """The :class:`RoleInputs` of a catalogued grid; None when the model needs none: no
     catalogue, or a catalogue of aggregated configurations without engine covariates
@@ -108,15 +136,10 @@ def role_inputs(grid: Any) -> RoleInputs | None:
     if not getattr(grid, "catalogued", False):
         return None
     confs = [grid.serving_config(i) for i in range(grid.n_cells)]
-    disagg = np.array([c.disaggregated for c in confs], bool)
-    x = np.zeros((grid.n_cells, len(ENGINE_COVARIATES)))
-    for i, c in enumerate(confs):
-        args = c.engine_args
-        for j, (name, ref) in enumerate(zip(ENGINE_COVARIATES, ENGINE_REFERENCE, strict=True)):
-            if isinstance(args.get(name), (int, float)) and not isinstance(args.get(name), bool):
-                x[i, j] = math.log2(float(args[name]) / ref)
-    if not disagg.any() and not x.any():
+    if not needs_roles(confs):
         return None
+    disagg = np.array([c.disaggregated for c in confs], bool)
+    x = np.array([engine_covariates(c) for c in confs], np.float64).reshape(grid.n_cells, len(ENGINE_COVARIATES))
     u_p = np.array([math.log2(c.prefill.tp if c.prefill else c.tp) for c in confs])
     u_d = np.array([math.log2(c.decode.tp if c.decode else c.tp) for c in confs])
     workers = np.array([[c.prefill.workers, c.decode.workers] if c.prefill and c.decode else [1, 1] for c in confs])
@@ -140,19 +163,29 @@ def role_site_count(n_classes: int) -> int:
     return n_classes + 4
 
 
-def role_sites(n_classes: int) -> dict[str, jnp.ndarray]:
+def role_sites(n_classes: int, card: PriorCard) -> dict[str, jnp.ndarray]:
     """Sample the role parameters: sites ``role_z (n_classes + 4,)`` and ``engine_z (2, 3)``,
-    standard normal, mapped to the deterministic ``prefill_share (n_classes,)``,
-    ``decode_gain``, ``kv_cost`` (scalars), ``disagg_tail (2,)`` and ``engine_coef (2, 3)``."""
+    standard normal, mapped through the card's ``[roles]`` to the deterministic
+    ``prefill_share (n_classes,)``, ``decode_gain``, ``kv_cost`` (scalars), ``disagg_tail (2,)``
+    and ``engine_coef (2, 3)``.
+
+    Raises:
+        InputError: the card has no ``[roles]`` section (:func:`missing_roles_message`).
+    """
+    if not card.has_roles:
+        raise InputError(missing_roles_message(card.name))
+    c = card
     z = numpyro.sample("role_z", dist.Normal(jnp.zeros(role_site_count(n_classes)), 1.0).to_event(1))
     e = numpyro.sample("engine_z", dist.Normal(jnp.zeros((len(ENGINE_COVARIATES), 3)), 1.0).to_event(2))
-    share = jax.nn.sigmoid(PREFILL_SHARE_LOGIT_MEAN + PREFILL_SHARE_LOGIT_SD * z[:n_classes])
+    share = jax.nn.sigmoid(c.roles_prefill_share_logit_mean + c.roles_prefill_share_logit_sd * z[:n_classes])
+    gain = c.roles_decode_gain_log_mean + c.roles_decode_gain_log_sd * z[n_classes]
+    kv = jnp.exp(math.log(c.roles_kv_cost_median) + c.roles_kv_cost_log_sd * z[n_classes + 1])
     return {
         "prefill_share": numpyro.deterministic("prefill_share", share),
-        "decode_gain": numpyro.deterministic("decode_gain", DECODE_GAIN_LOG_MEAN + DECODE_GAIN_LOG_SD * z[n_classes]),
-        "kv_cost": numpyro.deterministic("kv_cost", jnp.exp(KV_COST_LOG_MEDIAN + KV_COST_LOG_SD * z[n_classes + 1])),
-        "disagg_tail": numpyro.deterministic("disagg_tail", DISAGG_TAIL_SD * z[n_classes + 2 : n_classes + 4]),
-        "engine_coef": numpyro.deterministic("engine_coef", ENGINE_COEF_SD * e),
+        "decode_gain": numpyro.deterministic("decode_gain", gain),
+        "kv_cost": numpyro.deterministic("kv_cost", kv),
+        "disagg_tail": numpyro.deterministic("disagg_tail", c.roles_disagg_tail_sd * z[n_classes + 2 : n_classes + 4]),
+        "engine_coef": numpyro.deterministic("engine_coef", c.roles_engine_coef_sd * e),
     }
 
 
