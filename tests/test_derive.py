@@ -274,3 +274,41 @@ def test_vllm_memory_guard_reads_the_cards_feasibility(tmp_path: Path) -> None:
             assert row is None
     backend.close()
     assert not (tmp_path / "out").exists()
+
+
+def test_derive_writes_the_roles_from_the_roofline() -> None:
+    """[roles]: the prefill share's logit mean is the mean over feasible TPs of
+    logit(prefill / (prefill + output x step / batch)); the KV cost the geometric mean of
+    log(1 + a prompt's KV per GPU over the link / prefill); the rest the generic card's."""
+    import math
+
+    from fleetsieve_bayes.model.derive import ATTAINABLE, DTYPE_BYTES
+    from fleetsieve_bayes.model.priors import ROLE_DEFAULTS
+
+    d = _derived("llama-3.1-8b", "bf16", tps=(1, 2, 4, 8))
+    roles = d.sections["roles"]
+    arch, gpu = load_architecture("llama-3.1-8b"), gpu_spec(H100)
+    ok = [r for r in d.rows if r.feasible]
+    share = [r.prefill_s / (r.prefill_s + CHAT.output_tokens * r.step_s / r.batch) for r in ok]
+    assert roles["prefill_share_logit_mean"] == pytest.approx(np.mean([math.log(s / (1 - s)) for s in share]), rel=5e-3)
+    link = gpu.link_bytes_s() * ATTAINABLE["link_efficiency"]
+    kv = [math.log1p(CHAT.prompt_tokens * 2 * arch.layers * max(1, arch.kv_heads / r.tp) * arch.head_dim
+                     * DTYPE_BYTES["bf16"] / link / r.prefill_s) for r in ok]
+    assert roles["kv_cost_median"] == pytest.approx(math.exp(np.mean(np.log(kv))), rel=5e-3)
+    assert 0.001 < roles["kv_cost_median"] < 0.05  # an in-node transfer: about 1 % of a prefill
+    for key in ("decode_gain_log_mean", "decode_gain_log_sd", "disagg_tail_sd", "engine_coef_sd"):
+        assert roles[key] == ROLE_DEFAULTS[f"roles.{key}"]
+    # a prompt-heavier request spends more of its time in prefill
+    heavy = derive(arch, gpu, dtype="bf16", workload=Workload(4000, 100), tps=(1, 2, 4, 8))
+    assert heavy.sections["roles"]["prefill_share_logit_mean"] > roles["prefill_share_logit_mean"] + 1.0
+    assert list(d.sections)[-3:] == ["roles", "feasibility", "derivation"]
+
+
+@pytest.mark.parametrize(("card", "example"), [("dense-31b-fp8-h100", "derived_31b_fp8"),
+                                               ("dense-8b-bf16-h100", "derived_8b_bf16")])
+def test_the_hand_written_cards_carry_the_derived_roles_of_their_model(card: str, example: str) -> None:
+    derived = load_card(EXAMPLES / example / "card.toml")
+    hand = load_card(card)
+    assert hand.has_roles and derived.has_roles
+    for key in [k for k in vars(hand) if k.startswith("roles_")]:
+        assert getattr(hand, key) == getattr(derived, key), key

@@ -73,3 +73,52 @@ def test_load_elasticity_keys(tmp_path: Path):
     p.write_text("[completion]\nload_elasticty_mean = 0.2\n")
     with pytest.raises(InputError, match=r"did you mean completion\.'load_elasticity_mean'"):
         load_card(p)
+
+
+def test_roles_section_parses_fills_and_is_optional(tmp_path: Path):
+    """[roles]: keyed priors of a catalogue's configurations; a given section's missing keys take
+    the generic card's values, a card without the section has none."""
+    from fleetsieve_bayes.model.priors import ROLE_DEFAULTS
+
+    generic = load_card("generic")
+    assert generic.has_roles
+    for key, value in ROLE_DEFAULTS.items():
+        assert getattr(generic, key.replace(".", "_", 1)) == value, key
+    p = tmp_path / "c.toml"
+    p.write_text("[roles]\nprefill_share_logit_mean = -0.8\nkv_cost_median = 0.02\n")
+    card = load_card(p)
+    assert card.has_roles and card.roles_prefill_share_logit_mean == -0.8 and card.roles_kv_cost_median == 0.02
+    assert card.roles_decode_gain_log_sd == generic.roles_decode_gain_log_sd == 0.3
+    assert ("roles.kv_cost_median", 0.02) in card_fields(card)
+    p.write_text("[roles]\n")
+    assert load_card(p).has_roles and load_card(p).roles_engine_coef_sd == 0.3
+    p.write_text("[knee]\ntp = 2\n")
+    none = load_card(p)
+    assert not none.has_roles and none.roles_kv_cost_median is None and none.roles_engine_coef_sd is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[roles]\nprefill_share_logit_men = 0.0\n",
+         r"c\.toml: unknown key 'roles\.prefill_share_logit_men' \(did you mean roles\.'prefill_share_logit_mean'\?\)"),
+        ("[role]\nkv_cost_median = 0.1\n", r"c\.toml: unknown section \[role\] \(did you mean \[roles\]\?\)"),
+        ("[roles]\nprefill_share_logit_sd = 0\n", r"c\.toml: 'roles\.prefill_share_logit_sd' must be > 0, got 0$"),
+        ("[roles]\nkv_cost_log_sd = -1.0\n", r"c\.toml: 'roles\.kv_cost_log_sd' must be > 0, got -1\.0$"),
+        ("[roles]\nkv_cost_median = 0\n", r"c\.toml: 'roles\.kv_cost_median' must be > 0, got 0$"),
+        ("[roles]\nengine_coef_sd = \"wide\"\n", r"c\.toml: 'roles\.engine_coef_sd' must be a number, got 'wide'$"),
+    ],
+)
+def test_roles_section_errors_are_one_line(tmp_path: Path, text: str, message: str):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(InputError, match=message) as err:
+        load_card(p)
+    assert "\n" not in str(err.value)
+
+
+def test_roles_means_may_be_negative(tmp_path: Path):
+    p = tmp_path / "c.toml"
+    p.write_text("[roles]\nprefill_share_logit_mean = -1.5\ndecode_gain_log_mean = -0.2\n")
+    card = load_card(p)
+    assert (card.roles_prefill_share_logit_mean, card.roles_decode_gain_log_mean) == (-1.5, -0.2)
