@@ -23,6 +23,7 @@ Examples::
 
     python benchmarks/parallel_profiling.py                             # shipped grid + 3 fleets, pool 16
     python benchmarks/parallel_profiling.py --suite 0                   # shipped grid only
+    python benchmarks/parallel_profiling.py --suite 0 --level point     # shipped grid by the metric rule
     python benchmarks/parallel_profiling.py --suite 8 --gates 0 0.5 --no-campaign
     python benchmarks/parallel_profiling.py --baseline benchmarks/published/parallel_profiling.json
 
@@ -51,10 +52,11 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "parallel_profiling.json"
 
 def run_one(
     campaign_path: str, scenario: str, pool: int | None, strategy: str, seed: int, truths: list[str],
-    gate: float | None = None,
+    gate: float | None = None, level: float | str | None = None,
 ) -> dict[str, Any]:
     """One campaign to its stop with ``pool`` GPUs (None: one cell at a time) and the pool's value
-    gate at ``gate`` (None: the package's default), evaluated on the truth."""
+    gate at ``gate`` (None: the package's default), at the SLO-attainment rule ``level`` (None: the
+    campaign's own), evaluated on the truth."""
     from profiling_cost import _true_values
 
     import fleetsieve_bayes.decision.batch as batch
@@ -66,6 +68,8 @@ def run_one(
     from fleetsieve_bayes.table import read_table
 
     campaign = load_campaign(campaign_path)
+    if level is not None:
+        campaign = campaign.at_level(level)
     if pool is not None:
         campaign = replace(campaign, pool=ProfilingPool(pool_gpus=pool))
     grid = grid_from_table(read_table(campaign.measurement.table), campaign.workload_names)
@@ -94,6 +98,7 @@ def run_one(
         "gate": None if pool is None else gate,
         "strategy": strategy,
         "seed": seed,
+        "level": campaign.slo_attainment,
         "status": r["status"],
         "profiling_wall_s": r["profiling_wall_s"],
         "gpu_seconds": r["gpu_seconds"],
@@ -293,11 +298,12 @@ def _baseline_runs(path: Path | None) -> dict[tuple[str, str, int], dict[str, An
 
 
 def _run_logged(
-    path: str, scen: str, pool: int | None, strat: str, seed: int, truths: list[str], gate: float | None
+    path: str, scen: str, pool: int | None, strat: str, seed: int, truths: list[str], gate: float | None,
+    level: float | str | None = None,
 ) -> dict[str, Any]:
     label = _label(pool, gate)
     try:
-        r = run_one(path, scen, pool, strat, seed, truths, gate)
+        r = run_one(path, scen, pool, strat, seed, truths, gate, level)
     except Exception as exc:  # noqa: BLE001 - one broken run must not lose the others
         r = {"scenario": scen, "pool": pool, "gate": gate, "strategy": strat, "seed": seed,
              "error": f"{type(exc).__name__}: {exc}"}
@@ -311,6 +317,13 @@ def _run_logged(
     return r
 
 
+def _level_arg(text: str) -> float | str:
+    """``--level``: ``point`` or a level in (0, 1) (profiling_cost.py's rule)."""
+    from profiling_cost import _level_arg as level_arg
+
+    return level_arg(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("campaign", nargs="?", type=Path, default=DEFAULT_CAMPAIGN)
@@ -322,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-campaign", action="store_true", help="synthetic fleets only")
     p.add_argument("--random-seeds", type=int, default=2, help="random-baseline orders per scenario and pool")
     p.add_argument("--strategies", nargs="*", default=["fleetsieve"])
+    p.add_argument("--level", type=_level_arg, default=None,
+                   help="every campaign's [stopping] slo_attainment: 'point' or a level in (0, 1) (default: each campaign's own)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="reuse the one-cell-at-a-time runs of this earlier JSON (same scenario, strategy and "
                         "seed; the pool never changes them) instead of running them again")
@@ -339,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             for pool, gate in variants:
                 for seed in seeds:
                     old = reused.get((scen, strat, seed)) if pool is None else None
-                    runs.append(old if old is not None else _run_logged(path, scen, pool, strat, seed, truths, gate))
+                    if old is not None and old.get("level") != args.level and args.level is not None:
+                        old = None  # an earlier run at another rule is no baseline
+                    runs.append(old if old is not None else _run_logged(path, scen, pool, strat, seed, truths, gate, args.level))
     ok = [r for r in runs if "error" not in r]
     rows = summarise(ok)
     means = suite_means(rows)
