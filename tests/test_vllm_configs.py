@@ -266,6 +266,8 @@ def test_grid_is_workload_config_load_and_rows_name_their_config(tmp_path: Path)
          "[measurement] kv_connector_extra_config: expected a table"),
         (lambda t: t.replace('loads = {', 'kv_connector = ""\nloads = {'),
          "[measurement] kv_connector: expected a non-empty string"),
+        (lambda t: t.replace('loads = {', 'kv_connector = "none"\nkv_connector_extra_config = { a = 1 }\nloads = {'),
+         '[measurement] kv_connector_extra_config: kv_connector = "none" transfers no KV cache'),
     ],
 )
 def test_catalogue_options_errors_name_the_key(tmp_path: Path, edit: Any, message: str) -> None:
@@ -363,6 +365,29 @@ def test_a_disaggregated_config_serves_through_the_router(tmp_path: Path) -> Non
     assert all(r["max_tokens"] == 1 and not r["stream"] and r["kv_transfer_params"]["do_remote_decode"]
                for r in pre)
     assert all(r["max_tokens"] == 10 and r["stream"] and r["kv_transfer_params"]["do_remote_prefill"] for r in dec)
+    assert _leftovers() == []
+
+
+def test_kv_connector_none_recomputes_the_prompt_on_the_decode_worker(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    c = _campaign(tmp_path, DISAGG, extra='kv_connector = "none"')
+    assert parse_vllm_options(c).kv_connector == "none"
+    backend = make_backend(c, out)
+    try:
+        row = backend.measure(backend.grid.index()[("chat", "1p1d", "low")])
+    finally:
+        backend.close()
+    assert row["failure"] == "" and row["success_rate"] == 1.0 and row["tp"] == 2
+    prefill, decode = _log(out, "chat_1p1d_low_*_prefill0.log"), _log(out, "chat_1p1d_low_*_decode0.log")
+    # No engine gets a KV-transfer config or a NIXL side-channel port ...
+    for log in (prefill, decode):
+        assert "--kv-transfer-config" not in _argv(log) and _env_in_log(log, "VLLM_NIXL_SIDE_CHANNEL_PORT") == ""
+    # ... and every request is still prefilled (one token) and then decoded in full, without
+    # kv_transfer_params: the prefill answered none, the decode worker computes the prompt itself.
+    pre, dec = _requests(prefill), _requests(decode)
+    assert len(pre) == len(dec) > 0
+    assert all(r["max_tokens"] == 1 and not r["stream"] for r in pre)
+    assert all(r["max_tokens"] == 10 and r["stream"] and r["kv_transfer_params"] is None for r in dec)
     assert _leftovers() == []
 
 

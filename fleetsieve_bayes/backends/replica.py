@@ -6,7 +6,10 @@ with ``tp``) is one engine on ``tp`` devices. A disaggregated one is
 on ``tp`` devices of its own (prefill workers first, in the order of the
 devices given), each with ``--kv-transfer-config`` naming its role
 (``kv_producer`` for prefill, ``kv_consumer`` for decode), behind the router
-of :mod:`.router`, which is what the load generator then talks to.
+of :mod:`.router`, which is what the load generator then talks to. With the
+connector :data:`RECOMPUTE` (``"none"``) no engine gets a KV-transfer config:
+the prefill worker computes the prompt and the decode worker computes it again
+(for a build of vLLM where no connector runs, e.g. the CPU build without NIXL).
 
 Every engine's command is the campaign's template (``{model}``, ``{tp}`` with
 the engine's TP, ``{port}``), then ``extra_args``, then the configuration's
@@ -14,7 +17,8 @@ engine arguments as flags (:func:`engine_flags`; last, so that they win over
 the same flag in ``extra_args``). A disaggregated engine also gets its own
 ``VLLM_NIXL_SIDE_CHANNEL_PORT`` (a free block of ``tp`` ports: NIXL's
 handshake listens there, one port per TP rank; two workers on one node must
-not share it), as vLLM's NIXL examples give each instance.
+not share it), as vLLM's NIXL examples give each instance; not with
+:data:`RECOMPUTE`.
 
 Every process, the router included, is started by
 :func:`.server.start_server`, so it dies with the campaign (SIGKILL included:
@@ -46,6 +50,7 @@ from fleetsieve_bayes.configs import ServingConfig
 
 __all__ = [
     "KV_ROLES",
+    "RECOMPUTE",
     "EngineSpec",
     "Part",
     "Launch",
@@ -62,6 +67,8 @@ __all__ = [
 
 # The kv_role of each role's engines.
 KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+# The ``kv_connector`` that means no KV transfer: the decode worker recomputes the prompt.
+RECOMPUTE = "none"
 
 
 def engine_flags(engine: Iterable[tuple[str, Any]]) -> list[str]:
@@ -138,10 +145,11 @@ class Launch(NamedTuple):
 
 
 def engine_command(config: ServingConfig, engine: EngineSpec, launch: Launch, port: int) -> list[str]:
-    """The argument list of one engine: template, ``extra_args``, engine flags, KV-transfer config."""
+    """The argument list of one engine: template, ``extra_args``, engine flags, KV-transfer config
+    (a disaggregated engine's, unless the connector is :data:`RECOMPUTE`)."""
     cmd = render_command(launch.command, model=launch.model, tp=engine.tp, port=port)
     cmd += [*launch.extra_args, *engine_flags(config.engine)]
-    if engine.role in KV_ROLES:
+    if engine.role in KV_ROLES and launch.kv_connector != RECOMPUTE:
         cmd += ["--kv-transfer-config",
                 kv_transfer_config(launch.kv_connector, KV_ROLES[engine.role], launch.kv_connector_extra_config)]
     return cmd
@@ -217,7 +225,7 @@ def start_replica(config: ServingConfig, devices: Sequence[int], launch: Launch,
     for e in replica_engines(config, devices):
         port = free_port()
         env = dict(launch.env)
-        if e.role in KV_ROLES:
+        if e.role in KV_ROLES and launch.kv_connector != RECOMPUTE:
             side = _port_block(e.tp, taken | {port})
             taken.update(range(side, side + e.tp))
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side)

@@ -54,9 +54,13 @@ Campaign keys (``[measurement]``, with ``backend = "vllm"``):
                           restarting it (default true)
 ``kv_connector``          a disaggregated configuration's KV connector, its
                           engines' ``kv_connector`` (default
-                          ``"NixlConnector"``)
+                          ``"NixlConnector"``); ``"none"``: no KV transfer,
+                          the decode worker recomputes the prompt (for a
+                          vLLM build where no connector runs, e.g. the CPU
+                          build without the ``nixl`` package)
 ``kv_connector_extra_config`` table handed to the connector as
-                          ``kv_connector_extra_config`` (default none)
+                          ``kv_connector_extra_config`` (default none;
+                          refused with ``kv_connector = "none"``)
 ========================  =====================================================
 
 **A catalogue of configurations** (``[[configs]]``, docs/contracts.md
@@ -138,7 +142,7 @@ from fleetsieve_bayes.backends.failures import (
     failure_row,
     memory_guard,
 )
-from fleetsieve_bayes.backends.replica import Launch, Part, error_line, start_replica
+from fleetsieve_bayes.backends.replica import RECOMPUTE, Launch, Part, error_line, start_replica
 from fleetsieve_bayes.backends.server import (
     DEFAULT_COMMAND,
     ServerHandle,
@@ -301,9 +305,20 @@ def parse_vllm_options(campaign: Campaign) -> VllmSettings:
         reuse_server=_boolean(o.opts, "reuse_server", True, o.fail),
         pool_devices=pool_devices,
         configs=configs,
-        kv_connector=o.string("kv_connector", "NixlConnector"),
+        kv_connector=_kv_connector(o),
         kv_connector_extra_config=_extra_config(o),
     )
+
+
+def _kv_connector(o: _Options) -> str:
+    """``kv_connector``: a connector's name, or ``"none"`` (recompute), which takes no extra config."""
+    connector = o.string("kv_connector", "NixlConnector").strip()
+    if connector.lower() == RECOMPUTE:
+        if o.opts.get("kv_connector_extra_config") is not None:
+            raise o.fail("kv_connector_extra_config", 'kv_connector = "none" transfers no KV cache: '
+                                                      "there is no connector to hand this table to")
+        return RECOMPUTE
+    return connector
 
 
 def _layouts(o: _Options, configs: tuple[ServingConfig, ...] | None) -> tuple[tuple[int, ...], tuple[str, int]]:

@@ -33,8 +33,9 @@ without), so that one role of a disaggregated replica fails.
 Disaggregation: ``--kv-transfer-config JSON`` is accepted (invalid JSON is an
 argparse error) and recorded. A request carrying ``kv_transfer_params`` with
 ``do_remote_decode`` (a prefill) is answered, as vLLM's NIXL prefill is, with
-``kv_transfer_params`` for the decode request (``do_remote_prefill``).
-``GET /debug`` reports the command line, the slots, the KV-transfer
+``kv_transfer_params`` for the decode request (``do_remote_prefill``), by
+a server with a ``--kv-transfer-config`` only (without one, vLLM answers
+none and the decode worker computes the prompt again). ``GET /debug`` reports the command line, the slots, the KV-transfer
 configuration and what was received (counts of ``max_tokens``, streamed
 requests, prefills and remote-prefilled decodes); ``--log-requests`` prints
 one line per completion request to the log.
@@ -166,8 +167,8 @@ class _State:
             return None
         if params.get("do_remote_prefill"):
             self.remote_prefilled += 1
-        if not params.get("do_remote_decode"):
-            return None
+        if not params.get("do_remote_decode") or self.args.kv_transfer_config is None:
+            return None  # as vLLM without a KV connector: the decode worker recomputes the prompt
         self.prefills += 1
         return {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": f"fake-{self.args.port}",
                 "remote_block_ids": [self.prefills], "remote_host": self.args.host, "remote_port": self.args.port}
