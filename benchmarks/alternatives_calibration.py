@@ -82,8 +82,12 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         regret,
         scalar_regret,
     )
+    from fleetsieve_bayes.jax_cache import enable_compilation_cache
     from fleetsieve_bayes.table import read_table
 
+    # The persistent compilation cache (as the command line has it): a fleet's three runs share
+    # their programs' shapes, so its later runs load what its first compiled.
+    enable_compilation_cache()
     campaign = load_campaign(task["campaign"])
     if task["max_gpu_seconds"] is not None:
         campaign = dataclasses.replace(campaign, max_gpu_seconds=float(task["max_gpu_seconds"]))
