@@ -42,10 +42,23 @@ __all__ = [
     "served_nothing",
     "window_rows",
     "load_failures",
+    "fit_cells",
+    "restrict",
+    "RESTRICT_MIN_CELLS",
 ]
 
 # Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
 ROW_BUCKET = 16
+# A grid of more cells than this is sampled on its measured cells alone (:func:`fit_cells`,
+# :func:`restrict`): an unmeasured cell adds nothing to the log density, but the full grid's
+# potential computes its curves at every leapfrog step. At 1,134 cells (3 classes × 63
+# configurations × 6 loads) with 18 measured, that is 60 times the work of the cells that
+# count. Below it the full grid is cheap, and its programs (hence every campaign pinned on
+# the shipped and suite grids, 22 to 60 cells) stay as they are.
+RESTRICT_MIN_CELLS = 256
+# The restricted cell count is padded to a power of two, at least this (a new program per
+# bucket, not per measured cell).
+FIT_CELL_BUCKET = 32
 
 
 class ModelData(NamedTuple):
@@ -342,3 +355,71 @@ def load_failures(
         above = np.any(same & (grid.offered_rps > grid.offered_rps[c]))
         out[c] = bool(below and not above)
     return out
+
+
+def fit_cells(data: ModelData) -> np.ndarray | None:
+    """The cells a fit samples on: int ``(n_fit,)``, the measured cells in grid order padded
+    to a power of two (at least :data:`FIT_CELL_BUCKET`) by repeating the first; None: the
+    whole grid (at most :data:`RESTRICT_MIN_CELLS` cells, or no fewer after padding).
+
+    Exact: an unmeasured cell enters the log density nowhere (its ``fit_mask`` row is False,
+    it fails under no load it was not run at, and no window row names it)."""
+    n = int(data.u.shape[0])
+    if n <= RESTRICT_MIN_CELLS:
+        return None
+    measured = np.flatnonzero(np.asarray(data.measured))
+    size = max(FIT_CELL_BUCKET, 1 << max(int(measured.size) - 1, 0).bit_length())
+    if size >= n:
+        return None
+    first = int(measured[0]) if measured.size else 0
+    return np.concatenate([measured, np.full(size - measured.size, first, np.int64)])
+
+
+def restrict(data: ModelData, cells: np.ndarray) -> ModelData:
+    """``data`` on ``cells`` (int ``(n_fit,)``, :func:`fit_cells`): every per-cell array
+    gathered, the window rows renumbered to their cell's place; a repeated cell after its
+    first place is padding (not measured, nothing usable). Per-class and per-configuration
+    arrays, the TP range and the parameter shapes are the grid's, so a posterior of the
+    restricted data is one of ``data`` (its deterministic sites computed on ``data``)."""
+    cells = np.asarray(cells, np.int64)
+    live = np.zeros(cells.size, bool)
+    _, first = np.unique(cells, return_index=True)
+    live[first] = True
+    place = np.zeros(int(data.u.shape[0]), np.int64)
+    place[cells[live]] = np.flatnonzero(live)
+    idx = jnp.asarray(cells)
+
+    def take(a: jnp.ndarray | None) -> jnp.ndarray | None:
+        return None if a is None else jnp.asarray(a)[idx]
+
+    def only_live(a: jnp.ndarray) -> jnp.ndarray:
+        m = jnp.asarray(live).reshape((-1,) + (1,) * (a.ndim - 1))
+        return jnp.where(m, a, False)
+
+    windows = data.windows
+    if windows is not None:
+        remap = jnp.asarray(place)
+        windows = windows._replace(
+            cell=remap[windows.cell].astype(jnp.int32),
+            shared_slot=None if windows.shared_slot is None else remap[windows.shared_slot].astype(jnp.int32),
+        )
+    roles = data.roles
+    if roles is not None:
+        roles = roles._replace(
+            disagg=take(roles.disagg), u_prefill=take(roles.u_prefill), u_decode=take(roles.u_decode),
+            log_workers=take(roles.log_workers), engine_x=take(roles.engine_x), config_col=take(roles.config_col),
+        )
+    return data._replace(
+        widx=take(data.widx),
+        u=take(data.u),
+        log_offered=take(data.log_offered),
+        observed=take(data.observed),
+        fit_mask=only_live(take(data.fit_mask)),
+        measured=only_live(take(data.measured)),
+        failed_under_load=only_live(take(data.failed_under_load)),
+        windows=windows,
+        gpu_offset=take(data.gpu_offset),
+        gpu_onehot=take(data.gpu_onehot),
+        tp_onehot=take(data.tp_onehot),
+        roles=roles,
+    )

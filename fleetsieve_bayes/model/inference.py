@@ -57,7 +57,14 @@ from fleetsieve_bayes.arviz_import import import_arviz
 from fleetsieve_bayes.jax_cache import on_release
 from fleetsieve_bayes.model import sampling_progress as _progress
 from fleetsieve_bayes.model.class_prior import init_unconstrained
-from fleetsieve_bayes.model.data import ModelData, gpu_dev_count, model_data, tp_dev_count
+from fleetsieve_bayes.model.data import (
+    ModelData,
+    fit_cells,
+    gpu_dev_count,
+    model_data,
+    restrict,
+    tp_dev_count,
+)
 from fleetsieve_bayes.model.diagnostics import minor_mode_chains
 from fleetsieve_bayes.model.gpu_axis import grid_gpu_inputs
 from fleetsieve_bayes.model.joint import COORDINATES, fleet_model
@@ -634,11 +641,17 @@ def _fit_nuts(
     step_scale: float = 1.0,
 ) -> Posterior:
     preset = _mass_for(data, preset)
+    sampler = _sampler_key(data, card, preset)
+    # Sampled on the measured cells of a large grid (exact; model.data.fit_cells), the
+    # deterministic sites then computed on every cell.
+    full = data
+    cells = fit_cells(full)
+    if cells is not None:
+        data = restrict(full, cells)
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)
     states: list[Any] | None = None
-    sampler = _sampler_key(data, card, preset)
     digest = data_digest(data)
     if warm is not None and isinstance(warm.state, dict) and (
         warm.state.get("key") == objs.key or warm.state.get("sampler") == sampler
@@ -703,7 +716,7 @@ def _fit_nuts(
     # Every field stacked over chains: (chains, samples, ...).
     trace: NutsTrace = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r[1] for r in results])
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z)
-    constrained = objs.post(flat, data)
+    constrained = objs.post(flat, full)
     samples = {
         k: np.asarray(v).reshape(preset.chains, preset.samples, *v.shape[1:])
         for k, v in constrained.items()
@@ -720,7 +733,7 @@ def _fit_nuts(
     if prime_warm_refit and states is None:
         _prime_warm_refit(objs, data, last_states[0], keys[0])
     return assemble(
-        samples, stats, data, seed, method="nuts",
+        samples, stats, full, seed, method="nuts",
         state={"key": objs.key, "sampler": sampler, "states": last_states, "data": digest},
     )
 

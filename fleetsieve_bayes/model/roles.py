@@ -95,9 +95,10 @@ class RoleInputs(NamedTuple):
     u_decode: jnp.ndarray
     log_workers: jnp.ndarray
     engine_x: jnp.ndarray
-    # ``(n_configs,)`` one cell of each configuration (the model's configuration
-    # columns, in catalogue order) and log of its GPUs per replica.
-    config_cell: jnp.ndarray | None = None
+    # The configurations themselves (the model's configuration columns, in catalogue
+    # order): a RoleInputs whose rows are configurations, not cells (``(n_configs, …)``),
+    # and ``config_log_gpus (n_configs,)`` log of each one's GPUs per replica.
+    config: RoleInputs | None = None
     config_log_gpus: jnp.ndarray | None = None
     # ``(n_cells,)`` each cell's configuration column.
     config_col: jnp.ndarray | None = None
@@ -151,7 +152,13 @@ def role_inputs(grid: Any) -> RoleInputs | None:
         u_decode=jnp.asarray(u_d),
         log_workers=jnp.asarray(np.log(workers.astype(np.float64))),
         engine_x=jnp.asarray(x),
-        config_cell=jnp.asarray(first, dtype=jnp.int32),
+        config=RoleInputs(
+            disagg=jnp.asarray(disagg[first]),
+            u_prefill=jnp.asarray(u_p[first]),
+            u_decode=jnp.asarray(u_d[first]),
+            log_workers=jnp.asarray(np.log(workers[first].astype(np.float64))),
+            engine_x=jnp.asarray(x[first]),
+        ),
         config_log_gpus=jnp.asarray(np.log(np.asarray(grid.tp, np.float64)[first])),
         config_col=jnp.asarray(np.searchsorted(np.unique(conf), conf), dtype=jnp.int32),
     )
@@ -226,20 +233,20 @@ def config_centre(params: dict[str, jnp.ndarray], roles: RoleInputs, cap_loc: jn
     centre ``cap_loc (n_classes,)``; for an aggregated configuration exactly
     :func:`~fleetsieve_bayes.model.curves.capacity_parabola`'s value. The centre of the
     per-configuration capacity departures, sampled centred (model.curves.tp_departure)."""
-    assert roles.config_cell is not None and roles.config_log_gpus is not None
-    at = roles.config_cell
+    assert roles.config is not None and roles.config_log_gpus is not None
+    conf = roles.config
     knee, curv, cap = (params[k][:, None] for k in ("knee", "curvature", "cap_level"))
 
     def engine(v: jnp.ndarray) -> jnp.ndarray:  # (n_classes, n_configs)
         return v * math.log(2.0) + cap - curv * (v - knee) ** 2
 
-    u_p, u_d = roles.u_prefill[at][None, :], roles.u_decode[at][None, :]
+    u_p, u_d = conf.u_prefill[None, :], conf.u_decode[None, :]
     share = params["prefill_share"][:, None]
     one = engine(u_d)
-    prefill = roles.log_workers[at, 0][None, :] + engine(u_p) - jnp.log(share)
-    decode = roles.log_workers[at, 1][None, :] + one - jnp.log1p(-share) + params["decode_gain"]
+    prefill = conf.log_workers[:, 0][None, :] + engine(u_p) - jnp.log(share)
+    decode = conf.log_workers[:, 1][None, :] + one - jnp.log1p(-share) + params["decode_gain"]
     k = _ROLE_SHARPNESS
     composed = -jnp.logaddexp(-k * prefill, -k * decode) / k - params["kv_cost"]
-    log_cap = jnp.where(roles.disagg[at][None, :], composed, one)
-    log_cap = log_cap + (roles.engine_x[at] @ params["engine_coef"][:, 0])[None, :]
+    log_cap = jnp.where(conf.disagg[None, :], composed, one)
+    log_cap = log_cap + (conf.engine_x @ params["engine_coef"][:, 0])[None, :]
     return log_cap - roles.config_log_gpus[None, :] - cap_loc[:, None]

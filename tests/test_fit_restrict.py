@@ -1,0 +1,159 @@
+"""A large grid is sampled on its measured cells alone (model.data.fit_cells / restrict): the
+restricted log density and its gradient equal the full grid's at any parameters, with one value
+per cell and with window rows; a posterior of the restricted data covers every cell; a small
+grid is never restricted."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer.util import potential_energy
+
+from fleetsieve_bayes.allocation.problem import CellGrid
+from fleetsieve_bayes.configs import Role, ServingConfig
+from fleetsieve_bayes.model.data import (
+    FIT_CELL_BUCKET,
+    RESTRICT_MIN_CELLS,
+    fit_cells,
+    model_data,
+    restrict,
+)
+from fleetsieve_bayes.model.inference import _init_point, bind_model
+from fleetsieve_bayes.model.priors import load_card
+
+N_LOADS = 5
+
+
+def _catalogue() -> tuple[ServingConfig, ...]:
+    out = [ServingConfig(name=f"agg-tp{tp}-s{s}", tp=tp, engine=(("max_num_seqs", s),)) for tp in (1, 2, 4, 8)
+           for s in (64, 256)]
+    for p_tp in (1, 2, 4):
+        for d_tp in (1, 2, 4):
+            for workers in ((1, 1), (2, 1), (1, 2)):
+                out.append(ServingConfig(name=f"{workers[0]}p{p_tp}+{workers[1]}d{d_tp}",
+                                         prefill=Role(p_tp, workers[0]), decode=Role(d_tp, workers[1])))
+    return tuple(out)
+
+
+def _grid() -> CellGrid:
+    configs = _catalogue()
+    cells = [(w, k, j) for w in range(2) for k in range(len(configs)) for j in range(N_LOADS)]
+    conf = np.array([k for _, k, _ in cells], np.int64)
+    return CellGrid(
+        workloads=("chat", "code"),
+        workload_idx=np.array([w for w, _, _ in cells], np.int64),
+        tp=np.array([configs[k].gpus for _, k, _ in cells], np.int64),
+        load=tuple(f"C{j}" for _, _, j in cells),
+        offered_rps=np.array([0.5 + j + 0.1 * k + w for w, k, j in cells]),
+        duration_s=np.full(len(cells), 300.0),
+        config=conf,
+        configs=configs,
+    )
+
+
+def _measured(grid: CellGrid, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    measured = np.zeros(grid.n_cells, bool)
+    measured[rng.choice(grid.n_cells, n, replace=False)] = True
+    observed = np.column_stack([
+        grid.offered_rps * rng.uniform(0.6, 1.0, grid.n_cells),
+        rng.uniform(0.1, 2.0, grid.n_cells),
+        rng.uniform(2.0, 20.0, grid.n_cells),
+        rng.uniform(0.95, 1.0, grid.n_cells),
+    ])
+    failed = np.flatnonzero(measured)[-2:]
+    observed[failed[0]] = [0.0, np.nan, np.nan, 0.0]  # a failed run: no metric usable
+    observed[failed[1], 1] = np.inf  # one tail unusable
+    return measured, observed
+
+
+def _windows(measured: np.ndarray, observed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every measured cell's value as a window, three more of two cells (one a failed window)."""
+    cells = np.flatnonzero(measured)
+    rows = [observed[c] for c in cells]
+    row_cell = list(cells)
+    for c, scale in ((cells[3], 1.1), (cells[3], 0.9), (cells[5], 1.05)):
+        rows.append(observed[c] * scale)
+        row_cell.append(c)
+    rows.append(np.array([0.0, np.nan, np.nan, 0.0]))
+    row_cell.append(cells[6])
+    return np.array(rows), np.array(row_cell)
+
+
+def _energies(data, card, seeds=(0, 1, 2)) -> list[tuple[float, np.ndarray]]:
+    model = bind_model(card)
+    energy = jax.jit(jax.value_and_grad(lambda q, d: potential_energy(model, (d, d.observed), {}, q)))
+    out = []
+    for s in seeds:
+        z = _init_point(jax.random.PRNGKey(s), card, data)
+        z = jax.tree.map(lambda a, s=s: a + 0.3 * jax.random.normal(jax.random.PRNGKey(100 + s), a.shape), z)
+        pe, grad = energy(z, data)
+        out.append((float(pe), np.concatenate([np.ravel(np.asarray(g)) for g in jax.tree.leaves(grad)])))
+    return out
+
+
+@pytest.mark.parametrize("with_windows", [False, True], ids=["one-value", "windows"])
+def test_restricted_log_density_equals_the_full_grid(with_windows: bool) -> None:
+    grid = _grid()
+    assert grid.n_cells > RESTRICT_MIN_CELLS
+    measured, observed = _measured(grid, 21)
+    rows, row_cell = _windows(measured, observed) if with_windows else (None, None)
+    card = load_card("generic")
+    full = model_data(grid, observed, measured, rows=rows, row_cell=row_cell)
+    cells = fit_cells(full)
+    assert cells is not None and cells.size == FIT_CELL_BUCKET
+    np.testing.assert_array_equal(cells[:21], np.flatnonzero(measured))
+    assert set(cells[21:]) == {np.flatnonzero(measured)[0]}
+    sub = restrict(full, cells)
+    assert int(np.asarray(sub.measured).sum()) == 21
+    assert int(np.asarray(sub.failed_under_load).sum()) == int(np.asarray(full.failed_under_load).sum())
+    for (pe_full, g_full), (pe_sub, g_sub) in zip(_energies(full, card), _energies(sub, card), strict=True):
+        assert pe_sub == pytest.approx(pe_full, rel=1e-10, abs=1e-8)
+        np.testing.assert_allclose(g_sub, g_full, rtol=1e-8, atol=1e-8)
+
+
+def test_padding_changes_the_density() -> None:
+    """The check above can fail: the same restriction with a padded cell left live (measured)
+    counts that cell twice."""
+    grid = _grid()
+    measured, observed = _measured(grid, 21)
+    card = load_card("generic")
+    full = model_data(grid, observed, measured)
+    cells = fit_cells(full)
+    sub = restrict(full, cells)
+    doubled = sub._replace(fit_mask=jnp.asarray(full.fit_mask)[jnp.asarray(cells)])
+    assert _energies(doubled, card, (0,))[0][0] != pytest.approx(_energies(full, card, (0,))[0][0], rel=1e-6)
+
+
+def test_buckets_and_small_grids() -> None:
+    grid = _grid()
+    measured, observed = _measured(grid, 40)
+    full = model_data(grid, observed, measured)
+    cells = fit_cells(full)
+    assert cells is not None and cells.size == 64  # the next power of two
+    small_grid = CellGrid(
+        workloads=("chat",), workload_idx=np.zeros(4, np.int64), tp=np.array([1, 1, 2, 2]),
+        load=("C1", "C2", "C1", "C2"), offered_rps=np.array([1.0, 2.0, 1.0, 2.0]), duration_s=np.full(4, 300.0),
+    )
+    small = model_data(small_grid, np.ones((4, 4)), np.array([True, False, False, False]))
+    assert fit_cells(small) is None
+    many = np.ones(grid.n_cells, bool)
+    many[:10] = False  # nearly every cell measured: no smaller bucket
+    assert fit_cells(model_data(grid, observed, many)) is None
+
+
+def test_a_fit_covers_every_cell() -> None:
+    """A NUTS fit of a restricted grid returns draws for every cell of the grid, and a measured
+    cell's latent sits near its observation."""
+    from fleetsieve_bayes.model.inference import fit
+
+    grid = _grid()
+    measured, observed = _measured(grid, 12, seed=3)
+    post = fit(grid, observed, measured, "generic", "fast", seed=0)
+    assert post.latent.shape[1:] == (grid.n_cells, 4)
+    assert np.isfinite(post.latent).all()
+    c = np.flatnonzero(measured)[5]
+    median = np.median(post.latent[:, c, 0])
+    assert abs(np.log(median / observed[c, 0])) < 0.3
