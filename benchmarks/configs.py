@@ -177,6 +177,7 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
         result = run_campaign(campaign, out, strategy=task["strategy"], seed=task["campaign_seed"]).result
         result["wall_s"] = time.perf_counter() - t0
         done.write_text(json.dumps(result, default=float))
+    plan = plan_seconds(out / "journal.jsonl")
     grid, truth, problem = world_grid(world)
     _, windows, _ = world_grid(world, truth=False)
     eps = float(campaign.epsilon)
@@ -197,6 +198,8 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
         "status": result["status"], "certified": certified, "gpu_seconds": float(result["gpu_seconds"]),
         "gpu_share": float(result["gpu_seconds"]) / full, "n_measured": len(result.get("measured", [])),
         "wall_s": result.get("wall_s"), "decision_configs": _configs_used(grid, cr),
+        "plan_s": plan, "plan_s_median": float(np.median(plan)) if plan else None,
+        "plan_s_max": float(np.max(plan)) if plan else None,
         "eps_correct": scores["curve"]["eps_correct"], "false_certificate": scores["curve"]["false_certificate"],
         "by_truth": scores,
         "aggregated_only": {"configs": _configs_used(grid, agg), **score(grid, truth, problem, eps, agg, oracle=oracle)},
@@ -204,6 +207,17 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
             "configs": _configs_used(grid, sweep["cr"]),
             **score(grid, truth, problem, eps, sweep["cr"], oracle=oracle)},
     }
+
+
+def plan_seconds(journal: Path) -> list[float]:
+    """Each round's planning wall time (s): its fit, bounds and allocations, acquisition and
+    certification attempt (the journal's round records, in order)."""
+    out = []
+    for line in journal.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "round":
+            out.append(float(sum(rec.get("timings", {}).values())))
+    return out
 
 
 def _safe(fn: Any, task: dict[str, Any]) -> dict[str, Any]:
@@ -272,13 +286,23 @@ def summarise(worlds: list[dict[str, Any]]) -> dict[str, Any]:
             "oracle_uses_disagg": sum(w["oracle_uses_disagg"] for w in rows),
         }
 
+    plans = [t for w in ok for t in w.get("plan_s") or []]
     return {
         **count(ok), "errors": len(worlds) - len(ok),
+        "plan_s_median": float(np.median(plans)) if plans else None,
+        "plan_s_max": float(np.max(plans)) if plans else None,
+        "rounds": len(plans),
         "gpu_share_mean": float(np.mean(share)) if share else None,
         "gpu_share_median": float(np.median(share)) if share else None,
         "gpu_share_max": float(np.max(share)) if share else None,
         "by_regime": {r: count([w for w in ok if w["regime"] == r]) for r in sorted({w["regime"] for w in ok})},
     }
+
+
+def _plan(row: dict[str, Any]) -> str:
+    if row.get("plan_s_median") is None:
+        return "—"
+    return f"{row['plan_s_median']:.1f} / {row['plan_s_max']:.1f}"
 
 
 def _yn(x: bool) -> str:
@@ -289,8 +313,8 @@ def campaign_markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = [
         "| world | regime | classes | GPUs | configs | status | GPU-s | share of grid | ε-correct (curves / windows) "
-        "| false cert. | decision | oracle | best agg-only ε-correct | sweep ε-correct (configs) |",
-        "|---:|---|---|---:|---:|---|---:|---:|---|---|---|---|---|---|",
+        "| false cert. | decision | oracle | best agg-only ε-correct | sweep ε-correct (configs) | plan s (median / max) |",
+        "|---:|---|---|---:|---:|---|---:|---:|---|---|---|---|---|---|---|",
     ]
     for w in res["worlds"]:
         if "error" in w:
@@ -302,7 +326,7 @@ def campaign_markdown(res: dict[str, Any]) -> str:
             f"| {_yn(w['eps_correct'])} / {_yn(w['by_truth']['table']['eps_correct'])} "
             f"| {_yn(w['false_certificate'])} | {', '.join(w['decision_configs']) or '—'} "
             f"| {', '.join(w['oracle_configs']) or '—'} | {_yn(w['aggregated_only']['eps_correct'])} "
-            f"| {_yn(w['sweep']['eps_correct'])} ({w['sweep']['n_configs']}) |")
+            f"| {_yn(w['sweep']['eps_correct'])} ({w['sweep']['n_configs']}) | {_plan(w)} |")
     n = s["worlds"]
     share = "n/a" if s["gpu_share_mean"] is None else (
         f"mean {s['gpu_share_mean']:.1%}, median {s['gpu_share_median']:.1%}, max {s['gpu_share_max']:.1%}")
@@ -314,7 +338,9 @@ def campaign_markdown(res: dict[str, Any]) -> str:
         f"{s['eps_correct_table']}/{n}, false certificates {s['false_certificates_table']}. Profiling GPU-seconds "
         f"as a share of the full grid: {share}. The best aggregated-only fleet is ε-correct in "
         f"{s['aggregated_only_eps_correct']}/{n}; a sweep of configurations in catalogue order with the "
-        f"campaign's GPU-seconds decides ε-correctly in {s['sweep_eps_correct']}/{n}.",
+        f"campaign's GPU-seconds decides ε-correctly in {s['sweep_eps_correct']}/{n}. Round planning "
+        f"(fit, bounds, allocations, acquisition, certification attempt) over {s.get('rounds', 0)} rounds: "
+        f"{_plan(s)} s (median / max).",
     ]
     if s["by_regime"]:
         lines += ["", "| regime | worlds | ε-correct | false cert. | agg-only ε-correct | sweep ε-correct | optimum disaggregated |",
