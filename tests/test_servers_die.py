@@ -10,7 +10,10 @@ no cleanup code of the killed process runs:
 - a vLLM-backend campaign against the fake engine (``--spawn-worker``: each
   server has a worker, as vLLM has), one cell at a time and pooled: nothing of
   the killed run's servers is left, and the resumed run keeps every measured
-  cell and certifies.
+  cell and certifies;
+- the same for a disaggregated configuration (a prefill and a decode worker
+  behind the router), killed mid-window: no worker and no router is left
+  (tests/test_engine_configs.py does it with vLLM's CPU build).
 """
 
 from __future__ import annotations
@@ -360,3 +363,54 @@ def test_sigkill_of_a_vllm_run_mid_cell_leaves_no_server_and_resumes(
     # The fake engine's TP1 saturates at 20 req/s and TP2 keeps up at 80: 8 req/s are met.
     assert result["objective"]["min_fulfillment"] == pytest.approx(1.0)
     assert _servers(marker) == {}  # the finished run stopped its own servers too
+
+
+@pytest.mark.slow  # two campaigns; test_vllm_configs.py kills a process measuring a disaggregated window, quickly
+def test_sigkill_of_a_disaggregated_cell_mid_window_leaves_no_worker_nor_router_and_resumes(
+    tmp_path: Path, jax_cache: str
+) -> None:
+    import re
+
+    marker = f"die-{uuid.uuid4().hex[:10]}"
+    cmd = fake_server_command("--slots", "4", "--token-delay", "0.01", "--spawn-worker", "--startup-delay", "0.5")
+    campaign = write_fake_vllm_campaign(
+        tmp_path, cmd, name="fake-disaggregated-kill", served_model=marker, gpus="gpus = [0, 1]",
+        model_lines=f'certify_inference = "{write_certify_preset(tmp_path)}"', loads="{ low = 1.0, high = 2.0 }",
+        warmup_s=0.5, duration_s=6.0, readiness_timeout_s=60, n_requests=60, demand_rps=2.0,
+        stopping='[stopping]\nslo_attainment = "point"\nmax_rounds = 2')
+    text = re.sub(r"^tp = \[.*\]\n", "", campaign.read_text(), count=1, flags=re.MULTILINE)
+    campaign.write_text(text + '[[configs]]\nname = "1p1d"\nprefill = { tp = 1, workers = 1 }\n'
+                               "decode = { tp = 1, workers = 1 }\n")
+    out = tmp_path / "run"
+    proc = _start_run(campaign, out, jax_cache)
+
+    def routing() -> tuple[dict[int, int], int] | None:
+        # mid-window: both workers (each with its worker process) and the router listening
+        servers = _servers(marker)
+        routers = [pid for pid in _tree(proc.pid)
+                   if b"fleetsieve_bayes.backends.router" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        if len(servers) < 2 or len(routers) != 1 or not all(map(_port_open, servers.values())):
+            return None
+        argv = Path(f"/proc/{routers[0]}/cmdline").read_bytes().decode().split("\0")
+        port = int(argv[argv.index("--port") + 1])
+        ready = _port_open(port) and all(len(_in_sessions({pid})) >= 2 for pid in servers)
+        return (servers, port) if ready else None
+
+    try:
+        servers, router_port = _wait("both workers and the router serving", routing, proc)
+        time.sleep(1.0)  # inside the 6.5 s window
+    finally:
+        started = _tree(proc.pid)
+        _kill(proc)
+    _assert_nothing_left(servers, marker, started)
+    assert not _port_open(router_port)
+    assert not (out / "result.json").exists()
+    kept = (out / "journal.jsonl").read_bytes() if (out / "journal.jsonl").exists() else b""
+
+    result = _finish_run(campaign, out, jax_cache)
+    assert (out / "journal.jsonl").read_bytes().startswith(kept)
+    rows = [r for r in _records(out) if r["type"] == "measurement"]
+    cells = [json.dumps(r["cell"], sort_keys=True) for r in rows]
+    assert rows and len(cells) == len(set(cells)) == len(result["measured"])
+    assert all(r["row"]["config"] == "1p1d" and r["row"]["failure"] == "" and r["row"]["tp"] == 2 for r in rows)
+    assert _servers(marker) == {}
