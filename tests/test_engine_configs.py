@@ -11,8 +11,9 @@ fail, never skip, without it):
   project's router) with a KV connector that runs on the CPU build:
   ``ExampleConnector``, vLLM's reference connector, which hands the prefill's
   KV cache to the decode worker through files (``shared_storage_path``). The
-  decode worker loads it (its log says so) and a greedy completion through the
-  router equals the decode worker's own from scratch. ``run`` is SIGKILL-ed
+  prefill worker writes a prompt's KV cache, the decode worker loads it (its
+  log says so), and the greedy completion through the router equals the decode
+  worker's own from scratch. ``run`` is SIGKILL-ed
   mid-window: no worker, engine process or router is left, no port held; the
   campaign then resumes and completes, every window served through the router.
 
@@ -26,9 +27,11 @@ CUDA builds; without it the worker stops at start ("NIXL is not available",
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,12 +217,17 @@ def test_disaggregated_config_transfers_kv_through_the_router_survives_sigkill_a
         router, argv = _router(started)
         prefill_url, decode_url = argv[argv.index("--prefill") + 1], argv[argv.index("--decode") + 1]
         router_url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
-        # KV transfer, checked by its result: a prompt of 96 + 4 tokens never seen before, first
-        # computed from scratch by the decode worker itself, then through the router, where the
-        # decode worker loads the prefill worker's KV cache of its three whole blocks.
+        # KV transfer, checked by its result: a prompt of 96 + 4 tokens never seen before, through
+        # the router. The prefill worker writes the KV cache of its three whole blocks (in
+        # ExampleConnector's folder for them: the MD5 of their token ids) and the decode worker
+        # loads it. With that folder gone, the decode worker computes the prompt itself: the same
+        # greedy completion.
         prompt = [int(t) for t in np.random.default_rng(os.getpid()).integers(3, 500, 100)]
-        scratch = _completion(decode_url, prompt, served)
         routed = _completion(router_url, prompt, served)
+        folder = store / hashlib.md5(np.asarray(prompt[:96], dtype=np.int64).tobytes()).hexdigest()
+        assert any(folder.glob("*.safetensors")), sorted(store.iterdir())[:5]
+        shutil.rmtree(folder)
+        scratch = _completion(decode_url, prompt, served)
         ports = [int(u.rsplit(":", 1)[1]) for u in (router_url, prefill_url, decode_url)]
         leaders = {p for p in _engines(served) if (st := _stat(p)) is not None and st[1] == p}
         engine_procs = _in_sessions(leaders)
