@@ -328,6 +328,9 @@ def summarise(fleets: list[Fleet], done: dict[tuple[str, str], dict[str, Any]],
     by_rank = [{"rank": k, **_bin_row(0.0, 1.0, np.array([a["p_epsilon_optimal"] for a in alts if a["rank"] == k]),
                                       np.array([a["eps_optimal"] for a in alts if a["rank"] == k], bool))}
                for k in ranks]
+    by_posterior = [{"posterior": k, **_bin_row(0.0, 1.0, np.array([a["p_epsilon_optimal"] for a in alts if a["posterior"] == k]),
+                                                np.array([a["eps_optimal"] for a in alts if a["posterior"] == k], bool))}
+                    for k in sorted({str(a["posterior"]) for a in alts})]
     ps = np.array([a["p_epsilon_optimal"] for a in alts], np.float64)
     ys = np.array([a["eps_optimal"] for a in alts], np.float64)
     return {
@@ -336,6 +339,7 @@ def summarise(fleets: list[Fleet], done: dict[tuple[str, str], dict[str, Any]],
         "edges": list(edges),
         "reliability": reliability(alts, edges),
         "by_rank": by_rank,
+        "by_posterior": by_posterior,
         "capped": {
             "fleets": len(capped), "alternatives": len(alts),
             "statuses": _count(r["capped_status"] for r in capped),
@@ -370,7 +374,8 @@ def published_table(res: dict[str, Any]) -> str:
     """The reliability table, the per-rank rows, the same-trail total, then the per-fleet table folded away."""
     cap, ub = res["capped"], res["unbound"]
     lines = [
-        f"Capped at {res.get('cap_fraction', 0.5):g}× each fleet's uncapped GPU-seconds: {cap['fleets']} fleets, "
+        f"Capped at {res.get('cap_fraction', 0.5):g}× each fleet's uncapped GPU-seconds: {cap['fleets']} fleets "
+        f"of suite{res.get('suite', 40)} ({', '.join(r['fleet'] for r in res['fleets'])}), "
         f"{cap['alternatives']} alternatives; statuses "
         + ", ".join(f"{k} {v}" for k, v in cap["statuses"].items())
         + "; stop reasons " + ", ".join(f"{k} {v}" for k, v in cap["reasons"].items())
@@ -394,6 +399,11 @@ def published_table(res: dict[str, Any]) -> str:
     lines += ["", "| rank | alternatives | mean predicted | observed ε-optimal | difference (points) |", "|---:|---:|---:|---:|---:|"]
     for b in res["by_rank"]:
         lines.append(f"| {b['rank']} | {b['count']} | {_pct(b['mean_p'])} | {_pct(b['observed'])} | {b['difference_points']:+.1f} |")
+    lines += ["", "| draws ranked on | alternatives | mean predicted | observed ε-optimal | difference (points) |",
+              "|---|---:|---:|---:|---:|"]
+    for b in res.get("by_posterior", []):
+        name = {"round": "the round's posterior", "certifying": "the certifying posterior"}.get(b["posterior"], b["posterior"])
+        lines.append(f"| {name} | {b['count']} | {_pct(b['mean_p'])} | {_pct(b['observed'])} | {b['difference_points']:+.1f} |")
     if ub["fleets"]:
         lines += ["", f"A budget of {res.get('unbound_factor', 10):g}× the full grid (never binding): same trail "
                   f"(status, allocation, GPU-seconds, cells measured in order) on {ub['same_trail']} of {ub['fleets']} "
@@ -405,11 +415,12 @@ def published_table(res: dict[str, Any]) -> str:
 
 def per_fleet_table(res: dict[str, Any]) -> str:
     lines = ["| fleet | cells | uncapped status | uncapped GPU-s | cap | capped status | reason | capped GPU-s | "
-             "alternatives (ε-optimal) | unbound: same trail |",
+             "alternatives (ε-optimal), draws | unbound: same trail |",
              "|---|---:|---|---:|---:|---|---|---:|---|---|"]
     for r in res["fleets"]:
         cap = "—" if "cap" not in r else f"{r['cap']:,.0f}" + (" (design)" if r["cap_raised_to_design"] else "")
-        alts = "—" if "alternatives" not in r else f"{r['alternatives']} ({r['alternatives_eps_optimal']})"
+        alts = "—" if "alternatives" not in r else (f"{r['alternatives']} ({r['alternatives_eps_optimal']}), "
+                                                    f"{r['alternatives_posterior']}")
         same = "—" if "same_trail" not in r else ("yes" if r["same_trail"] else "**no**")
         lines.append(
             f"| {r['fleet']} | {r['cells']} | {r.get('uncapped_status', '—')} | {r.get('uncapped_gpu_s', math.nan):,.0f} | "
