@@ -157,3 +157,17 @@ def test_a_fit_covers_every_cell() -> None:
     c = np.flatnonzero(measured)[5]
     median = np.median(post.latent[:, c, 0])
     assert abs(np.log(median / observed[c, 0])) < 0.3
+    # A (class, configuration) pair without a measured cell is sampled non-centred: its
+    # coordinate is its prior's standard normal, moved by no other coordinate; its departure
+    # keeps its prior N(0, tp_sd²).
+    data = model_data(grid, observed, measured)
+    free = ~np.asarray(data.dev_centred)
+    assert free.sum() > 0 and (~free).sum() > 0
+    w, k = np.argwhere(free)[0]
+    z = post.params["tp_z"][:, w, k, 0]
+    assert abs(np.mean(z)) < 0.25 and 0.75 < np.std(z) < 1.25
+    cap_level = np.asarray(post.idata.posterior["cap_level"]).reshape(z.size, -1)[:, w]
+    assert abs(np.corrcoef(z, cap_level)[0, 1]) < 0.2
+    sd = load_card("generic").capacity_tp_sd
+    dev = np.asarray(post.idata.posterior["tp_dev"]).reshape(z.size, *free.shape, 3)[:, w, k, 0]
+    assert abs(np.std(dev) / sd - 1.0) < 0.25

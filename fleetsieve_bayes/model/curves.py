@@ -231,7 +231,8 @@ def tp_departure(
     log capacity per GPU at the TP (less ``cap_loc``: ``parabola``) over its
     ``tp_sd``, and the departure is what it leaves of the parabola. The prior is
     the same (``tp_dev ~ N(0, tp_sd²)`` whatever the parabola), but the
-    coordinate the sampler moves is the capacity that measured loads pin; a
+    coordinate the sampler moves is the capacity that measured loads pin (on a
+    large grid only where a load is measured: ``data.dev_centred``); a
     departure sampled on its own (non-centred) has to move with every change of
     the knee and the curvature, a curved ridge that forced small steps and
     reruns after divergences (docs/results.md, "Certification attempt time").
@@ -258,7 +259,10 @@ def tp_departure(
         return numpyro.deterministic("tp_dev", z * sd)
     centre = jnp.zeros((n_classes, n_tp, 3))
     if card.capacity_tp_sd > 0 and parabola is not None:
-        centre = centre.at[:, :, 0].set(parabola / card.capacity_tp_sd)
+        at = parabola / card.capacity_tp_sd
+        if data.dev_centred is not None:  # pairs without a measured cell: non-centred (data.centred_pairs)
+            at = jnp.where(data.dev_centred, at, 0.0)
+        centre = centre.at[:, :, 0].set(at)
     z = numpyro.sample("tp_z", dist.Normal(centre, 1.0).to_event(3))
     return numpyro.deterministic("tp_dev", (z - centre) * sd)
 

@@ -45,6 +45,7 @@ __all__ = [
     "fit_cells",
     "restrict",
     "RESTRICT_MIN_CELLS",
+    "centred_pairs",
 ]
 
 # Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
@@ -98,6 +99,11 @@ class ModelData(NamedTuple):
     # (in catalogue order; tp_log2 their engine's log2 TP), and ``roles`` what each
     # cell's configuration is to the model (model.roles; None: one engine of TP each).
     roles: RoleInputs | None = None
+    # bool (n_classes, n_tp): the (class, TP or configuration) pairs whose capacity departure
+    # is sampled centred on the smooth curve (:func:`~fleetsieve_bayes.model.curves.tp_departure`);
+    # the others are sampled non-centred. None: every pair centred. Set on a grid of more than
+    # RESTRICT_MIN_CELLS cells to the pairs with a measured cell (:func:`centred_pairs`).
+    dev_centred: jnp.ndarray | None = None
 
 
 class WindowRows(NamedTuple):
@@ -238,7 +244,27 @@ def model_data(
         ),
         tp_log2=jnp.asarray(np.array([u[conf == k][0] for k in np.unique(conf)], np.float64).reshape(-1)),
         roles=roles,
+        dev_centred=centred_pairs(grid, measured, n_classes) if n > RESTRICT_MIN_CELLS else None,
     )
+
+
+def centred_pairs(grid: CellGrid, measured: np.ndarray, n_classes: int) -> jnp.ndarray:
+    """bool ``(n_classes, n_tp)``: the (class, configuration) pairs with a measured cell (columns
+    as :attr:`ModelData.tp_onehot`'s: the grid's configurations, or its TP degrees, in order).
+
+    A pair without one enters the likelihood nowhere: its departure is its prior, N(0, sd²),
+    whatever the smooth curve. Sampled centred on the curve, its coordinate would have to move
+    with every change of the knee, the curvature and the level (hundreds of such coordinates
+    on a catalogue's grid: a ridge a diagonal mass crosses in tiny steps); sampled
+    non-centred it is a standard normal that no other coordinate moves. A measured pair is
+    sampled centred, the coordinate its measured loads pin (:func:`~fleetsieve_bayes.model.
+    curves.tp_departure`)."""
+    conf = grid.config_idx
+    col = np.searchsorted(np.unique(conf), conf)
+    out = np.zeros((n_classes, int(np.unique(conf).size)), bool)
+    m = np.asarray(measured, bool)
+    out[np.asarray(grid.workload_idx)[m], col[m]] = True
+    return jnp.asarray(out)
 
 
 def gpu_dev_count(data: ModelData) -> int:
