@@ -15,7 +15,8 @@ per cell, strategy ``fleetsieve``, seed 0):
 3. ``unbound``: ``max_gpu_seconds`` at ``--unbound-factor`` (10) × the fleet's
    full grid, a budget that never binds: the run must stop with the same
    status, allocation and GPU-seconds, after measuring the same cells in the
-   same order, as the uncapped one ("same trail").
+   same order, as the uncapped one ("same trail"); ``--unbound-fleets`` runs
+   this pass on a subset.
 
 The reliability table bins the capped runs' alternatives by their
 P(ε-optimal) (``--edges``, default five bins of width 0.2, the last closed)
@@ -213,7 +214,8 @@ def run_passes(fleets: list[Fleet], passes: list[str], done: dict[tuple[str, str
 
     # Fleet by fleet (in the order given): a capped run starts as soon as its uncapped run is in,
     # so an interrupted benchmark leaves whole fleets.
-    todo = [(p, f) for f in fleets for p in passes if (p, f["fleet"]) not in done]
+    todo = [(p, f) for f in fleets for p in passes if (p, f["fleet"]) not in done
+            and (p != "unbound" or args.unbound_fleets is None or f["fleet"] in args.unbound_fleets)]
     if not todo:
         return
     ctx = get_context("spawn")
@@ -405,7 +407,8 @@ def published_table(res: dict[str, Any]) -> str:
         name = {"round": "the round's posterior", "certifying": "the certifying posterior"}.get(b["posterior"], b["posterior"])
         lines.append(f"| {name} | {b['count']} | {_pct(b['mean_p'])} | {_pct(b['observed'])} | {b['difference_points']:+.1f} |")
     if ub["fleets"]:
-        lines += ["", f"A budget of {res.get('unbound_factor', 10):g}× the full grid (never binding): same trail "
+        lines += ["", f"A budget of {res.get('unbound_factor', 10):g}× the full grid (never binding), on "
+                  f"{', '.join(r['fleet'] for r in res['fleets'] if 'same_trail' in r)}: same trail "
                   f"(status, allocation, GPU-seconds, cells measured in order) on {ub['same_trail']} of {ub['fleets']} "
                   f"fleets; same decision {ub['same_decision']}, same GPU-seconds {ub['same_gpu_s']}"
                   + (f"; differ: {', '.join(ub['differ'])}" if ub["differ"] else "") + "."]
@@ -448,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", default=",".join(PASSES), help="which passes to run (default all three)")
     ap.add_argument("--cap-fraction", type=float, default=0.5, help="the capped pass's budget against the uncapped GPU-s")
     ap.add_argument("--unbound-factor", type=float, default=10.0, help="the unbound pass's budget against the full grid")
+    ap.add_argument("--unbound-fleets", default="", help="the unbound pass on these fleet numbers only (default: every fleet)")
     ap.add_argument("--edges", type=_edges, default=DEFAULT_EDGES, help="bin edges of P(ε-optimal), e.g. 0,0.5,0.9,1")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: shared 2-core machine)")
     ap.add_argument("--partial", type=Path, default=None, help="append each finished run to this JSONL file")
@@ -464,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [p for p in passes if p not in PASSES]:
         ap.error(f"--passes: unknown {bad}; choose from {PASSES}")
     ks = [int(k) for k in args.fleets.split(",")] if args.fleets else list(range(args.suite))
+    args.unbound_fleets = {f"c{int(k):03d}" for k in args.unbound_fleets.split(",")} if args.unbound_fleets else None
     root = args.workdir or Path(tempfile.mkdtemp(prefix="fsb-altcal-suite-"))
     fleets = build_fleets(ks, root, args.suite_seed)
     names = {f["fleet"] for f in fleets}
