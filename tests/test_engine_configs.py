@@ -59,10 +59,12 @@ ACCESS = re.compile(r'"POST /v1/completions HTTP/1\.1" 200')
 
 
 def _campaign(path: Path, py: str, model: Path, *, served: str, configs: str, workloads: dict[str, Path],
-              loads: str, duration_s: float, extra: str = "") -> Path:
+              loads: str, duration_s: float, stop: str, extra: str = "",
+              extra_args: tuple[str, ...] = ()) -> Path:
     """A vLLM-CPU campaign of a catalogue (``configs``, TOML) at ``path``: one class per
     ``workloads`` entry (name → trace), ``loads`` a TOML table, a window of 3 s + ``duration_s``,
-    at most one round after the design."""
+    ``stop`` a ``[stopping]`` line. Every engine runs eagerly (``--enforce-eager``: no graph
+    compilation, which halves a start-up on two busy cores)."""
     command = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--served-model-name",
                served, "--port", "{port}", "--max-model-len", "256", "--dtype", "bfloat16", "--seed", "0"]
     classes = "\n".join(
@@ -92,10 +94,11 @@ readiness_timeout_s = {READY_S}
 request_timeout_s = 60
 stop_timeout_s = 30
 max_output_tokens = 64
+extra_args = {json.dumps(["--enforce-eager", *extra_args])}
 {extra}
 [stopping]
 slo_attainment = "point"
-max_rounds = 1
+{stop}
 {classes}
 {configs}
 """)
@@ -124,11 +127,13 @@ def test_max_num_seqs_is_honoured(vllm_python: str, tiny_model: Path, tmp_path: 
                                   capsys: pytest.CaptureFixture[str]) -> None:
     # Two classes of the same traffic at one load (×32, ~65 req/s: the highest): the catalogued
     # design gives each class a different engine variant of TP 1, so the design alone measures
-    # both configurations on the same arrivals and prompts.
+    # both configurations on the same arrivals and prompts. The budget is the design's (two
+    # windows of 13 s on one "GPU"): the campaign then decides and stops, starting no third server.
     configs = ('[[configs]]\nname = "s2"\ntp = 1\nengine = { max_num_seqs = 2 }\n\n'
                '[[configs]]\nname = "s32"\ntp = 1\nengine = { max_num_seqs = 32 }\n')
     campaign = _campaign(tmp_path / "c.toml", vllm_python, tiny_model, served="tiny", configs=configs,
-                         workloads={"a": CHAT, "b": CHAT}, loads="{ x32 = 32.0 }", duration_s=10)
+                         workloads={"a": CHAT, "b": CHAT}, loads="{ x32 = 32.0 }", duration_s=10,
+                         stop="max_gpu_seconds = 26")
     out = tmp_path / "run"
     result = _finish(campaign, out)
     df = pd.read_csv(out / "measurements.csv", keep_default_na=False)
@@ -138,6 +143,7 @@ def test_max_num_seqs_is_honoured(vllm_python: str, tiny_model: Path, tmp_path: 
         for r in df.itertuples():
             print(f"  {r.workload} {r.config} @{r.load}: offered {r.offered_rps:.1f} served {r.throughput_rps:.2f} "
                   f"req/s, TTFT p99 {r.ttft_p99_s:.2f} s, success {r.success_rate:.3f}")
+    assert result["stop_reason"] in ("certificate", "budget")
     assert set(df["config"]) == {"s2", "s32"} and (df["load"] == "x32").all()
     assert (df["failure"] == "").all()
     for config, seqs in (("s2", 2), ("s32", 32)):
@@ -197,11 +203,11 @@ def test_disaggregated_config_transfers_kv_through_the_router_survives_sigkill_a
     store = tmp_path / "kv"
     store.mkdir()
     extra = (f'kv_connector = "{CPU_KV_CONNECTOR}"\n'
-             f"kv_connector_extra_config = {{ shared_storage_path = {json.dumps(str(store))} }}\n"
-             f'extra_args = ["--block-size", "{BLOCK_SIZE}"]')
+             f"kv_connector_extra_config = {{ shared_storage_path = {json.dumps(str(store))} }}")
     configs = '[[configs]]\nname = "1p1d"\nprefill = { tp = 1, workers = 1 }\ndecode = { tp = 1, workers = 1 }\n'
     campaign = _campaign(tmp_path / "c.toml", vllm_python, tiny_model, served=served, configs=configs,
-                         workloads={"chat": CHAT}, loads="{ x1 = 1.0, x4 = 4.0 }", duration_s=15, extra=extra)
+                         workloads={"chat": CHAT}, loads="{ x1 = 1.0, x4 = 4.0 }", duration_s=15, extra=extra,
+                         extra_args=("--block-size", str(BLOCK_SIZE)), stop="max_rounds = 1")
     out = tmp_path / "run"
     proc = _run(campaign, out, start_new_session=True)
     try:
