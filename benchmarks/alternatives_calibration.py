@@ -303,12 +303,15 @@ def summarise(fleets: list[Fleet], done: dict[tuple[str, str], dict[str, Any]],
     """Per-fleet rows, the reliability table of the capped runs' alternatives, the same-trail count."""
     rows: list[dict[str, Any]] = []
     alts: list[dict[str, Any]] = []
+    uncapped_alts: list[dict[str, Any]] = []
     for f in sorted(fleets, key=lambda f: f["fleet"]):
         u, c, b = (done.get((p, f["fleet"])) for p in PASSES)
         row: dict[str, Any] = {"fleet": f["fleet"], "cells": f["cells"], "full_gpu_s": f["full_gpu_s"],
                                "design_gpu_s": f["design_gpu_s"]}
         if u is not None:
             row.update(uncapped_status=u["status"], uncapped_gpu_s=u["gpu_seconds"], uncapped_eps_correct=u["eps_correct"])
+            uncapped_alts += [{"fleet": f["fleet"], "rank": a["rank"], "p_epsilon_optimal": a["p_epsilon_optimal"],
+                               "eps_optimal": a["eps_optimal"]} for a in u.get("alternatives") or []]
         if c is not None:
             ca = c["alternatives"] or []
             row.update(cap=c["max_gpu_seconds"], cap_raised_to_design=c["cap_raised_to_design"],
@@ -340,6 +343,9 @@ def summarise(fleets: list[Fleet], done: dict[tuple[str, str], dict[str, Any]],
         "alternatives": alts,
         "edges": list(edges),
         "reliability": reliability(alts, edges),
+        # For comparison: the alternatives the uncapped runs rank at their stop.
+        "uncapped_reliability": reliability(uncapped_alts, edges),
+        "uncapped_alternatives": uncapped_alts,
         "by_rank": by_rank,
         "by_posterior": by_posterior,
         "capped": {
@@ -398,6 +404,11 @@ def published_table(res: dict[str, Any]) -> str:
                      f"{'yes' if b['within_target'] else '**no**'} |")
     lines.append(f"| all | {cap['alternatives']} | {_pct(cap['mean_p'])} | {_pct(cap['observed'])} | "
                  f"{100 * ((cap['observed'] or 0) - (cap['mean_p'] or 0)):+.1f} | Brier {cap['brier'] or 0:.3f} |")
+    un = [b for b in res.get("uncapped_reliability", []) if b["count"]]
+    if un:
+        lines += ["", "The same bins for the alternatives the uncapped runs rank at their stop: "
+                  + "; ".join(f"[{b['lo']:.1f}, {b['hi']:.1f}{']' if b['hi'] == 1.0 else ')'} {b['count']} alternatives, "
+                              f"predicted {_pct(b['mean_p'])}, observed {_pct(b['observed'])}" for b in un) + "."]
     lines += ["", "| rank | alternatives | mean predicted | observed ε-optimal | difference (points) |", "|---:|---:|---:|---:|---:|"]
     for b in res["by_rank"]:
         lines.append(f"| {b['rank']} | {b['count']} | {_pct(b['mean_p'])} | {_pct(b['observed'])} | {b['difference_points']:+.1f} |")
