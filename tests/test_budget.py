@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from campaign_dirs import CERTIFIED_ALLOCATION, CERTIFIED_CELLS, CERTIFIED_GPU_SECONDS
 from shipped import point_text
 
 from fleetsieve_bayes.campaign.config import load_campaign
@@ -196,6 +198,26 @@ def test_a_budget_that_does_not_bind_leaves_the_trail_identical(tmp_path: Path) 
     assert _trail({**a, "_dir": str(tmp_path / "a")}) == _trail({**b, "_dir": str(tmp_path / "b")})
     assert (a["stop_reason"], b["stop_reason"], a["budget"]) == ("max_rounds", "max_rounds", None)
     assert (b["budget"]["stopped"], b["budget"]["gpu_seconds"]) == (False, 9600.0)
+
+
+def test_a_budget_that_never_binds_leaves_the_certified_run_as_without_one(shipped_runs: Any, tmp_path: Path) -> None:
+    # Ten times the full grid's 30,600 GPU-seconds: the campaign runs to its certificate as the
+    # session's certified run (no budget) does — the same cells in the same order, GPU-seconds,
+    # profiling wall, decision, certificate and ranked alternatives; the budget only reports
+    # what was spent.
+    path = _campaign_file(tmp_path, "max_gpu_seconds = 306000\nmax_wall_s = 1e7\n")
+    r = run_campaign(load_campaign(path), tmp_path / "run", seed=0).result
+    plain = json.loads((shipped_runs.certified / "result.json").read_text())
+    assert (r["status"], r["stop_reason"], plain["budget"]) == ("certified-feasible", "certificate", None)
+    assert (r["allocation"], r["gpu_seconds"], len(r["measured"])) == (
+        CERTIFIED_ALLOCATION, CERTIFIED_GPU_SECONDS, CERTIFIED_CELLS)
+    for key in ("status", "stop_reason", "measured", "gpu_seconds", "profiling_wall_s", "allocation", "alternatives",
+                "alternatives_draws"):
+        assert r[key] == plain[key], key
+    assert r["certificate"]["p_epsilon_optimal"] == plain["certificate"]["p_epsilon_optimal"]
+    b = r["budget"]
+    assert (b["stopped"], b["gpu_seconds"], b["profiling_wall_s"], b["next_cell"]) == (
+        False, r["gpu_seconds"], r["profiling_wall_s"], None)
 
 
 def test_the_pool_never_runs_past_the_budget(tmp_path: Path) -> None:
