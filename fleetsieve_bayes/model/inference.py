@@ -630,6 +630,13 @@ def _mass_for(data: ModelData, preset: InferencePreset) -> InferencePreset:
     return preset
 
 
+def _sampled(data: ModelData) -> ModelData:
+    """What NUTS samples on: a large grid's measured cells (exact; model.data.fit_cells), else
+    ``data``; the draws' deterministic sites are then computed on every cell of ``data``."""
+    cells = fit_cells(data)
+    return data if cells is None else restrict(data, cells)
+
+
 def _fit_nuts(
     data: ModelData,
     card: PriorCard,
@@ -641,13 +648,7 @@ def _fit_nuts(
     step_scale: float = 1.0,
 ) -> Posterior:
     preset = _mass_for(data, preset)
-    sampler = _sampler_key(data, card, preset)
-    # Sampled on the measured cells of a large grid (exact; model.data.fit_cells), the
-    # deterministic sites then computed on every cell.
-    full = data
-    cells = fit_cells(full)
-    if cells is not None:
-        data = restrict(full, cells)
+    full, data, sampler = data, _sampled(data), _sampler_key(data, card, preset)
     objs = _nuts_kernel(data, card, preset)
     keys = jax.random.split(jax.random.PRNGKey(seed), preset.chains)
     args = (data, data.observed)
