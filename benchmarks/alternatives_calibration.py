@@ -41,7 +41,6 @@ import argparse
 import dataclasses
 import json
 import math
-import signal
 import sys
 import tempfile
 import time
@@ -210,7 +209,7 @@ def run_passes(fleets: list[Fleet], passes: list[str], done: dict[tuple[str, str
                args: argparse.Namespace) -> None:
     """Run every (pass, fleet) not in ``done``, ``args.jobs`` at a time, each in a fresh spawned
     worker (each fleet compiles its own shapes), appending each finished run to ``args.partial``."""
-    from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal
+    from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal, stop_workers_on_sigterm
 
     # Fleet by fleet (in the order given): a capped run starts as soon as its uncapped run is in,
     # so an interrupted benchmark leaves whole fleets.
@@ -223,13 +222,7 @@ def run_passes(fleets: list[Fleet], passes: list[str], done: dict[tuple[str, str
     t0 = time.perf_counter()
     total = len(todo)
 
-    def stop(signum: int, frame: Any) -> None:
-        for ex in running.values():
-            for proc in list(getattr(ex, "_processes", {}).values()):
-                proc.kill()
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    stop_workers_on_sigterm(running)
     while todo or running:
         while len(running) < args.jobs:
             pick = next(((i, t) for i, (p, f) in enumerate(todo) if (t := task_for(p, f, done, args)) is not None), None)

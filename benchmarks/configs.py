@@ -238,20 +238,13 @@ def run_worlds(tasks: list[dict[str, Any]], jobs: int, partial: Path | None) -> 
     """:func:`study_world` of every task, ``jobs`` at a time, each in a fresh worker process
     (JAX is not fork-safe, and one process collects every world's compiled programs);
     each finished world is appended to ``partial``."""
-    import signal
 
-    from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal
+    from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal, stop_workers_on_sigterm
 
     ctx = get_context("spawn")
     pending, running, done = list(tasks), {}, []
 
-    def stop(signum: int, frame: Any) -> None:
-        for ex in running.values():
-            for proc in list(getattr(ex, "_processes", {}).values()):
-                proc.kill()
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    stop_workers_on_sigterm(running)
     while pending or running:
         while pending and len(running) < max(1, jobs):
             ex = ProcessPoolExecutor(1, mp_context=ctx, initializer=arm_parent_death_signal)

@@ -52,7 +52,6 @@ import dataclasses
 import json
 import math
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -191,7 +190,10 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         # on Python 3.11 that pool stopped once its workers retired, with tasks
         # still queued. The persistent compilation cache keeps a fresh worker's
         # start cheap.
-        from fleetsieve_bayes.backends.lifeline import arm_parent_death_signal
+        from fleetsieve_bayes.backends.lifeline import (
+            arm_parent_death_signal,
+            stop_workers_on_sigterm,
+        )
 
         ctx = get_context("spawn")
         pending = list(tasks)
@@ -200,13 +202,7 @@ def _run_all(tasks: list[dict[str, Any]], jobs: int, label: str, partial: Path |
         # A SIGTERM to this process stops the workers too (they would
         # otherwise run on, orphaned, holding cores and gigabytes); a SIGKILL
         # does through each worker's parent-death signal.
-        def stop(signum: int, frame: Any) -> None:
-            for ex in running.values():
-                for proc in list(getattr(ex, "_processes", {}).values()):
-                    proc.kill()
-            raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, stop)
+        stop_workers_on_sigterm(running)
         while pending or running:
             while pending and len(running) < jobs:
                 ex = ProcessPoolExecutor(1, mp_context=ctx, initializer=arm_parent_death_signal)

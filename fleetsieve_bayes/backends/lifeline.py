@@ -32,6 +32,8 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -45,6 +47,21 @@ def arm_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
         return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def stop_workers_on_sigterm(running: Mapping[Any, Any]) -> None:
+    """On SIGTERM, SIGKILL the worker processes of every executor in ``running``'s values
+    (``concurrent.futures.ProcessPoolExecutor``s, read when the signal comes), then exit with
+    128 + the signal: a benchmark's workers would otherwise run on, orphaned, holding cores
+    and gigabytes (a SIGKILL reaches them through :func:`arm_parent_death_signal`)."""
+
+    def stop(signum: int, frame: Any) -> None:
+        for ex in running.values():
+            for proc in list(getattr(ex, "_processes", {}).values()):
+                proc.kill()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def exec_with_parent(parent: int, argv: list[str]) -> None:
