@@ -35,6 +35,7 @@ import pandas as pd
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
+    "KV_RECOMPUTE",
     "Role",
     "ServingConfig",
     "ENGINE_KEYS",
@@ -46,6 +47,11 @@ __all__ = [
     "config_index",
     "check_catalogue",
 ]
+
+# The ``kv_connector`` of a disaggregated configuration that means no KV transfer: the decode
+# worker recomputes the prompt (the campaign's ``[measurement] kv_connector``, plan's
+# ``--kv-connector``).
+KV_RECOMPUTE = "none"
 
 # vLLM's engine arguments a configuration may set, by their EngineArgs names
 # (vllm/engine/arg_utils.py, class EngineArgs; the CLI flag is the name with

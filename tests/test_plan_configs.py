@@ -401,3 +401,22 @@ def test_first_unfit_groups_names_the_class() -> None:
     assert first_unfit_groups([("summ", a, 2), ("chat", b, 2)], 3, 8) == "chat"
     assert first_unfit_groups([("summ", a, 1)], 2, 4) == "summ"
     assert first_unfit_groups([("summ", a, 1)], 2, 4, split=True) is None
+
+
+def test_kv_connector_none_plans_workers_without_kv_transfer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--kv-connector none`` (the decode workers recompute the prompt): no worker's launch
+    command nor container carries a KV-transfer config or NIXL's settings; the router is kept."""
+    d = catalogued_campaign(tmp_path / "c", {"summ": _entry(DISAGG, "C3", 1)}, bounds=False)
+    out = tmp_path / "p"
+    rc = cli_main(["plan", str(d), "--nodes", "1", "--gpus-per-node", "8", "--out", str(out), "--kv-connector", "none"])
+    assert rc == 0, capsys.readouterr().err
+    plan = read_plan(out)
+    assert {p["role"] for p in plan["placements"]} == {"prefill", "decode"}
+    for p in plan["placements"]:
+        assert "--kv-transfer-config" not in p["argv"]
+        assert not any(k.startswith("VLLM_NIXL") for k in p["env"])
+    assert len(plan["routers"]) == 1
+    docs = _by_kind(_docs(out / "k8s" / "summ.yaml"))
+    for role in ("prefill", "decode"):
+        container = docs["Deployment", role]["spec"]["template"]["spec"]["containers"][0]
+        assert "--kv-transfer-config" not in container["command"] + container.get("args", [])

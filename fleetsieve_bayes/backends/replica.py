@@ -46,7 +46,7 @@ from fleetsieve_bayes.backends.server import (
     render_command,
     start_server,
 )
-from fleetsieve_bayes.configs import ServingConfig
+from fleetsieve_bayes.configs import KV_RECOMPUTE, ServingConfig
 
 __all__ = [
     "KV_ROLES",
@@ -68,7 +68,7 @@ __all__ = [
 # The kv_role of each role's engines.
 KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # The ``kv_connector`` that means no KV transfer: the decode worker recomputes the prompt.
-RECOMPUTE = "none"
+RECOMPUTE = KV_RECOMPUTE
 
 
 def engine_flags(engine: Iterable[tuple[str, Any]]) -> list[str]:

@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plan an uncertified or infeasible campaign's allocation, marked as such everywhere")
     g = p.add_argument_group("configurations (a campaign with a [[configs]] catalogue)")
     g.add_argument("--kv-connector", default="NixlConnector",
-                   help="vLLM KV connector of a disaggregated configuration's workers (default NixlConnector)")
+                   help="vLLM KV connector of a disaggregated configuration's workers (default NixlConnector; "
+                   "none: no KV transfer, the decode workers recompute the prompt)")
     g.add_argument("--kv-both", action="store_true",
                    help="kv_role kv_both for every disaggregated worker (default: kv_producer for prefill, "
                    "kv_consumer for decode)")

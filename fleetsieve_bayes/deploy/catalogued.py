@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fleetsieve_bayes.configs import ServingConfig, config_index, parse_catalogue
+from fleetsieve_bayes.configs import KV_RECOMPUTE, ServingConfig, config_index, parse_catalogue
 from fleetsieve_bayes.deploy.launch import KV_ROLES, worker_command
 from fleetsieve_bayes.deploy.packing import GroupPacking
 from fleetsieve_bayes.errors import InputError
@@ -177,7 +177,8 @@ def worker_placements(
         port = port_next[p.node]
         port_next[p.node] += 1
         cfg = configs[p.workload]
-        kv = None if p.role == "engine" else (disagg["kv_connector"], disagg["kv_roles"][p.role])
+        recompute = disagg["kv_connector"].lower() == KV_RECOMPUTE  # no KV transfer: no connector flags
+        kv = None if p.role == "engine" or recompute else (disagg["kv_connector"], disagg["kv_roles"][p.role])
         argv = worker_command(server["command"], server["extra_args"], model=server["model"], tp=p.tp, port=port,
                               engine=cfg.engine, kv=kv)
         env = {**server["env"], "CUDA_VISIBLE_DEVICES": ",".join(map(str, p.gpus))}

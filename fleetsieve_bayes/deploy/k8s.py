@@ -52,6 +52,7 @@ import json
 import re
 from typing import Any
 
+from fleetsieve_bayes.configs import KV_RECOMPUTE
 from fleetsieve_bayes.errors import EnvironmentProblem, InputError
 
 __all__ = [
@@ -181,7 +182,7 @@ def _argv(plan: dict[str, Any], c: dict[str, Any], role: str | None = None) -> l
     s = plan["server"]
     tp = int(c["tp"] if role is None else c["roles"][role]["tp"])
     kv = None
-    if role is not None:
+    if role is not None and plan["disaggregation"]["kv_connector"].lower() != KV_RECOMPUTE:
         d = plan["disaggregation"]
         kv = (d["kv_connector"], d["kv_roles"][role])
     return worker_command(s["command"], s["extra_args"], model=s["model"], tp=tp, port=CONTAINER_PORT,
