@@ -156,6 +156,7 @@ def sweep_decision(grid: Any, windows: np.ndarray, problem: Any, budget_gpu_s: f
 def study_world(task: dict[str, Any]) -> dict[str, Any]:
     """Run world ``task["k"]``'s campaign (or read its finished result back) and score it."""
     from fleetsieve_bayes.campaign.config import load_campaign
+    from fleetsieve_bayes.campaign.journal import plan_seconds
     from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.evaluation.config_worlds import world_grid, write_config_world
     from fleetsieve_bayes.evaluation.regret import make_oracle
@@ -207,17 +208,6 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
             "configs": _configs_used(grid, sweep["cr"]),
             **score(grid, truth, problem, eps, sweep["cr"], oracle=oracle)},
     }
-
-
-def plan_seconds(journal: Path) -> list[float]:
-    """Each round's planning wall time (s): its fit, bounds and allocations, acquisition and
-    certification attempt (the journal's round records, in order)."""
-    out = []
-    for line in journal.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("type") == "round":
-            out.append(float(sum(rec.get("timings", {}).values())))
-    return out
 
 
 def _safe(fn: Any, task: dict[str, Any]) -> dict[str, Any]:

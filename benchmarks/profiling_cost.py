@@ -540,6 +540,7 @@ def suite_markdown(res: dict[str, Any]) -> str:
 def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
     """Fleet ``task["k"]`` of the noisy suite: its campaign at ``task["level"]`` to its stop,
     scored on the truth at that level beside the full grid with one and with three windows."""
+    from fleetsieve_bayes.campaign.journal import plan_seconds
     from fleetsieve_bayes.campaign.runner import run_campaign
     from fleetsieve_bayes.evaluation.attainment import noisy_fleet
     from fleetsieve_bayes.evaluation.noisy import (
@@ -567,6 +568,7 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         outcome = run_campaign(campaign, where / "run", strategy=task["strategy"], seed=task["seed"])
         conservative = conservative_answer(fleet, problem, where / "run", task["level"], campaign.epsilon)
         post = where / "run" / "posterior.nc"
+        plan = plan_seconds(where / "run" / "journal.jsonl")
         latent = np.asarray(load_idata(post).posterior["latent"]) if post.exists() else None
     wall = time.perf_counter() - t0
     median = None if latent is None else np.median(latent.reshape(-1, *latent.shape[-2:]), axis=0)
@@ -584,6 +586,7 @@ def run_noisy(task: dict[str, Any]) -> dict[str, Any]:
         "repeat_truth": repeat_truth(fleet, outcome.result.get("repeat"), task["max_windows"]),
         "answer": outcome.result.get("answer"),
         "conservative_answer": conservative,
+        "plan_s": plan,
         "commit": _code_commit(),
     }
 
@@ -661,6 +664,9 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "floor_ratio_max": float(np.max([r["gpu_seconds"] / r["floor_gpu_s"] for r in runs])),
         "repeats": int(sum(r["repeats"] for r in runs)),
         "fleets_with_repeats": int(sum(r["repeats"] > 0 for r in runs)),
+        # Round planning wall times (fit, allocations, acquisition, certification attempt),
+        # pooled over the runs that recorded them.
+        **_plan_summary(runs),
         "full_grid": {w: {"correct_frac": float(np.mean([r["full_grid"][w]["correct"] for r in runs])),
                           "gpu_seconds_mean": float(full[w].mean())} for w in ("1", "3")},
         "committed_cells": len(committed),
@@ -684,6 +690,15 @@ def summarise_noisy(runs: list[dict[str, Any]]) -> dict[str, Any]:
         # uncertified_answer = "conservative"), over the runs that recorded it.
         **_conservative_summary(runs),
     }
+
+
+def _plan_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and max round planning time (s) over every round of the runs that recorded them."""
+    plans = [t for r in runs for t in r.get("plan_s") or []]
+    if not plans:
+        return {"plan_rounds": 0}
+    return {"plan_rounds": len(plans), "plan_s_median": float(np.median(plans)), "plan_s_max": float(np.max(plans)),
+            "plan_fleets": sum(bool(r.get("plan_s")) for r in runs)}
 
 
 def _answer_words(s: dict[str, Any]) -> str:
@@ -886,6 +901,8 @@ def noisy_markdown(res: dict[str, Any]) -> str:
         f"{_pct(s['tails_ttft_within_20'])} | | | {target('≥ 75 %')} |",
         f"| … completion p99 within 20 % | {_pct(s['tails_completion_within_20'])} | | | {target('≥ 75 %')} |",
         f"| … throughput within 20 % | {_pct(s['tails_throughput_within_20'])} | | | |",
+        *([f"| round planning s, median / max ({s['plan_rounds']} rounds of {s['plan_fleets']} fleets) | "
+           f"{s['plan_s_median']:.1f} / {s['plan_s_max']:.1f} | | | {target('≤ 30 / ≤ 120')} |"] if s.get("plan_rounds") else []),
         "",
     ]
     if s.get("answers_compared"):
@@ -919,8 +936,9 @@ def noisy_markdown(res: dict[str, Any]) -> str:
             ]
     lines += [
         "| fleet | cells | classes | feasible at level | status | GPU-s | ×full (1) | ×floor | repeats | correct "
-        "| false cert. | full 1 / 3 correct | committed: true attainment (reported) | cell to repeat: windows, true attainment |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|",
+        "| false cert. | full 1 / 3 correct | planning s, median / max | committed: true attainment (reported) "
+        "| cell to repeat: windows, true attainment |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|---|",
     ]
     for r in nz["runs"]:
         com = "; ".join(f"{c['cell']} {c['truth']:.2f} ({c['median']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}])"
@@ -931,9 +949,15 @@ def noisy_markdown(res: dict[str, Any]) -> str:
             f"| {r['gpu_seconds'] / r['floor_gpu_s']:.2f} | {r['repeats']} | {'yes' if r['correct'] else 'no'} "
             f"| {'**yes**' if r['false_certificate'] else 'no'} "
             f"| {'yes' if r['full_grid']['1']['correct'] else 'no'} / {'yes' if r['full_grid']['3']['correct'] else 'no'} "
-            f"| {com} | {_repeat_cell(r)} |"
+            f"| {_plan_cell(r)} | {com} | {_repeat_cell(r)} |"
         )
     return "\n".join(lines)
+
+
+def _plan_cell(r: dict[str, Any]) -> str:
+    """A fleet's round planning times, median / max (s); — for a run that did not record them."""
+    plan = r.get("plan_s")
+    return f"{np.median(plan):.1f} / {np.max(plan):.1f}" if plan else "—"
 
 
 # ------------------------------------------------------------------------ plot

@@ -16,6 +16,7 @@ from fleetsieve_bayes.campaign.journal import (
     Side,
     campaign_lock,
     open_journal,
+    plan_seconds,
     read_journal,
     read_records,
     rounds_of,
@@ -103,6 +104,17 @@ def test_repeated_round_counts_once() -> None:
     a, b = _round(1, Cell("chat", 2, "C16")), _round(1, Cell("chat", 4, "C16"))
     assert unique_rounds([a, b, _round(2)]) == [b, _round(2)]
     assert rounds_of([a.to_json(), _HEADER]) == [a]
+
+
+def test_planning_time_is_each_rounds_timings_summed_once(tmp_path: Path) -> None:
+    j = open_journal(tmp_path)
+    j.append(_HEADER)
+    j.append(_round(1, Cell("chat", 2, "C16"))._replace(timings={"fit_s": 4.0, "acquire_s": 1.5}))
+    j.append(_round(1, Cell("chat", 2, "C16"))._replace(timings={"fit_s": 2.0, "certify_s": 30.0}))  # re-run: last wins
+    j.append(_meas(0))
+    j.append(_round(2)._replace(timings={}))
+    j.close()
+    assert plan_seconds(tmp_path / "journal.jsonl") == [32.0, 0.0]
 
 
 def test_corrupt_middle_line_is_named(tmp_path: Path) -> None:

@@ -198,3 +198,40 @@ def test_the_regret_fallback_at_a_level_repeats_the_cell_whose_attainment_is_in_
     assert sc.score[X] > 5 * max(sc.score[[Y, B1, Z]])
     # the point rule scores no measured cell
     assert np.all(regret_scores(*args, seed=2).score == -np.inf)
+
+
+def test_a_window_is_worth_its_price_only_where_it_beats_the_best_new_cell_per_gpu_second():
+    from fleetsieve_bayes.decision.strategies.gap import worth_a_window
+
+    score = np.array([0.5, 0.3, 0.2, 0.0])
+    rep = np.array([False, True, True, False])
+    # new cell 0 (1,200 GPU-s) against repeats 1 (300 GPU-s) and 2 (100 GPU-s): per
+    # 1,200 GPU-s they are worth 1.2 and 2.4, so the cheaper, lower-scored window wins
+    assert worth_a_window(score, np.array([1200.0, 300.0, 100.0, 50.0]), rep, 0) == 2
+    # at the new cell's price the new cell wins: 0.3 < 0.5
+    assert worth_a_window(score, np.array([300.0, 300.0, 300.0, 50.0]), rep, 0) is None
+    # an exact tie goes to the new cell (it teaches its neighbours too)
+    assert worth_a_window(np.array([0.6, 0.3, 0.0, 0.0]), np.array([600.0, 300.0, 1.0, 1.0]),
+                          np.array([False, True, False, False]), 0) is None
+    # no unmeasured cell: the best repeat per GPU-second; equal values go to the cheaper
+    assert worth_a_window(score, np.array([1.0, 300.0, 200.0, 1.0]), rep, None) == 2
+    assert worth_a_window(np.array([0.0, 0.3, 0.1, 0.0]), np.array([1.0, 300.0, 100.0, 1.0]), rep, None) == 2
+    assert worth_a_window(score, np.ones(4), np.zeros(4, bool), 0) is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_window_rule_agrees_with_a_plain_ratio_comparison(seed):
+    from fleetsieve_bayes.decision.strategies.gap import worth_a_window
+
+    rng = np.random.default_rng(seed)
+    n = 12
+    score = rng.uniform(0.01, 1.0, n).round(3)
+    cost = rng.choice([300.0, 600.0, 1200.0, 2400.0], n)
+    rep = rng.random(n) < 0.4
+    rep[0] = False
+    ratio = np.where(rep, score / cost, -np.inf)
+    got = worth_a_window(score, cost, rep, 0)
+    if not rep.any() or ratio.max() * cost[0] <= score[0] * (1 + 1e-6):
+        assert got is None
+    else:
+        assert got is not None and rep[got] and np.isclose(ratio[got], ratio.max(), rtol=1e-6)

@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 from fleetsieve_bayes.errors import InputError
 
 __all__ = [
+    "plan_seconds",
     "JOURNAL_NAME",
     "LOCK_NAME",
     "Cell",
@@ -494,6 +495,14 @@ def unique_rounds(rounds: Iterable[RoundRecord]) -> list[RoundRecord]:
     for r in rounds:
         by_no[r.round] = r
     return [by_no[k] for k in sorted(by_no)]
+
+
+def plan_seconds(path: str | Path) -> list[float]:
+    """Each round's planning wall time (s) in the journal at ``path``: its fit, bounds and
+    allocations, acquisition and certification attempt (its round records' ``timings``
+    summed, one per round, in round order)."""
+    records, _ = read_journal(path)
+    return [float(sum(r.timings.values())) for r in unique_rounds(rounds_of(records))]
 
 
 BUDGET_KEYS = ("max_gpu_seconds", "max_wall_s")

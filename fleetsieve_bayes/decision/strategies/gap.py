@@ -62,6 +62,7 @@ __all__ = [
     "build_voi",
     "kernel_level",
     "pick_or_repeat",
+    "worth_a_window",
     "EXACT_MAX_CELLS",
     "RELATED_CELLS",
 ]
@@ -153,29 +154,59 @@ def kernel_level(ctx: StrategyContext, state: RoundState) -> Any:
 
 
 def pick_or_repeat(score: np.ndarray, state: RoundState) -> int:
-    """Argmax of ``score (n_cells,)`` over the unmeasured cells and the repeats whose
-    score is positive (a repeat only where it can change or secure the decision),
-    profiling cost then index breaking ties. When no candidate's score is positive:
-    ``state.repeat_hint`` (the window the certificate needs) if there is one, else the
-    cheapest unmeasured cell, else the best-scored repeat.
+    """The next cell on ``score (n_cells,)``: the argmax over the unmeasured cells
+    (profiling cost then index breaking ties), unless another window of a measured cell
+    is worth more per GPU-second (:func:`worth_a_window`). When no candidate's score is
+    positive: ``state.repeat_hint`` (the window the certificate needs) if there is one,
+    else the cheapest unmeasured cell, else the best-scored repeat.
 
     Raises:
         ValueError: no unmeasured cell and no repeat to make.
     """
     s = np.nan_to_num(np.asarray(score, np.float64), nan=-np.inf)
-    keep = ~state.measured | (repeat_candidates(state) & (s > TIE_TOLERANCE))
-    s = np.where(keep, s, -np.inf)
+    cost = profiling_cost(state.grid, state.problem)
+    rep = repeat_candidates(state) & (s > TIE_TOLERANCE)
+    new = np.where(~state.measured, s, -np.inf)
     hint = state.repeat_hint
-    if hint is not None and repeat_candidates(state)[hint] and np.max(s, initial=-np.inf) <= TIE_TOLERANCE:
+    if hint is not None and repeat_candidates(state)[hint] and not rep.any() and np.max(new, initial=-np.inf) <= TIE_TOLERANCE:
         return int(hint)  # nothing is expected to help: the window the certificate needs
-    if np.isfinite(s).any():
-        return select_cell(s, profiling_cost(state.grid, state.problem), tie_tolerance=TIE_TOLERANCE)
-    if (~state.measured).any():
-        return pick(np.zeros(len(s)), state)
+    best_new = None
+    if np.isfinite(new).any():
+        best_new = select_cell(new, cost, tie_tolerance=TIE_TOLERANCE)
+    elif (~state.measured).any():  # nothing scored: the cheapest unmeasured cell
+        best_new = pick(np.zeros(len(s)), state)
+    window = worth_a_window(s, cost, rep, best_new)
+    if window is not None:
+        return window
+    if best_new is not None:
+        return best_new
     # Only repeats none of which is expected to help (a pool whose hinted cell is in flight):
     # the best-scored one.
     rest = np.where(repeat_candidates(state), np.nan_to_num(np.asarray(score, np.float64), nan=-1e300), -np.inf)
-    return select_cell(rest, profiling_cost(state.grid, state.problem), tie_tolerance=TIE_TOLERANCE)
+    return select_cell(rest, cost, tie_tolerance=TIE_TOLERANCE)
+
+
+def worth_a_window(score: np.ndarray, cost: np.ndarray, repeats: np.ndarray, best_new: int | None) -> int | None:
+    """The window rule: the repeat (of ``repeats (n_cells,)`` bool, each with a positive
+    ``score``) whose expected effect on the decision per GPU-second is the highest, if
+    it beats ``best_new``'s (the best unmeasured cell; None: no unmeasured cell); else None.
+
+    ``score (n_cells,)`` expected gap reductions and ``cost (n_cells,)`` profiling costs.
+    Values are compared in score units at the new cell's cost (``score · cost_new / cost``),
+    so :data:`TIE_TOLERANCE` stays the tie rule: the repeat must beat the new cell by more
+    than it (a tie goes to the new cell, which also teaches its neighbours), and among
+    repeats lower cost then index break ties. A repeat whose own score is a tie with
+    nothing (≤ the tolerance) is never worth its window here."""
+    if not np.any(repeats):
+        return None
+    ref = float(cost[best_new]) if best_new is not None else float(np.min(cost[repeats]))
+    per = np.full(len(score), -np.inf)
+    per[repeats] = score[repeats] * (ref / np.maximum(cost[repeats], 1e-12))
+    r = select_cell(per, cost, tie_tolerance=TIE_TOLERANCE)
+    if best_new is None:
+        return r
+    bar = float(score[best_new])
+    return r if per[r] > bar + TIE_TOLERANCE * max(1.0, abs(bar)) else None
 
 
 def regret_fallback(ctx: StrategyContext, state: RoundState) -> int | None:
