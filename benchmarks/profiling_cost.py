@@ -1044,6 +1044,8 @@ def plot(res: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fleetsieve_bayes.settings import MAX_WINDOWS_PER_CELL
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("campaign", nargs="?", default=str(DEFAULT_CAMPAIGN), help="campaign TOML (default: the shipped H100 grid)")
     p.add_argument("--strategies", default="fleetsieve,random,grid", help="comma-separated strategy names")
@@ -1065,7 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the campaigns' slo_attainment: a level in (0, 1) or 'point' (noisy suite: default 0.9; "
                         "a campaign: its own)")
     p.add_argument("--windows", type=int, default=5, help="noisy suite: replicate rows per cell in the table")
-    p.add_argument("--max-windows", type=int, default=3, help="noisy suite: max_windows_per_cell")
+    p.add_argument("--max-windows", type=int, default=MAX_WINDOWS_PER_CELL,
+                   help=f"noisy suite: max_windows_per_cell (default {MAX_WINDOWS_PER_CELL}, the package's)")
     p.add_argument("--resume", action="store_true",
                    help="noisy suite: reuse the fleets already finished in --partial (a checkpoint)")
     p.add_argument("--workdir", type=Path, default=None,

@@ -505,3 +505,48 @@ def test_a_pooled_warmup_compiles_one_start_program_and_its_windowed_fallback_no
     compiled = objs.chunk._cache_size()
     fit(grid, obs, m, CARD, preset._replace(adaptation="windowed"), seed=5)
     assert objs.chunk._cache_size() == compiled
+
+
+def test_a_warm_refit_whose_trees_run_to_max_depth_is_re_massed_from_its_own_draws(shipped, design_fit, monkeypatch):
+    """The window-noise model: a warm refit most of whose transitions run to
+    ``max_tree_depth`` goes on from its last positions under one new mass, its draws'
+    pooled covariance, the step size tuned afresh. At ``"point"`` (no windows) a fit is
+    never re-massed."""
+    import fleetsieve_bayes.model.inference as inference
+
+    grid, obs = shipped
+    m, _ = design_fit
+    cells = np.flatnonzero(m)
+    preset = load_preset("fast")
+    first = fit(grid, obs, m, CARD, preset, seed=0, rows=obs[cells], row_cell=cells)
+    pooled: list[np.ndarray] = []
+    real = inference.mass_from_draws
+    monkeypatch.setattr(inference, "mass_from_draws", lambda flat: pooled.append(real(flat)) or pooled[-1])
+    monkeypatch.setattr(inference, "_SATURATED_SHARE", -1.0)  # every refit counts as saturated
+    warm = fit(grid, obs, m, CARD, preset, seed=1, warm_start=first, rows=obs[cells], row_cell=cells)
+    assert len(pooled) == 1 and pooled[0].shape[0] == pooled[0].shape[1]
+    for before, after in zip(first.state["states"], warm.state["states"], strict=True):
+        assert int(after.i) == preset.warmup + preset.samples  # tuned afresh, then sampled
+        np.testing.assert_allclose(np.asarray(jax.tree.leaves(after.adapt_state.inverse_mass_matrix)[0]), pooled[0])
+        assert not np.allclose(np.asarray(jax.tree.leaves(after.adapt_state.inverse_mass_matrix)[0]),
+                               np.asarray(jax.tree.leaves(before.adapt_state.inverse_mass_matrix)[0]))
+    assert np.all(np.isfinite(warm.latent))
+    # at "point" the same refit keeps its mass
+    point = fit(grid, obs, m, CARD, preset, seed=1, warm_start=design_fit[1])
+    assert len(pooled) == 1
+    for before, after in zip(design_fit[1].state["states"], point.state["states"], strict=True):
+        jax.tree.map(np.testing.assert_array_equal, after.adapt_state.inverse_mass_matrix,
+                     before.adapt_state.inverse_mass_matrix)
+
+
+def test_saturation_is_the_share_of_transitions_at_max_tree_depth():
+    from fleetsieve_bayes.model.inference import NutsTrace, _saturated
+
+    preset = load_preset("fast")._replace(max_tree_depth=3)  # 7 leapfrog steps at most
+
+    def chain(steps):
+        return None, NutsTrace({}, None, None, np.asarray(steps), None, None)
+
+    assert _saturated([chain([7, 7, 7, 3]), chain([7, 7, 3, 3])], preset)  # 5 of 8
+    assert not _saturated([chain([7, 7, 3, 3]), chain([7, 7, 3, 3])], preset)  # half: not more
+    assert not _saturated([chain([6, 6, 6, 6])], preset)

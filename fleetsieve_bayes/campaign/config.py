@@ -25,6 +25,7 @@ from fleetsieve_bayes.settings import (
     ALTERNATIVES,
     CERTIFY_INFERENCE,
     KNEE_GUARD,
+    MAX_WINDOWS_PER_CELL,
     MODEL_MARGIN,
     SUCCESS_MARGIN,
     UNCERTIFIED_ANSWER,
@@ -184,7 +185,7 @@ class Campaign:
     # "point": its measured or predicted value against the SLOs.
     slo_attainment: float | str = DEFAULT_SLO_ATTAINMENT
     # Windows of one cell a campaign may measure (the first and its repeats).
-    max_windows_per_cell: int = 3
+    max_windows_per_cell: int = MAX_WINDOWS_PER_CELL
     # At a level, what an uncertified campaign answers (settings.UNCERTIFIED_ANSWERS, or a confidence).
     uncertified_answer: str | float = UNCERTIFIED_ANSWER
 
@@ -394,7 +395,7 @@ def parse_campaign(raw: dict[str, Any], path: Path) -> Campaign:
     )
 
     slo_attainment = _level(ctx, "[stopping] slo_attainment", stopping.get("slo_attainment", DEFAULT_SLO_ATTAINMENT))
-    max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", 3), lo=1)
+    max_windows = ctx.integer("[stopping] max_windows_per_cell", stopping.get("max_windows_per_cell", MAX_WINDOWS_PER_CELL), lo=1)
     answer = _uncertified_answer(ctx, stopping.get("uncertified_answer", UNCERTIFIED_ANSWER))
     budget = _budget(ctx, stopping)
     alternatives = ctx.integer("[stopping] alternatives", stopping.get("alternatives", ALTERNATIVES), lo=0)

@@ -36,6 +36,7 @@ from fleetsieve_bayes.evaluation.attainment import (
 )
 from fleetsieve_bayes.evaluation.regret import cells_from_json, make_oracle
 from fleetsieve_bayes.evaluation.synthetic import SyntheticSpec, random_spec, synthetic_fleet
+from fleetsieve_bayes.settings import MAX_WINDOWS_PER_CELL
 
 __all__ = [
     "SUITE_WINDOWS",
@@ -56,7 +57,7 @@ CERTIFIED = ("certified-feasible", "certified-infeasible")
 
 
 def noisy_suite_fleet(
-    seed: int, k: int, *, windows: int = SUITE_WINDOWS, level: float = SUITE_LEVEL, max_windows: int = 3
+    seed: int, k: int, *, windows: int = SUITE_WINDOWS, level: float = SUITE_LEVEL, max_windows: int = MAX_WINDOWS_PER_CELL
 ) -> tuple[SyntheticSpec, pd.DataFrame, dict[str, Any]]:
     """Fleet ``k`` of the noisy suite of ``seed``: its spec, its table (``windows``
     replicate rows per cell, ``true_*`` and ``true_attainment`` columns) and its

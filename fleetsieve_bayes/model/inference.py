@@ -125,6 +125,11 @@ _WARM_DIVERGENCE_LIMIT = 0.02
 # (mass and positions kept) before falling back to a full warm-up
 # (docs/results.md, "Warm refits across window buckets").
 _RETUNE_STEPS = 200
+# A warm refit most of whose transitions run to max_tree_depth is sampling under a mass
+# matrix adapted on another posterior (new windows of a cell sharpen its departure and its
+# class's noise): 255 leapfrog steps a transition, 40-115 s a round on the noisy suite's
+# fleet 37 (2 cores). It is re-massed from its own draws (:func:`_remassed`).
+_SATURATED_SHARE = 0.5
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
 _SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z", "role_z", "engine_z")
 
@@ -547,6 +552,33 @@ def _pooled_warmup(
     return _map_chains(preset, second)
 
 
+def _may_remass(data: ModelData, preset: InferencePreset, step_scale: float) -> bool:
+    """Whether a saturated warm refit is re-massed (:func:`_remassed`): a dense mass, the window-noise
+    model (at ``"point"`` every fit stays as it was), and not a certifying fit's smaller steps."""
+    return step_scale == 1.0 and preset.dense_mass and data.windows is not None
+
+
+def _saturated(results: list[tuple[Any, NutsTrace]], preset: InferencePreset) -> bool:
+    """Whether more than :data:`_SATURATED_SHARE` of every chain's kept transitions ran
+    to ``preset.max_tree_depth`` (``2^depth − 1`` leapfrog steps)."""
+    full = 2 ** int(preset.max_tree_depth) - 1
+    share = np.mean([float(np.mean(np.asarray(r[1].num_steps) >= full)) for r in results])
+    return bool(share > _SATURATED_SHARE)
+
+
+def _remassed(
+    objs: NutsKernel, preset: InferencePreset, data: ModelData, results: list[tuple[Any, NutsTrace]],
+    keys: jax.Array, steps: int,
+) -> list[tuple[Any, NutsTrace]]:
+    """Every chain from its last position under one new mass matrix, the regularised
+    covariance of all chains' kept draws pooled (:func:`mass_from_draws`), its step size
+    tuned afresh over ``steps`` warm-up transitions, then ``preset.samples`` draws."""
+    flat = np.concatenate([np.asarray(objs.flatten(r[1].z)) for r in results])
+    pooled = jnp.asarray(mass_from_draws(flat), jnp.float64)
+    return _map_chains(preset, lambda c: _fixed_mass_chain(
+        objs, preset, data, results[c][0].z, jax.random.fold_in(keys[c], 3), pooled, preset.warmup - steps))
+
+
 def _divergence(results: list[tuple[Any, NutsTrace]]) -> float:
     """The share of divergent transitions over every chain's kept draws."""
     return float(np.mean([r[1].diverging.mean() for r in results]))
@@ -689,6 +721,12 @@ def _fit_nuts(
             if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
                 results = None
                 _progress.expect_more(cold_total)
+        if results is not None and _may_remass(data, preset, step_scale) and _saturated(results, preset):
+            # New windows changed the posterior's shape under the old mass: every tree runs to
+            # max_tree_depth. A mass from this refit's own draws, the step size tuned afresh.
+            retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
+            _progress.expect_more(preset.chains * (retune + preset.samples))
+            results = _remassed(objs, preset, data, results, keys, retune)
     if results is None:
         inits: list[Any] = []
         if states is not None:
