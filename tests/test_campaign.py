@@ -134,12 +134,12 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_code_tp4
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # One row per cell: code TP4@C96, measured once, whose attainment posterior straddles 0.9,
-    # cannot be repeated. Acquisition tests the hopes left (code TP8@C128, chat TP4@C128,
-    # chat TP8@C128); once they fail, the campaign stops undecided and names it. The trail is
+    # cannot be repeated. Acquisition tests the hopes left (code TP8@C128, chat TP8@C128);
+    # once they fail, the campaign stops undecided and names it. The trail is
     # the same on every machine (docs/method.md, "The same decision on every machine";
     # benchmarks/reproducibility.py runs it under three XLA instruction sets).
     result = run_campaign(load_campaign(EXAMPLE), tmp_path / "run", seed=0).result
-    assert result["status"] == "undecided" and result["gpu_seconds"] == 18000.0
+    assert result["status"] == "undecided" and result["gpu_seconds"] == 16800.0
     assert result["slo_attainment"] == {"chat": 0.9, "code": 0.9}
     assert result["repeat"] == {"workload": "code", "tp": 4, "load": "C96", "windows": 1, "limit": 1,
                                 "limited_by": "backend"}
@@ -147,8 +147,8 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_code_tp4
     assert measured == [
         ("chat", 2, "C32"), ("chat", 4, "C64"), ("chat", 8, "C64"),
         ("code", 2, "C16"), ("code", 4, "C64"), ("code", 8, "C96"),
-        ("code", 8, "C128"), ("code", 4, "C32"), ("code", 4, "C96"),
-        ("chat", 4, "C128"), ("chat", 4, "C96"), ("chat", 8, "C128"),
+        ("code", 8, "C128"), ("chat", 4, "C32"), ("chat", 4, "C96"),
+        ("code", 4, "C96"), ("chat", 8, "C128"),
     ]  # fmt: skip
     # Uncertified, it answers with its best estimate: at level 0.9, measured cells whose median
     # attainment reaches 0.9; chat at C96, the doubt in its interval's lower end; code at C64.
@@ -167,11 +167,11 @@ def test_shipped_campaign_at_the_default_level_ends_undecided_and_names_code_tp4
 
     assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "undecided: 18000 GPU-seconds, 12 cells measured" in out
+    assert "undecided: 16800 GPU-seconds, 11 cells measured" in out
     assert ("not certified: its best estimate (each measured cell admitted where its attainment reaches its "
             "level with posterior probability at least chat 0.5, code 0.5)") in out
     assert "chat: TP4 @ C96 x2" in out and "code: TP4 @ C64 x2" in out
-    assert "chat meets its SLOs in about 93 % of windows [57, 99]" in out, out
+    assert "chat meets its SLOs in about 90 % of windows [50, 99]" in out, out
 
 
 def test_rerun_of_a_finished_campaign_measures_nothing(
