@@ -62,7 +62,7 @@ def test_true_attainment_is_the_share_of_drawn_windows_that_meet_the_slos(k: int
 def test_replicate_rows_round_trip_through_the_replay_table(tmp_path: Path) -> None:
     _, table, camp = noisy_suite_fleet(0, SMALL)
     campaign = write_synthetic(tmp_path, table, camp)
-    assert campaign.slo_attainment == 0.9 and campaign.max_windows_per_cell == 3
+    assert campaign.slo_attainment == 0.9 and campaign.max_windows_per_cell == 5
     backend = make_replay_backend(campaign)
     written = read_table(campaign.measurement.table)
     assert written["replicate"].tolist() == table["replicate"].tolist()

@@ -92,7 +92,7 @@ def test_every_decision_input_is_fingerprinted(tmp_path: Path) -> None:
     assert changed("campaign.toml", 'slo_attainment = "point"', "slo_attainment = 0.9") == (
         'campaign (stopping.slo_attainment: "point" → 0.9)')
     assert changed("campaign.toml", "epsilon = 0.05", "epsilon = 0.05\nmax_windows_per_cell = 2") == (
-        "campaign (stopping.max_windows_per_cell: 3 → 2)")
+        "campaign (stopping.max_windows_per_cell: 5 → 2)")
     fp_seed, _ = _fp(base, seed=3)
     assert mismatch(fp0, fp_seed, in0, in0, old_seed=0) == "seed (0 → 3)"
     fp_s, _ = _fp(base, strategy="random")

@@ -669,6 +669,29 @@ def _sampled(data: ModelData) -> ModelData:
     return data if cells is None else restrict(data, cells)
 
 
+def _warm_refit(
+    objs: NutsKernel, preset: InferencePreset, data: ModelData, states: list[Any], keys: jax.Array, step_scale: float,
+) -> list[tuple[Any, NutsTrace]] | None:
+    """Every chain on from its warm state for ``preset.samples`` draws; re-tuned when its draws
+    diverge, re-massed when its trees run to max depth (:func:`_saturated`); None when the
+    re-tuned draws still diverge (the caller starts cold)."""
+    results = _map_chains(preset, lambda c: _nuts_chain(objs, states[c], data, preset.samples, preset.samples))
+    retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
+    if step_scale == 1.0 and _divergence(results) > _WARM_DIVERGENCE_LIMIT:
+        # New data moved the posterior (typically sharper): keep the mass,
+        # re-tune the step size over a short warm-up from the same positions.
+        _progress.expect_more(preset.chains * (retune + preset.samples))
+        results = _map_chains(preset, lambda c: _retuned_chain(objs, preset, data, states[c], keys[c], retune))
+        if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
+            return None
+    if _may_remass(data, preset, step_scale) and _saturated(results, preset):
+        # New windows changed the posterior's shape under the old mass: every tree runs to
+        # max_tree_depth. A mass from this refit's own draws, the step size tuned afresh.
+        _progress.expect_more(preset.chains * (retune + preset.samples))
+        results = _remassed(objs, preset, data, results, keys, retune)
+    return results
+
+
 def _fit_nuts(
     data: ModelData,
     card: PriorCard,
@@ -708,25 +731,9 @@ def _fit_nuts(
     cold_total = preset.chains * (preset.warmup + preset.samples)
     _progress.begin(preset.name, preset.chains * preset.samples if states is not None else cold_total)
     if states is not None:
-        warm_states = states
-        results = _map_chains(
-            preset, lambda c: _nuts_chain(objs, warm_states[c], data, preset.samples, preset.samples)
-        )
-        if step_scale == 1.0 and _divergence(results) > _WARM_DIVERGENCE_LIMIT:
-            # New data moved the posterior (typically sharper): keep the mass,
-            # re-tune the step size over a short warm-up from the same positions.
-            retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
-            _progress.expect_more(preset.chains * (retune + preset.samples))
-            results = _map_chains(preset, lambda c: _retuned_chain(objs, preset, data, warm_states[c], keys[c], retune))
-            if _divergence(results) > _WARM_DIVERGENCE_LIMIT:
-                results = None
-                _progress.expect_more(cold_total)
-        if results is not None and _may_remass(data, preset, step_scale) and _saturated(results, preset):
-            # New windows changed the posterior's shape under the old mass: every tree runs to
-            # max_tree_depth. A mass from this refit's own draws, the step size tuned afresh.
-            retune = min(preset.warmup, objs.chunk_len * -(-_RETUNE_STEPS // objs.chunk_len))
-            _progress.expect_more(preset.chains * (retune + preset.samples))
-            results = _remassed(objs, preset, data, results, keys, retune)
+        results = _warm_refit(objs, preset, data, states, keys, step_scale)
+        if results is None:
+            _progress.expect_more(cold_total)
     if results is None:
         inits: list[Any] = []
         if states is not None:
