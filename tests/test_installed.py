@@ -101,4 +101,4 @@ def test_quickstart_campaign_from_the_installed_package(tmp_path: Path) -> None:
         "chat": {"tp": 4, "load": "C96", "replicas": 2},
         "code": {"tp": 4, "load": "C64", "replicas": 2},
     }
-    assert len(result["measured"]) == 12
+    assert len(result["measured"]) == 11
