@@ -6,7 +6,9 @@ Worlds come from :mod:`fleetsieve_bayes.evaluation.config_worlds` (world ``k`` o
 ``--regime`` names one). For each world:
 
 * the **campaign** (its ``[[configs]]`` catalogue, the replay backend, ``slo_attainment =
-  "point"``, the generic card) runs to its stop;
+  "point"``, the generic card) runs to its stop; with ``--budget-share F`` its profiling
+  budget (``[stopping] max_gpu_seconds``) is F times its world's full grid, and a campaign
+  the budget stops is scored on the answer it gives;
 * it is scored on the noise-free truth (the ``true_*`` columns; the oracle is the exact
   optimum over the full truth table) and on the windows the replay reveals: ε-correct
   (the lexicographic regret within the campaign's ε), a false certificate (certified, and
@@ -46,6 +48,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -165,10 +168,12 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
     work = Path(task["work"]) / f"w{task['k']:03d}"
     path = write_config_world(work, world)
     campaign = load_campaign(path)
+    grid, truth, problem = world_grid(world)
+    full = float(grid.cost_gpu_s.sum())  # every cell measured once
     if task.get("max_rounds"):
-        from dataclasses import replace
-
         campaign = replace(campaign, max_rounds=int(task["max_rounds"]))
+    if task.get("budget_share"):
+        campaign = replace(campaign, max_gpu_seconds=float(task["budget_share"]) * full)
     out = work / "out"
     done = out / "result.json"
     if done.exists():
@@ -179,7 +184,6 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
         result["wall_s"] = time.perf_counter() - t0
         done.write_text(json.dumps(result, default=float))
     plan = plan_seconds(out / "journal.jsonl")
-    grid, truth, problem = world_grid(world)
     _, windows, _ = world_grid(world, truth=False)
     eps = float(campaign.epsilon)
     certified = result["status"] in CERTIFIED
@@ -189,7 +193,7 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
               "table": score(grid, windows, problem, eps, cr, certified)}
     agg = aggregated_only_decision(world, grid)
     sweep = sweep_decision(grid, windows, problem, float(result["gpu_seconds"]))
-    full = float(oracle.full_gpu_s)
+    assert abs(full - float(oracle.full_gpu_s)) <= 1e-6 * full
     return {
         "world": task["k"], "world_seed": world_seed(task["seed"], task["k"]), "regime": world.regime,
         "classes": [c["name"] for c in world.spec["classes"]], "gpus": int(problem.gpus),
@@ -488,7 +492,7 @@ def _tasks(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     ks = sorted({int(k) for k in args.only.split(",")}) if args.only else list(range(args.worlds))
     return [{"k": k, "seed": args.seed, "classes": args.classes, "configs": args.configs, "loads": args.loads,
              "regime": args.regime, "work": str(work), "strategy": args.strategy, "campaign_seed": args.campaign_seed,
-             "max_rounds": args.max_rounds} for k in ks]
+             "max_rounds": args.max_rounds, "budget_share": args.budget_share} for k in ks]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -503,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", default="fleetsieve")
     p.add_argument("--campaign-seed", type=int, default=0)
     p.add_argument("--max-rounds", type=int, default=None, help="each campaign stops undecided after this many rounds")
+    p.add_argument("--budget-share", type=float, default=None, metavar="F",
+                   help="each campaign's [stopping] max_gpu_seconds: F × its world's full grid (default: none)")
     p.add_argument("--jobs", type=int, default=1, help="worlds at once (each in its own process)")
     p.add_argument("--partial", type=Path, default=None, help="append each finished world here (JSONL) and skip those already in it")
     p.add_argument("--work", type=Path, default=None, help="keep each world's campaign and run here (a finished run is read back)")
@@ -539,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         done[int(r["world"])] = r
     worlds = [done[k] for k in sorted(done)]
     settings = {k: getattr(args, k) for k in ("seed", "classes", "configs", "loads", "regime", "strategy", "campaign_seed",
-                                               "max_rounds")}
+                                               "max_rounds", "budget_share")}
     if args.allocate_only:
         ok = [w for w in worlds if "error" not in w]
         summary = {"worlds": len(worlds), "errors": len(worlds) - len(ok), "milp_matches": sum(w["milp_matches"] for w in ok),

@@ -5,6 +5,8 @@ grid is never restricted."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,10 +19,11 @@ from fleetsieve_bayes.model.data import (
     FIT_CELL_BUCKET,
     RESTRICT_MIN_CELLS,
     fit_cells,
+    free_departures,
     model_data,
     restrict,
 )
-from fleetsieve_bayes.model.inference import _init_point, bind_model
+from fleetsieve_bayes.model.inference import _init_point, bind_model, redraw_free
 from fleetsieve_bayes.model.priors import load_card
 
 N_LOADS = 5
@@ -171,3 +174,70 @@ def test_a_fit_covers_every_cell() -> None:
     sd = load_card("generic").capacity_tp_sd
     dev = np.asarray(post.idata.posterior["tp_dev"]).reshape(z.size, *free.shape, 3)[:, w, k, 0]
     assert abs(np.std(dev) / sd - 1.0) < 0.25
+
+
+def _pe_with(data, card, z, site: str, index: tuple[int, ...], delta: float) -> float:
+    model = bind_model(card)
+    moved = {**z, site: jnp.asarray(z[site]).at[index].add(delta)}
+    return float(potential_energy(model, (data, data.observed), {}, moved))
+
+
+def test_free_departures_enter_the_density_only_through_their_prior() -> None:
+    """The coordinates free_departures marks move the log density by exactly their own
+    standard-normal prior term; every other departure coordinate moves it by more (the
+    likelihood or the curve's centre reads it): the redraw of the marked ones is exact."""
+    grid = _grid()
+    measured, observed = _measured(grid, 21)
+    card = load_card("generic")
+    full = model_data(grid, observed, measured)
+    sub = restrict(full, fit_cells(full))
+    free = free_departures(full, card)
+    assert free is not None and free.shape == (2, len(grid.configs), 3)
+    # the tail columns (scale 0 on the generic card) are free everywhere; capacity only where unmeasured
+    assert free[:, :, 1:].all() and (free[:, :, 0] == ~np.asarray(full.dev_centred)).all()
+    z = _init_point(jax.random.PRNGKey(0), card, sub)
+    z = jax.tree.map(lambda a: a + 0.3 * jax.random.normal(jax.random.PRNGKey(7), a.shape), z)
+    base = _pe_with(sub, card, z, "tp_z", (0, 0, 0), 0.0)
+    tz = np.asarray(z["tp_z"])
+    delta = 0.7
+    for idx in map(tuple, np.argwhere(free)[:: max(1, int(free.sum()) // 25)]):
+        prior = 0.5 * ((tz[idx] + delta) ** 2 - tz[idx] ** 2)
+        assert _pe_with(sub, card, z, "tp_z", idx, delta) - base == pytest.approx(prior, rel=1e-9, abs=1e-9)
+    for idx in map(tuple, np.argwhere(~free)):
+        prior = 0.5 * ((tz[idx] + delta) ** 2 - tz[idx] ** 2)
+        assert abs(_pe_with(sub, card, z, "tp_z", idx, delta) - base - prior) > 1e-6
+
+
+def test_redraw_free_draws_standard_normals_where_free_and_keeps_the_rest() -> None:
+    grid = _grid()
+    measured, observed = _measured(grid, 21)
+    card = load_card("generic")
+    full = model_data(grid, observed, measured)
+    free = free_departures(full, card)
+    n = 4000
+    z = {"tp_z": jnp.full((n, *free.shape), 0.25), "class_z": jnp.ones((n, 2, 3))}
+    a, b = redraw_free(z, full, card, seed=5), redraw_free(z, full, card, seed=5)
+    np.testing.assert_array_equal(np.asarray(a["tp_z"]), np.asarray(b["tp_z"]))  # seeded
+    assert not np.array_equal(np.asarray(redraw_free(z, full, card, seed=6)["tp_z"]), np.asarray(a["tp_z"]))
+    tz = np.asarray(a["tp_z"])
+    np.testing.assert_array_equal(tz[:, ~free], 0.25)  # the chains' values kept
+    np.testing.assert_array_equal(np.asarray(a["class_z"]), 1.0)
+    drawn = tz[:, free]
+    assert abs(drawn.mean()) < 0.01 and abs(drawn.std() - 1.0) < 0.01
+    assert abs(np.corrcoef(drawn[:, 0], drawn[:, 1])[0, 1]) < 0.05  # independent coordinates
+    np.testing.assert_array_equal(drawn * 2.0**30, np.round(drawn * 2.0**30))  # on the start lattice
+
+
+def test_no_free_departures_on_a_small_grid_or_with_orthogonal_departures() -> None:
+    grid = _grid()
+    measured, observed = _measured(grid, 21)
+    card = load_card("generic")
+    assert free_departures(model_data(grid, observed, measured), dataclasses.replace(card, capacity_tp_departures="orthogonal")) is None
+    small_grid = CellGrid(
+        workloads=("chat",), workload_idx=np.zeros(4, np.int64), tp=np.array([1, 1, 2, 2]),
+        load=("C1", "C2", "C1", "C2"), offered_rps=np.array([1.0, 2.0, 1.0, 2.0]), duration_s=np.full(4, 300.0),
+    )
+    small = model_data(small_grid, np.ones((4, 4)), np.array([True, False, False, False]))
+    assert free_departures(small, card) is None
+    z = {"tp_z": jnp.zeros((3, 1, 2, 3))}
+    assert redraw_free(z, small, card, seed=0) is z

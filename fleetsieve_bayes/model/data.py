@@ -46,6 +46,7 @@ __all__ = [
     "restrict",
     "RESTRICT_MIN_CELLS",
     "centred_pairs",
+    "free_departures",
 ]
 
 # Window rows are padded to a multiple of this (a new program per bucket, not per repeat).
@@ -265,6 +266,22 @@ def centred_pairs(grid: CellGrid, measured: np.ndarray, n_classes: int) -> jnp.n
     m = np.asarray(measured, bool)
     out[np.asarray(grid.workload_idx)[m], col[m]] = True
     return jnp.asarray(out)
+
+
+def free_departures(data: ModelData, card: PriorCard) -> np.ndarray | None:
+    """bool ``(n_classes, n_tp, 3)``: the departure coordinates (site ``tp_z``) that enter the
+    log density only through their own standard-normal prior; None when there are none.
+
+    They are, on a grid sampled on its measured cells (``data.dev_centred`` set, free
+    departures): every column of a pair without a measured cell (:func:`centred_pairs`), and
+    every column whose scale the card sets to 0. Their posterior is their prior, independent
+    of every other coordinate, so a draw of them is exact whatever the chains did with them
+    (:func:`fleetsieve_bayes.model.inference.redraw_free`)."""
+    if data.dev_centred is None or card.capacity_tp_departures != "free" or not tp_dev_count(data, card):
+        return None
+    free = np.repeat(~np.asarray(data.dev_centred, bool)[:, :, None], 3, axis=2)
+    free |= (np.asarray(tp_departure_sd(card)) == 0.0)[None, None, :]
+    return free if free.any() else None
 
 
 def gpu_dev_count(data: ModelData) -> int:

@@ -60,6 +60,7 @@ from fleetsieve_bayes.model.class_prior import init_unconstrained
 from fleetsieve_bayes.model.data import (
     ModelData,
     fit_cells,
+    free_departures,
     gpu_dev_count,
     model_data,
     restrict,
@@ -73,7 +74,7 @@ from fleetsieve_bayes.model.observation import NOISE_DF, from_transformed, obs_f
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.model.storage import load_idata, save_posterior
-from fleetsieve_bayes.numerics import snap_step_size
+from fleetsieve_bayes.numerics import START_BITS, snap_step_size
 from fleetsieve_bayes.table import METRICS
 
 az = import_arviz()
@@ -130,6 +131,8 @@ _RETUNE_STEPS = 200
 # class's noise): 255 leapfrog steps a transition, 40-115 s a round on the noisy suite's
 # fleet 37 (2 cores). It is re-massed from its own draws (:func:`_remassed`).
 _SATURATED_SHARE = 0.5
+# The random stream of the free departures' fresh draws (redraw_free), apart from the chains' keys.
+_FREE_DRAW_STREAM = 0x7F5E
 # The model's sample sites (see fleetsieve_bayes.model.joint.fleet_model).
 _SITES = ("class_z", "global", "noise_raw", "window_g", "window_z", "gpu_z", "tp_z", "role_z", "engine_z")
 
@@ -692,6 +695,31 @@ def _warm_refit(
     return results
 
 
+def redraw_free(z: dict[str, Any], data: ModelData, card: PriorCard, seed: int) -> dict[str, Any]:
+    """The draws ``z`` (unconstrained sites, leading axis the draws) with every free departure
+    coordinate (:func:`~fleetsieve_bayes.model.data.free_departures`) drawn afresh from its
+    standard-normal posterior, i.i.d. per draw (seeded by ``seed``; each value on the start
+    lattice, :func:`~fleetsieve_bayes.model.lattice.snap_start`).
+
+    Exact: those coordinates enter the log density only through their own prior, so their
+    posterior is N(0, 1) independent of the rest. The chains leave them where NUTS put them,
+    which on a catalogue's grid (hundreds of such coordinates, a diagonal mass, warm refits
+    of a few hundred draws) is a slow random walk: measured on the first full-size
+    configuration world (1,134 cells, round 11), their chains' spread ranged over 0.04–0.5
+    instead of 1. Unmeasured configurations' hopes then read too narrow or too wide, and the
+    certifying warm-up that took its first mass from those draws ran every tree to max depth
+    (docs/method.md §2, "Large grids")."""
+    free = free_departures(data, card)
+    if free is None or "tp_z" not in z:
+        return z
+    tz = np.array(z["tp_z"], np.float64)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _FREE_DRAW_STREAM]))
+    fresh = rng.standard_normal((tz.shape[0], int(free.sum())))
+    scale = float(2**START_BITS)
+    tz[:, free] = np.round(fresh * scale) / scale
+    return {**z, "tp_z": jnp.asarray(tz)}
+
+
 def _fit_nuts(
     data: ModelData,
     card: PriorCard,
@@ -761,7 +789,7 @@ def _fit_nuts(
         _KERNEL_READY.add(objs.key)  # its init has run here: a warm start need not trace it again
     # Every field stacked over chains: (chains, samples, ...).
     trace: NutsTrace = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[r[1] for r in results])
-    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z)
+    flat = redraw_free(jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trace.z), full, card, seed)
     constrained = objs.post(flat, full)
     samples = {
         k: np.asarray(v).reshape(preset.chains, preset.samples, *v.shape[1:])
