@@ -23,7 +23,7 @@ from fleetsieve_bayes.model.data import (
     model_data,
     restrict,
 )
-from fleetsieve_bayes.model.inference import _init_point, bind_model, redraw_free
+from fleetsieve_bayes.model.inference import _init_point, bind_model, mass_from_draws, redraw_free
 from fleetsieve_bayes.model.priors import load_card
 
 N_LOADS = 5
@@ -241,3 +241,39 @@ def test_no_free_departures_on_a_small_grid_or_with_orthogonal_departures() -> N
     assert free_departures(small, card) is None
     z = {"tp_z": jnp.zeros((3, 1, 2, 3))}
     assert redraw_free(z, small, card, seed=0) is z
+
+
+def test_mass_from_draws_is_the_identity_on_free_coordinates() -> None:
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=(60, 5)) @ rng.normal(size=(5, 5))  # correlated, scales far from 1
+    free = np.array([False, True, False, False, True])
+    m = mass_from_draws(flat, free)
+    plain = mass_from_draws(flat)
+    keep = ~free
+    np.testing.assert_allclose(m[np.ix_(keep, keep)], plain[np.ix_(keep, keep)])
+    np.testing.assert_array_equal(m[np.ix_(free, free)], np.eye(2))
+    np.testing.assert_array_equal(m[np.ix_(free, keep)], 0.0)
+    np.testing.assert_array_equal(m[np.ix_(keep, free)], 0.0)
+
+
+def test_a_pooled_fit_on_a_large_catalogued_grid_has_a_dense_mass_identity_on_its_free_coordinates() -> None:
+    """The pooled warm-up on a grid with free departures keeps a dense mass (the coordinates
+    the data reach are few), the identity on the free ones; the windowed one stays diagonal."""
+    from fleetsieve_bayes.model.inference import _free_flat, _nuts_kernel, _sampled, fit
+    from fleetsieve_bayes.model.presets import load_preset
+
+    grid = _grid()
+    measured, observed = _measured(grid, 12, seed=3)
+    card = load_card("generic")
+    preset = load_preset("fast")._replace(warmup=40, samples=20, adaptation="pooled")
+    post = fit(grid, observed, measured, card, preset, seed=0)
+    mass = np.asarray(post.state["states"][0].adapt_state.inverse_mass_matrix)
+    assert mass.ndim == 2
+    data = _sampled(model_data(grid, observed, measured))
+    free = _free_flat(_nuts_kernel(data, card, preset), data, card)
+    assert free is not None and free.sum() == free_departures(data, card).sum() and (~free).sum() > 0
+    np.testing.assert_array_equal(mass[np.ix_(free, free)], np.eye(int(free.sum())))
+    np.testing.assert_array_equal(mass[np.ix_(free, ~free)], 0.0)
+    assert np.count_nonzero(mass[np.ix_(~free, ~free)] - np.diag(np.diag(mass[np.ix_(~free, ~free)]))) > 0
+    windowed = fit(grid, observed, measured, card, preset._replace(adaptation="windowed"), seed=0)
+    assert np.asarray(windowed.state["states"][0].adapt_state.inverse_mass_matrix).ndim == 1

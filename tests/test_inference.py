@@ -301,9 +301,9 @@ def test_pooled_warmup_leaves_a_minor_mode_chain_out_of_the_pool(shipped, design
     pooled_rows: list[int] = []
     real = inference.mass_from_draws
 
-    def recording(flat: np.ndarray) -> np.ndarray:
+    def recording(flat: np.ndarray, free: np.ndarray | None = None) -> np.ndarray:
         pooled_rows.append(int(np.asarray(flat).shape[0]))
-        return real(flat)
+        return real(flat, free)
 
     monkeypatch.setattr(inference, "mass_from_draws", recording)
     monkeypatch.setattr(inference, "minor_mode_chains", lambda lp: {})
@@ -521,7 +521,7 @@ def test_a_warm_refit_whose_trees_run_to_max_depth_is_re_massed_from_its_own_dra
     first = fit(grid, obs, m, CARD, preset, seed=0, rows=obs[cells], row_cell=cells)
     pooled: list[np.ndarray] = []
     real = inference.mass_from_draws
-    monkeypatch.setattr(inference, "mass_from_draws", lambda flat: pooled.append(real(flat)) or pooled[-1])
+    monkeypatch.setattr(inference, "mass_from_draws", lambda flat, free=None: pooled.append(real(flat, free)) or pooled[-1])
     monkeypatch.setattr(inference, "_SATURATED_SHARE", -1.0)  # every refit counts as saturated
     warm = fit(grid, obs, m, CARD, preset, seed=1, warm_start=first, rows=obs[cells], row_cell=cells)
     assert len(pooled) == 1 and pooled[0].shape[0] == pooled[0].shape[1]
