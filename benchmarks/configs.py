@@ -200,7 +200,7 @@ def study_world(task: dict[str, Any]) -> dict[str, Any]:
         "n_configs": len(world.catalogue), "n_cells": grid.n_cells, "full_gpu_seconds": full,
         "oracle_configs": _configs_used(grid, _alloc_cr(oracle.allocation)),
         "oracle_uses_disagg": any(grid.serving_config(c).disaggregated for c in oracle.allocation.committed()),
-        "status": result["status"], "certified": certified, "gpu_seconds": float(result["gpu_seconds"]),
+        "status": result["status"], "stop_reason": result.get("stop_reason"), "certified": certified, "gpu_seconds": float(result["gpu_seconds"]),
         "gpu_share": float(result["gpu_seconds"]) / full, "n_measured": len(result.get("measured", [])),
         "wall_s": result.get("wall_s"), "decision_configs": _configs_used(grid, cr),
         "plan_s": plan, "plan_s_median": float(np.median(plan)) if plan else None,
@@ -292,6 +292,11 @@ def _plan(row: dict[str, Any]) -> str:
     return f"{row['plan_s_median']:.1f} / {row['plan_s_max']:.1f}"
 
 
+def _status(row: dict[str, Any]) -> str:
+    reason = row.get("stop_reason")
+    return row["status"] + (f" ({reason})" if reason and row["status"] == "undecided" else "")
+
+
 def _yn(x: bool) -> str:
     return "yes" if x else "no"
 
@@ -300,20 +305,22 @@ def campaign_markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = [
         "| world | regime | classes | GPUs | configs | status | GPU-s | share of grid | ε-correct (curves / windows) "
-        "| false cert. | decision | oracle | best agg-only ε-correct | sweep ε-correct (configs) | plan s (median / max) |",
-        "|---:|---|---|---:|---:|---|---:|---:|---|---|---|---|---|---|---|",
+        "| false cert. | decision | oracle | best agg-only ε-correct | sweep ε-correct (configs) | plan s (median / max) "
+        "| wall min |",
+        "|---:|---|---|---:|---:|---|---:|---:|---|---|---|---|---|---|---|---:|",
     ]
     for w in res["worlds"]:
         if "error" in w:
-            lines.append(f"| {w['world']} | error: {w['error'][:80]} |||||||||||||")
+            lines.append(f"| {w['world']} | error: {w['error'][:80]} ||||||||||||||")
             continue
         lines.append(
             f"| {w['world']} | {w['regime']} | {', '.join(w['classes'])} | {w['gpus']} | {w['n_configs']} "
-            f"| {w['status']} | {w['gpu_seconds']:,.0f} | {w['gpu_share']:.1%} "
+            f"| {_status(w)} | {w['gpu_seconds']:,.0f} | {w['gpu_share']:.1%} "
             f"| {_yn(w['eps_correct'])} / {_yn(w['by_truth']['table']['eps_correct'])} "
             f"| {_yn(w['false_certificate'])} | {', '.join(w['decision_configs']) or '—'} "
             f"| {', '.join(w['oracle_configs']) or '—'} | {_yn(w['aggregated_only']['eps_correct'])} "
-            f"| {_yn(w['sweep']['eps_correct'])} ({w['sweep']['n_configs']}) | {_plan(w)} |")
+            f"| {_yn(w['sweep']['eps_correct'])} ({w['sweep']['n_configs']}) | {_plan(w)} "
+            f"| {'—' if w.get('wall_s') is None else format(w['wall_s'] / 60, '.1f')} |")
     n = s["worlds"]
     share = "n/a" if s["gpu_share_mean"] is None else (
         f"mean {s['gpu_share_mean']:.1%}, median {s['gpu_share_median']:.1%}, max {s['gpu_share_max']:.1%}")
@@ -515,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allocate-only", action="store_true", help="no campaigns: check allocate / the MILP against brute force")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--publish", action="store_true", help="write benchmarks/published/<study>.json and its docs/results.md section")
+    p.add_argument("--study", default=None,
+                   help="the published study's name (default: configs, or configs_allocate with --allocate-only)")
     args = p.parse_args(argv)
     if args.worlds is None:
         args.worlds = 12 if args.allocate_only else 24
@@ -562,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from publish import command_line, publish
 
-        publish("configs_allocate" if args.allocate_only else "configs", res, md, command_line(__file__, argv))
+        publish(args.study or ("configs_allocate" if args.allocate_only else "configs"), res, md, command_line(__file__, argv))
     return 0
 
 
