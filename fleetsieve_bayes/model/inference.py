@@ -688,7 +688,9 @@ def _mass_for(data: ModelData, card: PriorCard, preset: InferencePreset) -> Infe
     rest, the coordinates the data reach, are few enough for a dense estimate. On the first
     full-size configuration world (1,134 cells, 35 measured) a diagonal mass left the
     certifying chains at 447 leapfrog steps a transition (windowed warm-up, 302 s an attempt)
-    or at the maximum depth, 1,023 (pooled)."""
+    or at the maximum depth, 1,023 (pooled), against 127 with this mass. It is not enough: two
+    later attempts on such worlds still ran 523-794 steps a transition, with chains in minor
+    modes, before the windowed fallback (converged_fit.fit_certifying)."""
     if data.roles is not None and preset.dense_mass:
         if preset.adaptation == "pooled" and free_departures(data, card) is not None:
             return preset
