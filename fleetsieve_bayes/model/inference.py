@@ -74,7 +74,7 @@ from fleetsieve_bayes.model.observation import NOISE_DF, from_transformed, obs_f
 from fleetsieve_bayes.model.presets import InferencePreset, list_presets, load_preset
 from fleetsieve_bayes.model.priors import PriorCard, load_card
 from fleetsieve_bayes.model.storage import load_idata, save_posterior
-from fleetsieve_bayes.numerics import START_BITS, snap_step_size
+from fleetsieve_bayes.numerics import snap_step_size
 from fleetsieve_bayes.table import METRICS
 
 az = import_arviz()
@@ -747,9 +747,7 @@ def redraw_free(z: dict[str, Any], data: ModelData, card: PriorCard, seed: int) 
         return z
     tz = np.array(z["tp_z"], np.float64)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _FREE_DRAW_STREAM]))
-    fresh = rng.standard_normal((tz.shape[0], int(free.sum())))
-    scale = float(2**START_BITS)
-    tz[:, free] = np.round(fresh * scale) / scale
+    tz[:, free] = np.asarray(snap_start(jnp.asarray(rng.standard_normal((tz.shape[0], int(free.sum()))))))
     return {**z, "tp_z": jnp.asarray(tz)}
 
 
